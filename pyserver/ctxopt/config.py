@@ -1,0 +1,88 @@
+"""Server configuration: every knob, its default, and its `CTXOPT_*` variable.
+
+`Config.from_env()` reads the environment; command-line flags override it.
+The README's flag table lists the same names and defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Literal
+
+Tokenizer = Literal["cl100k", "gemini"]
+
+
+def default_data_dir() -> str:
+    """Per-user data directory: $XDG_DATA_HOME/ctxopt or ~/.local/share/ctxopt."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return str(Path(base) / "ctxopt")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    # Transport
+    addr: str = "127.0.0.1:50051"
+    workers: int = 16
+    max_message_bytes: int = 64 * 1024 * 1024
+    grace_seconds: float = 5.0
+    auth_token: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    insecure: bool = False
+    # Storage
+    data_dir: str = ""  # empty: default_data_dir(); ":memory:" for tests only
+    fsync: Literal["full", "normal"] = "normal"
+    stash_max_entries: int = 100_000
+    stash_max_bytes: int = 1024 * 1024 * 1024
+    # Limits on input
+    max_text_chars: int = 2_000_000
+    max_chunks_per_request: int = 20_000
+    max_chunks_per_session: int = 200_000
+    max_sessions: int = 10_000
+    max_query_chars: int = 100_000
+    max_embedding_dim: int = 8192
+    # Token counting
+    tokenizer: Tokenizer = "cl100k"
+    token_cache_size: int = 200_000
+    # GC defaults (percent of the context window)
+    gc_threshold_percent: float = 80.0
+    gc_target_percent: float = 60.0
+    gc_pressure_percent: float = 90.0
+    recency_half_life_turns: float = 8.0
+    old_generation_after: int = 3
+    incremental_batch: int = 64
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Config:
+        """Read `CTXOPT_<FIELD>` for every field (e.g. CTXOPT_DATA_DIR)."""
+        env = os.environ if environ is None else environ
+        updates: dict[str, object] = {}
+        for f in fields(cls):
+            raw = env.get(f"CTXOPT_{f.name.upper()}")
+            if raw is None:
+                continue
+            updates[f.name] = _parse(f.name, raw, getattr(cls(), f.name))
+        return replace(cls(), **updates)
+
+    @property
+    def resolved_data_dir(self) -> str:
+        return self.data_dir or default_data_dir()
+
+
+def _parse(name: str, raw: str, default: object) -> object:
+    try:
+        if isinstance(default, bool):
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(raw)
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+    except ValueError:
+        raise ValueError(f"CTXOPT_{name.upper()}: not a valid {type(default).__name__}: {raw!r}") from None
+    return raw
