@@ -247,6 +247,7 @@ class OptimizeOptions:
     force: bool = False
     delete_ids: tuple[str, ...] = ()
     max_chunks: int = 0
+    incremental: bool = False
 
 
 @dataclass(frozen=True, slots=True)

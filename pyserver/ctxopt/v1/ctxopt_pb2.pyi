@@ -325,7 +325,7 @@ class RemoveChunksResponse(_message.Message):
     def __init__(self, removed: _Optional[int] = ..., session_tokens: _Optional[int] = ...) -> None: ...
 
 class OptimizeRequest(_message.Message):
-    __slots__ = ("session_id", "query", "query_embedding", "budget", "roots", "dry_run", "weights", "aggressive", "strategy", "force", "delete_ids", "max_chunks")
+    __slots__ = ("session_id", "query", "query_embedding", "budget", "roots", "dry_run", "weights", "aggressive", "strategy", "force", "delete_ids", "max_chunks", "incremental")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     QUERY_EMBEDDING_FIELD_NUMBER: _ClassVar[int]
@@ -338,6 +338,7 @@ class OptimizeRequest(_message.Message):
     FORCE_FIELD_NUMBER: _ClassVar[int]
     DELETE_IDS_FIELD_NUMBER: _ClassVar[int]
     MAX_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    INCREMENTAL_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     query: str
     query_embedding: _containers.RepeatedScalarFieldContainer[float]
@@ -350,7 +351,8 @@ class OptimizeRequest(_message.Message):
     force: bool
     delete_ids: _containers.RepeatedScalarFieldContainer[str]
     max_chunks: int
-    def __init__(self, session_id: _Optional[str] = ..., query: _Optional[str] = ..., query_embedding: _Optional[_Iterable[float]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., roots: _Optional[_Union[Roots, _Mapping]] = ..., dry_run: _Optional[bool] = ..., weights: _Optional[_Union[Weights, _Mapping]] = ..., aggressive: _Optional[bool] = ..., strategy: _Optional[_Union[Strategy, str]] = ..., force: _Optional[bool] = ..., delete_ids: _Optional[_Iterable[str]] = ..., max_chunks: _Optional[int] = ...) -> None: ...
+    incremental: bool
+    def __init__(self, session_id: _Optional[str] = ..., query: _Optional[str] = ..., query_embedding: _Optional[_Iterable[float]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., roots: _Optional[_Union[Roots, _Mapping]] = ..., dry_run: _Optional[bool] = ..., weights: _Optional[_Union[Weights, _Mapping]] = ..., aggressive: _Optional[bool] = ..., strategy: _Optional[_Union[Strategy, str]] = ..., force: _Optional[bool] = ..., delete_ids: _Optional[_Iterable[str]] = ..., max_chunks: _Optional[int] = ..., incremental: _Optional[bool] = ...) -> None: ...
 
 class OptimizeResponse(_message.Message):
     __slots__ = ("kept_ids", "decisions", "tokens_before", "tokens_after", "target_tokens", "triggered", "feasible", "repairs", "server_ms", "explanation", "mandatory_tokens")

@@ -697,6 +697,11 @@ export interface OptimizeRequest {
   deleteIds: string[];
   /** Keep at most this many chunks (0: no limit). */
   maxChunks: number;
+  /**
+   * Minor collection: only the young generation, at most the server's
+   * incremental batch of removals (CTXOPT_INCREMENTAL_BATCH).
+   */
+  incremental: boolean;
 }
 
 /** Response of Optimize: the plan. */
@@ -3323,6 +3328,7 @@ function createBaseOptimizeRequest(): OptimizeRequest {
     force: false,
     deleteIds: [],
     maxChunks: 0,
+    incremental: false,
   };
 }
 
@@ -3367,6 +3373,9 @@ export const OptimizeRequest: MessageFns<OptimizeRequest> = {
     }
     if (message.maxChunks !== 0) {
       writer.uint32(96).int32(message.maxChunks);
+    }
+    if (message.incremental !== false) {
+      writer.uint32(104).bool(message.incremental);
     }
     return writer;
   },
@@ -3490,6 +3499,14 @@ export const OptimizeRequest: MessageFns<OptimizeRequest> = {
             message.maxChunks = reader.int32();
             continue;
           }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.incremental = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3536,6 +3553,7 @@ export const OptimizeRequest: MessageFns<OptimizeRequest> = {
         : isSet(object.max_chunks)
         ? globalThis.Number(object.max_chunks)
         : 0,
+      incremental: isSet(object.incremental) ? globalThis.Boolean(object.incremental) : false,
     };
   },
 
@@ -3577,6 +3595,9 @@ export const OptimizeRequest: MessageFns<OptimizeRequest> = {
     if (message.maxChunks !== 0) {
       obj.maxChunks = Math.round(message.maxChunks);
     }
+    if (message.incremental !== false) {
+      obj.incremental = message.incremental;
+    }
     return obj;
   },
 
@@ -3601,6 +3622,7 @@ export const OptimizeRequest: MessageFns<OptimizeRequest> = {
     message.force = object.force ?? false;
     message.deleteIds = object.deleteIds?.map((e) => e) || [];
     message.maxChunks = object.maxChunks ?? 0;
+    message.incremental = object.incremental ?? false;
     return message;
   },
 };
