@@ -1,0 +1,96 @@
+#!/usr/bin/env node
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import type { Content } from "@google/genai";
+import { readFlags } from "./flags.js";
+import { PromptBuilder } from "./promptBuilder.js";
+
+const USAGE = `usage: ctxopt-prompt --history FILE [--addr HOST:PORT] [--model NAME] [--message TEXT]
+                     [--session ID] [--context-limit TOKENS] [--json]
+
+Builds a Gemini prompt from a history JSON file through the ctxopt service and
+prints the context summary line. FILE holds a Content[] array, or an object
+{"systemInstruction"?, "memory"?, "history": Content[], "message"?, "activeTask"?}.
+--json prints the generateContent request on stdout (the summary goes to stderr).
+Flags come from the environment: GEMINI_CONTEXT_OPTIMIZATION (false|true|shadow),
+GEMINI_CONTEXT_ROLLOUT_PERCENT, GEMINI_CONTEXT_MAX_CHUNKS, GEMINI_EMBEDDING_ENABLED,
+GEMINI_PRUNING_AGGRESSIVE, CTXOPT_ADDR, CTXOPT_DEADLINE_MS.`;
+
+interface HistoryFile {
+  readonly history: Content[];
+  readonly systemInstruction?: string;
+  readonly memory?: string;
+  readonly message?: string;
+  readonly activeTask?: string;
+}
+
+function readHistoryFile(path: string): { file: HistoryFile; digest: string } {
+  const raw = readFileSync(path, "utf8");
+  const parsed: unknown = JSON.parse(raw);
+  const digest = createHash("sha256").update(raw).digest("hex").slice(0, 12);
+  if (Array.isArray(parsed)) return { file: { history: parsed as Content[] }, digest };
+  if (parsed !== null && typeof parsed === "object" && Array.isArray((parsed as { history?: unknown }).history)) {
+    return { file: parsed as HistoryFile, digest };
+  }
+  throw new Error(`${path}: expected a Content[] array or an object with a "history" array`);
+}
+
+async function main(argv: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      history: { type: "string" },
+      addr: { type: "string" },
+      model: { type: "string", default: "gemini-2.5-pro" },
+      message: { type: "string" },
+      session: { type: "string" },
+      "context-limit": { type: "string" },
+      json: { type: "boolean", default: false },
+      help: { type: "boolean", short: "h", default: false },
+    },
+  });
+  if (values.help || values.history === undefined) {
+    (values.help ? console.log : console.error)(USAGE);
+    return values.help ? 0 : 2;
+  }
+  const env = values.addr === undefined ? process.env : { ...process.env, CTXOPT_ADDR: values.addr };
+  const flags = readFlags(env);
+  const limit = values["context-limit"];
+  const contextLimitTokens = limit === undefined ? undefined : Number(limit);
+  if (contextLimitTokens !== undefined && (!Number.isInteger(contextLimitTokens) || contextLimitTokens <= 0)) {
+    throw new Error(`--context-limit: expected a positive integer (got ${JSON.stringify(limit)})`);
+  }
+  const { file, digest } = readHistoryFile(values.history);
+  const builder = new PromptBuilder({ flags, budget: contextLimitTokens === undefined ? {} : { contextLimitTokens } });
+  try {
+    const built = await builder.build({
+      sessionId: values.session ?? `cli-${digest}`,
+      model: values.model,
+      history: file.history,
+      message: values.message ?? file.message ?? "Continue with the task.",
+      ...(file.systemInstruction ? { systemInstruction: file.systemInstruction } : {}),
+      ...(file.memory ? { memory: file.memory } : {}),
+      ...(file.activeTask ? { activeTask: file.activeTask } : {}),
+    });
+    if (values.json) {
+      console.error(built.summaryLine);
+      console.log(JSON.stringify(built.request, null, 2));
+    } else {
+      console.log(built.summaryLine);
+    }
+    return 0;
+  } finally {
+    builder.close();
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (error: unknown) => {
+    console.error(`ctxopt-prompt: ${error instanceof Error ? error.message : String(error)}`);
+    process.exitCode = 1;
+  },
+);

@@ -1,0 +1,333 @@
+import type { Content, GenerateContentParameters, Part } from "@google/genai";
+import { type CallSettings, CtxoptCallError, CtxoptClient, GrpcStatus } from "./client.js";
+import { type Flags, inRollout, readFlags } from "./flags.js";
+import { Action, type Chunk, type OptimizeResponse, Strategy } from "./generated/ctxopt/v1/ctxopt.js";
+import { applyPlan } from "./gemini/applyPlan.js";
+import { environmentContextTurns } from "./gemini/environment.js";
+import { findViolations, repairHistory } from "./gemini/history.js";
+import { chunksOf, type MappedContent, mapContents, systemChunk, toContents } from "./gemini/mapping.js";
+import { canonicalJson } from "./gemini/parts.js";
+import { truncateHistory } from "./gemini/truncate.js";
+import { tokenLimit } from "./models.js";
+import { SessionMirror } from "./sessionMirror.js";
+import type { BuildOutcome, ContextSummary } from "./summary.js";
+import { summaryLine } from "./summary.js";
+
+/** Budget knobs, percentages of the model's window (DESIGN.md 4 defaults). */
+export interface BudgetOptions {
+  /** Overrides the model table's window size. */
+  readonly contextLimitTokens?: number;
+  /** The hook engages at this usage (default 80). */
+  readonly thresholdPercent?: number;
+  /** Where an optimization lands (default 60). */
+  readonly targetPercent?: number;
+  /** PRESERVABLE chunks go only above this usage (default 90). */
+  readonly pressurePercent?: number;
+  /** Turns kept as GC roots (server default 10 when unset). */
+  readonly recentTurns?: number;
+}
+
+/** Turns texts into embeddings (one vector per text), used when GEMINI_EMBEDDING_ENABLED is on. */
+export type Embedder = (texts: readonly string[]) => Promise<number[][]>;
+
+export interface PromptBuilderOptions {
+  /** Feature flags (default: read from the environment). */
+  readonly flags?: Flags;
+  /** The service client (default: one on `flags.address`, closed by `close()`). */
+  readonly client?: CtxoptClient;
+  readonly budget?: BudgetOptions;
+  readonly embedder?: Embedder;
+}
+
+/** One prompt to build: Gemini CLI's pieces of a generateContent request. */
+export interface PromptInput {
+  /** Stable id of the chat; the service session and the rollout hash use it. */
+  readonly sessionId: string;
+  readonly model: string;
+  readonly systemInstruction?: string;
+  /** Long-term memory (GEMINI.md content), sent with the system instruction. */
+  readonly memory?: string;
+  /** The chat history so far (pass back `BuiltPrompt.history` after each build). */
+  readonly history: readonly Content[];
+  /** The new user turn: text, or parts (e.g. the functionResponses of a pending call). */
+  readonly message: string | readonly Part[];
+  /** The task in progress; joins the message in the relevance query. */
+  readonly activeTask?: string;
+  /** The file being worked on; chunks showing it are roots. */
+  readonly activeFilePath?: string;
+  /** Chunk ids that must stay. */
+  readonly pinnedIds?: readonly string[];
+  /** Whether history[0] is the environment context (default: recognised by its text). */
+  readonly environmentContext?: boolean;
+}
+
+export interface BuiltPrompt {
+  /** What to send to generateContent. */
+  readonly request: GenerateContentParameters;
+  /**
+   * The history to keep for the next turn: rewritten by the plan in `true`
+   * mode (like Gemini CLI's compression), otherwise the history given.
+   */
+  readonly history: Content[];
+  readonly summary: ContextSummary;
+  readonly summaryLine: string;
+  /** The service's plan, when one was made. */
+  readonly plan?: OptimizeResponse;
+}
+
+interface SessionState {
+  readonly mirror: SessionMirror;
+  /** The mapped history (with the last message) as the service should hold it. */
+  turns: MappedContent[];
+  /** The Content objects `turns` came from, for a cheap identity check. */
+  contents: Content[];
+  nextTurn: number;
+  readonly embeddings: Map<string, number[]>;
+}
+
+/** Health is asked again after this long, or at once after a failure. */
+const HEALTH_TTL_MS = 30_000;
+
+/**
+ * Gemini-CLI-style prompt construction with the ctxopt hook.
+ *
+ * Each build maps the history and the new message to chunks, and, when the
+ * flags allow it and usage passes the threshold, sends the service only the
+ * delta and asks for a plan. In `true` mode the plan is applied, Gemini's
+ * history rules are re-checked and repaired, and the result is sent only when
+ * it is valid and smaller (never worse); `shadow` reports and sends the
+ * original. A failing, unhealthy or slow service gives local truncation under
+ * the same rules, and the summary line says so.
+ */
+export class PromptBuilder {
+  readonly flags: Flags;
+  private readonly client: CtxoptClient;
+  private readonly ownsClient: boolean;
+  private readonly budget: BudgetOptions;
+  private readonly embedder: Embedder | undefined;
+  private readonly sessions = new Map<string, SessionState>();
+  private healthyUntil = 0;
+
+  constructor(options: PromptBuilderOptions = {}) {
+    this.flags = options.flags ?? readFlags();
+    this.ownsClient = options.client === undefined;
+    this.client = options.client ?? new CtxoptClient(this.flags.address, { deadlineMs: this.flags.deadlineMs });
+    this.budget = options.budget ?? {};
+    this.embedder = options.embedder;
+  }
+
+  close(): void {
+    if (this.ownsClient) this.client.close();
+  }
+
+  /** Forgets a session's client-side state (the service keeps its own). */
+  forget(sessionId: string): void {
+    this.sessions.delete(sessionId);
+  }
+
+  async build(input: PromptInput): Promise<BuiltPrompt> {
+    const started = performance.now();
+    const state = this.session(input.sessionId);
+    const messageContent: Content = { role: "user", parts: typeof input.message === "string" ? [{ text: input.message }] : [...input.message] };
+    const contents = [...input.history, messageContent];
+    const turns = this.reconcile(state, contents, environmentContextTurns(input.history, input.environmentContext));
+    const fixed = this.fixedChunks(input);
+    const chunks = [...fixed, ...chunksOf(turns)];
+    const fixedTokens = fixed.reduce((sum, c) => sum + c.tokens, 0);
+    const tokensBefore = fixedTokens + chunks.slice(fixed.length).reduce((sum, c) => sum + c.tokens, 0);
+    const windowTokens = this.budget.contextLimitTokens ?? tokenLimit(input.model);
+    const base = { mode: this.flags.mode, model: input.model, windowTokens, tokensBefore };
+    const finish = (outcome: BuildOutcome, sent: MappedContent[], extra: Partial<ContextSummary> = {}, plan?: OptimizeResponse): BuiltPrompt => {
+      const summary: ContextSummary = {
+        ...base,
+        outcome,
+        tokensAfter: fixedTokens + tokensOf(sent),
+        stashed: 0,
+        trimmed: 0,
+        masked: 0,
+        deleted: 0,
+        droppedTurns: 0,
+        serverMs: plan?.serverMs ?? 0,
+        note: "",
+        ...extra,
+        latencyMs: performance.now() - started,
+      };
+      const request = this.request(input, toContents(sent));
+      const history = outcome === "optimized" ? this.keepRewritten(state, sent, messageContent) : [...input.history];
+      return { request, history, summary, summaryLine: summaryLine(summary), ...(plan ? { plan } : {}) };
+    };
+
+    if (this.flags.mode === "false") return finish("pass-through", turns);
+    if (!inRollout(input.sessionId, this.flags.rolloutPercent)) {
+      return finish("pass-through", turns, { note: `session outside the ${this.flags.rolloutPercent}% rollout` });
+    }
+    const threshold = windowTokens * ((this.budget.thresholdPercent ?? 80) / 100);
+    const tooManyChunks = this.flags.maxChunks > 0 && chunks.length > this.flags.maxChunks;
+    if (tokensBefore < threshold && !tooManyChunks) return finish("below-threshold", turns);
+
+    const settings: CallSettings = { deadline: new Date(Date.now() + this.flags.deadlineMs) };
+    let plan: OptimizeResponse;
+    try {
+      await this.ensureHealthy(settings);
+      const request = this.optimizeRequest(input, turns, windowTokens);
+      const queryEmbedding = await this.attachEmbeddings(state, chunks, request.query);
+      const result = await state.mirror.optimize(chunks, { ...request, queryEmbedding }, settings);
+      plan = result.plan;
+    } catch (error) {
+      this.healthyUntil = 0;
+      const target = windowTokens * ((this.budget.targetPercent ?? 60) / 100);
+      const locked = environmentContextTurns(input.history, input.environmentContext);
+      const truncated = truncateHistory(turns, target, locked, fixedTokens);
+      const valid = findViolations(toContents(truncated.turns)).length === 0;
+      const sent = valid ? truncated.turns : turns;
+      return finish("fallback", sent, { droppedTurns: valid ? truncated.droppedTurns : 0, note: fallbackReason(error) });
+    }
+    const counts = countActions(plan);
+    const applied = applyPlan(turns, plan);
+    const repaired = repairHistory(applied.turns);
+    const tokensAfter = fixedTokens + tokensOf(repaired.turns);
+    const broken = repaired.violations.map((v) => v.rule);
+    if (this.flags.mode === "shadow") {
+      return finish("shadow", turns, { ...counts, tokensAfter, note: broken.length ? `plan would break ${broken.join(", ")}` : "" }, plan);
+    }
+    if (broken.length > 0) return finish("kept-original", turns, { note: `plan would break ${[...new Set(broken)].join(", ")}` }, plan);
+    if (tokensAfter >= tokensBefore) return finish("kept-original", turns, { note: "plan is not smaller" }, plan);
+    state.turns = repaired.turns;
+    return finish("optimized", repaired.turns, counts, plan);
+  }
+
+  private session(sessionId: string): SessionState {
+    let state = this.sessions.get(sessionId);
+    if (state === undefined) {
+      state = { mirror: new SessionMirror(this.client, sessionId), turns: [], contents: [], nextTurn: 0, embeddings: new Map() };
+      this.sessions.set(sessionId, state);
+    }
+    return state;
+  }
+
+  /**
+   * Maps `contents`, reusing the mapped turns (and so the chunk ids) of the
+   * longest prefix that matches the previous build; turns after it are new
+   * and numbered on from the session's turn counter.
+   */
+  private reconcile(state: SessionState, contents: readonly Content[], lockedTurns: number): MappedContent[] {
+    let same = 0;
+    while (same < contents.length && same < state.turns.length && sameContent(contents[same]!, state.contents[same], state.turns[same]!)) {
+      same += 1;
+    }
+    const firstTurn = same === 0 ? 0 : state.nextTurn;
+    const locked = new Set<number>();
+    for (let index = same; index < lockedTurns; index += 1) locked.add(index - same);
+    const fresh = mapContents(contents.slice(same), { firstTurn, lockedIndexes: locked, previous: state.turns[same - 1] });
+    const turns = [...state.turns.slice(0, same), ...fresh];
+    state.turns = turns;
+    state.contents = [...contents];
+    state.nextTurn = Math.max(state.nextTurn, ...turns.map((t) => t.turn + 1));
+    return turns;
+  }
+
+  private fixedChunks(input: PromptInput): Chunk[] {
+    const chunks: Chunk[] = [];
+    if (input.systemInstruction) chunks.push(systemChunk("system", input.systemInstruction));
+    if (input.memory) chunks.push(systemChunk("memory", input.memory));
+    return chunks;
+  }
+
+  private optimizeRequest(input: PromptInput, turns: readonly MappedContent[], windowTokens: number) {
+    const messageText = typeof input.message === "string" ? input.message : input.message.map((p) => p.text ?? "").join("\n");
+    const lastTurn = turns.at(-1);
+    const beforeLast = turns.at(-2);
+    const answersCall = lastTurn?.parts.some((p) => p.part.functionResponse !== undefined) ?? false;
+    const mandatory = [...(lastTurn?.parts ?? []), ...(answersCall ? (beforeLast?.parts ?? []) : [])].map((p) => p.chunk.id);
+    return {
+      query: [messageText, input.activeTask ?? ""].filter(Boolean).join("\n"),
+      budget: {
+        contextLimitTokens: windowTokens,
+        thresholdPercent: this.budget.thresholdPercent ?? 80,
+        targetPercent: this.budget.targetPercent ?? 60,
+        pressurePercent: this.budget.pressurePercent ?? 90,
+      },
+      roots: {
+        activeFilePath: input.activeFilePath ?? "",
+        rootIds: [...mandatory, ...(input.pinnedIds ?? [])],
+        ...(this.budget.recentTurns !== undefined ? { recentTurns: this.budget.recentTurns } : {}),
+      },
+      dryRun: this.flags.mode === "shadow",
+      aggressive: this.flags.aggressive,
+      strategy: Strategy.STRATEGY_HYBRID,
+      maxChunks: this.flags.maxChunks,
+    };
+  }
+
+  private async ensureHealthy(settings: CallSettings): Promise<void> {
+    if (Date.now() < this.healthyUntil) return;
+    if (!(await this.client.isServing(settings))) throw new ServiceUnhealthy();
+    this.healthyUntil = Date.now() + HEALTH_TTL_MS;
+  }
+
+  /** With embeddings on, gives each chunk its vector (computed once per chunk id) and returns the query's. */
+  private async attachEmbeddings(state: SessionState, chunks: Chunk[], query: string): Promise<number[]> {
+    if (!this.flags.embeddingEnabled || this.embedder === undefined) return [];
+    const missing = chunks.filter((c) => !state.embeddings.has(c.id));
+    const vectors = await this.embedder([query, ...missing.map((c) => c.text)]);
+    missing.forEach((c, i) => state.embeddings.set(c.id, vectors[i + 1] ?? []));
+    chunks.forEach((c, i) => {
+      chunks[i] = { ...c, embedding: state.embeddings.get(c.id) ?? [] };
+    });
+    return vectors[0] ?? [];
+  }
+
+  private request(input: PromptInput, contents: Content[]): GenerateContentParameters {
+    const system = [input.systemInstruction, input.memory].filter(Boolean).join("\n\n");
+    return { model: input.model, contents, ...(system ? { config: { systemInstruction: system } } : {}) };
+  }
+
+  /** The rewritten history minus the new message, remembered for the next build's identity check. */
+  private keepRewritten(state: SessionState, sent: readonly MappedContent[], message: Content): Content[] {
+    const contents = toContents(sent);
+    const last = contents.at(-1)!;
+    const messageParts = message.parts?.length ?? 0;
+    const rest = (last.parts ?? []).slice(0, (last.parts?.length ?? 0) - messageParts);
+    const history = rest.length > 0 ? [...contents.slice(0, -1), { ...last, parts: rest }] : contents.slice(0, -1);
+    state.contents = rest.length > 0 ? [] : [...history, message];
+    return history;
+  }
+}
+
+class ServiceUnhealthy extends Error {
+  constructor() {
+    super("service not serving");
+  }
+}
+
+function sameContent(content: Content, previous: Content | undefined, mapped: MappedContent): boolean {
+  if (content === previous) return true;
+  if (content.role !== mapped.role) return false;
+  return canonicalJson(content.parts ?? []) === canonicalJson(mapped.parts.map((p) => p.part));
+}
+
+function tokensOf(turns: readonly MappedContent[]): number {
+  let total = 0;
+  for (const turn of turns) for (const part of turn.parts) total += part.chunk.tokens;
+  return total;
+}
+
+function countActions(plan: OptimizeResponse): Pick<ContextSummary, "stashed" | "trimmed" | "masked" | "deleted"> {
+  const count = (action: Action) => plan.decisions.filter((d) => d.action === action).length;
+  return {
+    stashed: count(Action.ACTION_STASH),
+    trimmed: count(Action.ACTION_TRIM),
+    masked: count(Action.ACTION_MASK),
+    deleted: count(Action.ACTION_DELETE),
+  };
+}
+
+function fallbackReason(error: unknown): string {
+  if (error instanceof ServiceUnhealthy) return "service unreachable or not serving";
+  if (error instanceof CtxoptCallError) {
+    if (error.code === GrpcStatus.DEADLINE_EXCEEDED) return `deadline missed in ${error.method}`;
+    if (error.code === GrpcStatus.UNAVAILABLE) return `service unavailable in ${error.method}`;
+    return `${error.method} failed: ${GrpcStatus[error.code] ?? error.code}`;
+  }
+  return error instanceof Error ? error.message : String(error);
+}

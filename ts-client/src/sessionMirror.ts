@@ -1,0 +1,109 @@
+import { type CallSettings, CtxoptCallError, type CtxoptClient, GrpcStatus } from "./client.js";
+import { Action, type Chunk, type DeepPartial, type OptimizeRequest, type OptimizeResponse } from "./generated/ctxopt/v1/ctxopt.js";
+
+/** What one sync sent. */
+export interface SyncReport {
+  readonly appended: number;
+  readonly removed: number;
+  /** The server had lost the session (or its state was uncertain) and got all of it again. */
+  readonly resynced: boolean;
+}
+
+/**
+ * Keeps a server session equal to the client's history while sending only the
+ * delta: chunks whose id the server lacks or holds with other text are
+ * appended (an idempotent upsert), chunks the client no longer has are removed
+ * (stashed, so nothing is lost). When the server answers NOT_FOUND for the
+ * session, the whole history is sent again and the call retried once.
+ */
+export class SessionMirror {
+  /** Chunk id -> the text the server holds for it. */
+  private readonly held = new Map<string, string>();
+  /** A call failed half way: the next sync sends everything again. */
+  private uncertain = false;
+
+  constructor(
+    private readonly client: CtxoptClient,
+    readonly sessionId: string,
+  ) {}
+
+  /** Chunks the server is believed to hold. */
+  get heldCount(): number {
+    return this.held.size;
+  }
+
+  /** Sends what the server lacks so it holds exactly `chunks`. */
+  async sync(chunks: readonly Chunk[], settings?: CallSettings): Promise<SyncReport> {
+    const resync = this.uncertain;
+    if (resync) this.held.clear();
+    try {
+      const report = await this.sendDelta(chunks, settings);
+      this.uncertain = false;
+      return { ...report, resynced: resync };
+    } catch (error) {
+      if (!isNotFound(error)) {
+        this.uncertain = true;
+        throw error;
+      }
+      await this.client.deleteSession({ sessionId: this.sessionId }, settings);
+      this.held.clear();
+      const report = await this.sendDelta(chunks, settings);
+      this.uncertain = false;
+      return { ...report, resynced: true };
+    }
+  }
+
+  /**
+   * Syncs `chunks`, then asks for a plan. A lost session is re-appended and
+   * the plan asked again. Unless `dry_run`, the server applied the plan, so
+   * the mirror records it: removed chunks are gone, trimmed and masked ones
+   * hold their replacement text.
+   */
+  async optimize(chunks: readonly Chunk[], request: DeepPartial<OptimizeRequest>, settings?: CallSettings): Promise<{ plan: OptimizeResponse; sync: SyncReport }> {
+    const sync = await this.sync(chunks, settings);
+    const full = { ...request, sessionId: this.sessionId };
+    try {
+      const plan = await this.client.optimize(full, settings);
+      if (!request.dryRun) this.record(plan);
+      return { plan, sync };
+    } catch (error) {
+      if (!request.dryRun) this.uncertain = true;
+      if (!isNotFound(error)) throw error;
+      this.held.clear();
+      const again = await this.sendDelta(chunks, settings);
+      const plan = await this.client.optimize(full, settings);
+      this.uncertain = false;
+      if (!request.dryRun) this.record(plan);
+      return { plan, sync: { ...again, resynced: true } };
+    }
+  }
+
+  private async sendDelta(chunks: readonly Chunk[], settings?: CallSettings): Promise<Omit<SyncReport, "resynced">> {
+    const current = new Set(chunks.map((c) => c.id));
+    const stale = [...this.held.keys()].filter((id) => !current.has(id));
+    const fresh = chunks.filter((c) => this.held.get(c.id) !== c.text);
+    if (stale.length > 0) {
+      await this.client.removeChunks({ sessionId: this.sessionId, chunkIds: stale, stash: true }, settings);
+      for (const id of stale) this.held.delete(id);
+    }
+    if (fresh.length > 0) {
+      await this.client.appendChunks({ sessionId: this.sessionId, chunks: fresh }, settings);
+      for (const chunk of fresh) this.held.set(chunk.id, chunk.text);
+    }
+    return { appended: fresh.length, removed: stale.length };
+  }
+
+  private record(plan: OptimizeResponse): void {
+    for (const decision of plan.decisions) {
+      if (decision.action === Action.ACTION_STASH || decision.action === Action.ACTION_DELETE) {
+        this.held.delete(decision.chunkId);
+      } else if (decision.action === Action.ACTION_TRIM || decision.action === Action.ACTION_MASK) {
+        this.held.set(decision.chunkId, decision.replacementText);
+      }
+    }
+  }
+}
+
+function isNotFound(error: unknown): boolean {
+  return error instanceof CtxoptCallError && error.code === GrpcStatus.NOT_FOUND;
+}
