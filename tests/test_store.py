@@ -398,16 +398,19 @@ def test_commit_plan_that_fails_inside_writes_nothing(store: Store) -> None:
 # Search
 
 
-def test_exact_phrase_outranks_single_word(store: Store) -> None:
+def test_exact_phrase_outranks_scattered_words_and_a_single_word(store: Store) -> None:
     stash_texts(
         store,
         {
-            "word": "the connection pool was resized during the deploy window",
-            "apart": "refused to deploy, then the connection came back after a while",
-            "phrase": "the server said connection refused during the deploy window",
+            "word": "connection pool resized",
+            "apart": "refused, then the connection came back",
+            "phrase": "after the deploy the server said connection refused to every client",
+            "other1": "unrelated build output from the compiler",
+            "other2": "notes about the release schedule",
+            "other3": "the user asked about dark mode",
         },
     )
-    assert hit_ids(store, "connection refused")[0] == "phrase"
+    assert hit_ids(store, "connection refused") == ["phrase", "apart", "word"]
 
 
 def test_hits_carry_snippet_marking_the_match(store: Store) -> None:

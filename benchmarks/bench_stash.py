@@ -1,0 +1,312 @@
+"""Stash benchmark: search latency, write cost per fsync mode, reopen of a big store.
+
+    .venv/bin/python benchmarks/bench_stash.py            # full run (1M stashed tokens)
+    .venv/bin/python benchmarks/bench_stash.py --smoke    # tiny run for CI
+
+Prints a table and writes benchmarks/results/bench_stash.json. The corpus is
+synthetic and seeded (Zipf-distributed words, so common and rare terms both
+occur), spread over sessions of two owners, with kinds, tags, files and tasks to
+filter on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import sqlite3
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ctxopt.model import Action, Chunk, ChunkKind, Role, StashFilter
+from ctxopt.store import Fsync, StashEntry, Store, StoredChunk, stash_id_for
+
+RESULTS = Path(__file__).parent / "results" / "bench_stash.json"
+OWNERS = ("alice", "bob")
+SESSIONS_PER_OWNER = 10
+KINDS = (ChunkKind.MESSAGE, ChunkKind.CODE, ChunkKind.LOG, ChunkKind.TOOL_RESULT)
+TAGS = ("ci", "flaky", "review", "deploy", "perf")
+TOKENS_PER_WORD = 1.3
+PLAN_ENTRIES = 10  # originals stashed by one typical plan
+
+
+@dataclass(frozen=True, slots=True)
+class Scale:
+    stash_tokens: int
+    queries: int
+    write_commits: int
+    reopen_chunks: int
+
+
+FULL = Scale(stash_tokens=1_000_000, queries=400, write_commits=200, reopen_chunks=100_000)
+SMOKE = Scale(stash_tokens=20_000, queries=20, write_commits=10, reopen_chunks=2_000)
+
+
+class Corpus:
+    """Seeded Zipfian text: a few very common words, a long tail of rare ones."""
+
+    def __init__(self, seed: int, vocabulary: int = 20_000) -> None:
+        self.rng = random.Random(seed)
+        syllables = [c + v for c in "bcdfghklmnprstvz" for v in "aeiou"]
+        words: set[str] = set()
+        while len(words) < vocabulary:
+            words.add("".join(self.rng.choices(syllables, k=self.rng.randint(1, 4))))
+        self.words = sorted(words)
+        self.rng.shuffle(self.words)
+        self.weights = [1.0 / (rank + 1) for rank in range(vocabulary)]
+
+    def text(self, n_words: int) -> str:
+        return " ".join(self.rng.choices(self.words, weights=self.weights, k=n_words))
+
+    def word(self, lo_rank: int, hi_rank: int) -> str:
+        return self.words[self.rng.randrange(lo_rank, hi_rank)]
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def timed_ms(action: Callable[..., object], *args: object) -> float:
+    start = time.perf_counter()
+    action(*args)
+    return (time.perf_counter() - start) * 1000.0
+
+
+def fill_stash(store: Store, corpus: Corpus, target_tokens: int) -> tuple[int, int, list[str]]:
+    """Stash originals until `target_tokens`; returns (entries, tokens, texts)."""
+    rng = corpus.rng
+    tokens = entries = 0
+    texts: list[str] = []
+    batch: list[StashEntry] = []
+    while tokens < target_tokens:
+        n_words = rng.randint(40, 300)
+        owner = rng.choice(OWNERS)
+        session = f"{owner}-s{rng.randrange(SESSIONS_PER_OWNER)}"
+        chunk = Chunk(
+            id=f"c{entries}",
+            role=Role.TOOL,
+            kind=rng.choice(KINDS),
+            text=corpus.text(n_words),
+            tokens=int(n_words * TOKENS_PER_WORD),
+            created_at_ms=entries,
+            tags=tuple(rng.sample(TAGS, rng.randint(0, 2))),
+            file_path=f"src/mod{rng.randrange(50)}.py",
+            task_id=f"task-{rng.randrange(20)}",
+        )
+        batch.append(stash_entry(chunk, session, owner, at_ms=entries))
+        texts.append(chunk.text)
+        tokens += chunk.tokens
+        entries += 1
+        if len(batch) == 500:
+            store.stash(batch)
+            batch = []
+    store.stash(batch)
+    return entries, tokens, texts
+
+
+def stash_entry(chunk: Chunk, session_id: str, owner: str, at_ms: int) -> StashEntry:
+    return StashEntry(
+        stash_id=stash_id_for(chunk),
+        session_id=session_id,
+        owner=owner,
+        chunk=chunk,
+        action=Action.STASH,
+        reasons=("low_score",),
+        score=0.1,
+        stashed_at_ms=at_ms,
+        plan_id=f"plan-{at_ms // PLAN_ENTRIES}",
+    )
+
+
+Latency = dict[str, float]
+
+
+def bench_search(
+    store: Store, corpus: Corpus, texts: list[str], queries: int
+) -> dict[str, Latency]:
+    """Latency per query shape; every shape searched in one session and across the owner's."""
+    rng = corpus.rng
+
+    def phrase() -> str:
+        words = rng.choice(texts).split()
+        start = rng.randrange(max(1, len(words) - 3))
+        return " ".join(words[start : start + 3])
+
+    shapes: dict[str, Callable[[], tuple[str, StashFilter]]] = {
+        "common word": lambda: (corpus.word(0, 20), StashFilter()),
+        "rare word": lambda: (corpus.word(2_000, 20_000), StashFilter()),
+        "two words": lambda: (f"{corpus.word(20, 2_000)} {corpus.word(20, 2_000)}", StashFilter()),
+        "3-word phrase": lambda: (phrase(), StashFilter()),
+        "word + filters": lambda: (
+            corpus.word(20, 2_000),
+            StashFilter(kinds=(ChunkKind.LOG,), tags=("ci",), from_ms=len(texts) // 4),
+        ),
+        "operators only": lambda: ('" AND * NEAR( -', StashFilter()),
+    }
+    results: dict[str, Latency] = {}
+    every: list[float] = []
+    for name, make in shapes.items():
+        samples: list[float] = []
+        for i in range(queries):
+            query, filters = make()
+            owner = OWNERS[i % 2]
+            session = f"{owner}-s{i % SESSIONS_PER_OWNER}" if i % 3 else ""
+            samples.append(timed_ms(store.search, owner, session, query, filters, 10, 0))
+        every.extend(samples)
+        results[name] = latency(samples)
+    results["all queries"] = latency(every)
+    return results
+
+
+def latency(samples: Sequence[float]) -> Latency:
+    return {
+        "p50_ms": round(percentile(samples, 0.50), 3),
+        "p99_ms": round(percentile(samples, 0.99), 3),
+        "mean_ms": round(statistics.fmean(samples), 3),
+    }
+
+
+def bench_writes(root: Path, corpus: Corpus, fsync: Fsync, commits: int) -> dict[str, Latency]:
+    """One commit_plan (PLAN_ENTRIES originals stashed, as many chunks dropped) and one
+    save_chunks (an append of PLAN_ENTRIES chunks) per sample, each its own commit."""
+    store = Store(str(root / f"writes-{fsync}"), fsync=fsync)
+    try:
+        plans: list[float] = []
+        appends: list[float] = []
+        for n in range(commits):
+            chunks = [
+                StoredChunk(
+                    Chunk(
+                        id=f"c{n}-{i}", role=Role.TOOL, kind=ChunkKind.LOG, text=corpus.text(150)
+                    ),
+                    seq=n * PLAN_ENTRIES + i,
+                    survived=0,
+                    last_touched_ms=n,
+                )
+                for i in range(PLAN_ENTRIES)
+            ]
+            appends.append(timed_ms(store.save_chunks, "s", "alice", chunks))
+            entries = [stash_entry(c.chunk, "s", "alice", at_ms=n) for c in chunks]
+            ids = [c.chunk.id for c in chunks]
+            plans.append(timed_ms(store.commit_plan, "s", "alice", entries, ids, [], n))
+        return {"commit_plan": latency(plans), "save_chunks": latency(appends)}
+    finally:
+        store.close()
+
+
+def bench_reopen(root: Path, corpus: Corpus, n_chunks: int) -> dict[str, float]:
+    """Open a store holding one session of `n_chunks` chunks, then load that session."""
+    path = str(root / "reopen")
+    store = Store(path)
+    batch: list[StoredChunk] = []
+    for n in range(n_chunks):
+        chunk = Chunk(
+            id=f"c{n}",
+            role=Role.MODEL if n % 2 else Role.USER,
+            kind=KINDS[n % len(KINDS)],
+            text=corpus.text(60),
+            tokens=80,
+            turn=n // 4,
+            tags=("ci",) if n % 7 == 0 else (),
+            references=(f"c{n - 1}",) if n else (),
+        )
+        batch.append(StoredChunk(chunk, seq=n, survived=n % 4, last_touched_ms=n))
+        if len(batch) == 5_000:
+            store.save_chunks("big", "alice", batch)
+            batch = []
+    store.save_chunks("big", "alice", batch)
+    store.close()
+    db_bytes = sum(f.stat().st_size for f in Path(path).iterdir())
+
+    start = time.perf_counter()
+    reopened = Store(path)
+    open_ms = (time.perf_counter() - start) * 1000.0
+    loaded = reopened.load_session("big")
+    total_ms = (time.perf_counter() - start) * 1000.0
+    reopened.close()
+    assert loaded is not None and len(loaded.chunks) == n_chunks
+    return {
+        "chunks": n_chunks,
+        "db_mb": round(db_bytes / 1e6, 1),
+        "open_ms": round(open_ms, 1),
+        "load_session_ms": round(total_ms - open_ms, 1),
+        "open_plus_load_ms": round(total_ms, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny run (CI)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results path")
+    parser.add_argument(
+        "--work-dir", type=Path, default=None, help="where the stores go (fsync cost is the disk's)"
+    )
+    args = parser.parse_args()
+    scale = SMOKE if args.smoke else FULL
+    corpus = Corpus(seed=7)
+
+    with tempfile.TemporaryDirectory(prefix="bench_stash-", dir=args.work_dir) as tmp:
+        root = Path(tmp)
+        store = Store(str(root / "search"))
+        start = time.perf_counter()
+        entries, tokens, texts = fill_stash(store, corpus, scale.stash_tokens)
+        fill_s = time.perf_counter() - start
+        search = bench_search(store, corpus, texts, scale.queries)
+        store.close()
+        modes: tuple[Fsync, ...] = ("normal", "full")
+        writes: dict[str, dict[str, Latency]] = {
+            fsync: bench_writes(root, corpus, fsync, scale.write_commits) for fsync in modes
+        }
+        reopen = bench_reopen(root, corpus, scale.reopen_chunks)
+
+    stash = {"entries": entries, "tokens": tokens, "fill_seconds": round(fill_s, 1)}
+    print_table(stash, search, writes, reopen)
+
+    results: dict[str, object] = {
+        "scale": "smoke" if args.smoke else "full",
+        "machine": {
+            "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version,
+            "platform": platform.platform(),
+        },
+        "stash": stash,
+        "search": search,
+        "writes": writes,
+        "reopen": reopen,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwrote {args.out}")
+
+
+def print_table(
+    stash: dict[str, float],
+    search: dict[str, Latency],
+    writes: dict[str, dict[str, Latency]],
+    reopen: dict[str, float],
+) -> None:
+    print(f"stash: {stash['entries']} entries, {stash['tokens']} tokens")
+    header = f"{'p50 ms':>10}{'p99 ms':>10}{'mean ms':>10}"
+    print(f"\n{'search (limit 10)':<30}{header}")
+    for name, row in search.items():
+        print(f"{name:<30}{row['p50_ms']:>10}{row['p99_ms']:>10}{row['mean_ms']:>10}")
+    print(f"\n{'write (one commit each)':<30}{header}")
+    for fsync, ops in writes.items():
+        for op, row in ops.items():
+            label = f"{op} fsync={fsync}"
+            print(f"{label:<30}{row['p50_ms']:>10}{row['p99_ms']:>10}{row['mean_ms']:>10}")
+    print(
+        f"\nreopen: {reopen['chunks']:.0f} chunks ({reopen['db_mb']} MB): "
+        f"open {reopen['open_ms']} ms, load_session {reopen['load_session_ms']} ms, "
+        f"total {reopen['open_plus_load_ms']} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()
