@@ -24,6 +24,7 @@ from ctxopt.errors import (
 )
 from ctxopt.model import Action, Chunk, ChunkKind, GcPolicy, Role, StashFilter
 from ctxopt.store import (
+    BROWSE_SNIPPET_CHARS,
     DB_FILE,
     StashEntry,
     Store,
@@ -453,6 +454,15 @@ def test_fts_query_quotes_every_word() -> None:
 def test_blank_query_lists_newest_first(store: Store) -> None:
     store.stash([entry(make_chunk("old"), at_ms=1), entry(make_chunk("new"), at_ms=2)])
     assert hit_ids(store, "  ") == ["new", "old"]
+
+
+def test_blank_query_snippet_is_the_start_of_the_text(store: Store) -> None:
+    stash_texts(store, {"long": "x" * (BROWSE_SNIPPET_CHARS + 50), "short": "tiny"})
+    hits, _ = store.search(OWNER, "s1", "", NO_FILTER, 10, 0)
+    assert {h.chunk_id: h.snippet for h in hits} == {
+        "long": "x" * BROWSE_SNIPPET_CHARS + "…",
+        "short": "tiny",
+    }
 
 
 def test_search_is_scoped_by_owner(store: Store) -> None:

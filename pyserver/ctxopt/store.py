@@ -519,11 +519,13 @@ class Store:
         else:
             sql = (
                 "SELECT s.stash_id, s.chunk_id, s.session_id, s.kind, 0.0, "
-                "substr(s.text, 1, ?), s.tokens, s.action, s.stashed_at_ms "
+                "CASE WHEN length(s.text) > ? THEN substr(s.text, 1, ?) || ? ELSE s.text END, "
+                "s.tokens, s.action, s.stashed_at_ms "
                 f"FROM stash AS s WHERE {where} "
                 "ORDER BY s.stashed_at_ms DESC, s.id DESC LIMIT ? OFFSET ?"
             )
-            args = [BROWSE_SNIPPET_CHARS + 1, *params, limit + 1, offset]
+            cut: list[object] = [BROWSE_SNIPPET_CHARS, BROWSE_SNIPPET_CHARS, SNIPPET_ELLIPSIS]
+            args = [*cut, *params, limit + 1, offset]
         with self._reading() as cur:
             rows = cur.execute(sql, args).fetchall()
         hits = [_hit_from(row) for row in rows[:limit]]
@@ -780,16 +782,13 @@ def _filter_sql(owner: str, session_id: str, filters: StashFilter) -> tuple[str,
 
 
 def _hit_from(row: Sequence[Any]) -> StashHit:
-    snippet = str(row[5])
-    if len(snippet) > BROWSE_SNIPPET_CHARS and row[4] == 0.0:
-        snippet = snippet[:BROWSE_SNIPPET_CHARS] + SNIPPET_ELLIPSIS
     return StashHit(
         stash_id=str(row[0]),
         chunk_id=str(row[1]),
         session_id=str(row[2]),
         kind=ChunkKind(row[3]),
         score=float(row[4]),
-        snippet=snippet,
+        snippet=str(row[5]),
         tokens=int(row[6]),
         action=Action(row[7]),
         stashed_at_ms=int(row[8]),
