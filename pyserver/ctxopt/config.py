@@ -84,5 +84,7 @@ def _parse(name: str, raw: str, default: object) -> object:
         if isinstance(default, float):
             return float(raw)
     except ValueError:
-        raise ValueError(f"CTXOPT_{name.upper()}: not a valid {type(default).__name__}: {raw!r}") from None
+        raise ValueError(
+            f"CTXOPT_{name.upper()}: not a valid {type(default).__name__}: {raw!r}"
+        ) from None
     return raw

@@ -3,54 +3,408 @@
 Every method validates its input and raises a `ctxopt.errors` error naming the
 field; a failed call leaves the session unchanged. `owner` scopes sessions and
 stash entries to the credential that created them ("" when auth is off).
+
+Durability: every change is written to the store before the method returns,
+and the store is written *before* memory changes wherever a write could fail,
+so an acknowledged call survives a crash and a refused one changed nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import replace
 
+from ctxopt import validate
 from ctxopt.config import Config
+from ctxopt.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from ctxopt.gc import Marks, mark
 from ctxopt.model import (
+    Action,
     AppendResult,
     Budget,
     Chunk,
     ChunkScore,
+    ChunkTokens,
     ChunkUpdate,
+    GcPolicy,
     OptimizeOptions,
     Plan,
     Roots,
     SessionStats,
     StashFilter,
     StashHit,
+    UpsertStatus,
     Weights,
 )
+from ctxopt.pruner import Outcome, Tuning, plan_session
+from ctxopt.registry import Entry, Registry, Session
+from ctxopt.scoring.analyzer import Analyzer
+from ctxopt.scoring.hybrid import Scores, score_session
+from ctxopt.shrink import stash_id
+from ctxopt.store import StashEntry, Store, StoredChunk, StoredSession
+from ctxopt.tokens import TokenCounter
+
+STATELESS_SESSIONS = 8  # warm OptimizeContext conversations kept in memory
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class Engine:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, tuning: Tuning = Tuning()) -> None:
         self.config = config
+        self.tuning = tuning
+        self.counter = TokenCounter(config.tokenizer, config.token_cache_size)
+        self.analyzer = Analyzer()
+        self.registry = Registry(self.analyzer)
+        self.store = Store(
+            config.data_dir or config.resolved_data_dir,
+            fsync=config.fsync,
+            stash_max_entries=config.stash_max_entries,
+            stash_max_bytes=config.stash_max_bytes,
+        )
+        self._load_lock = threading.Lock()
+        self._stateless: OrderedDict[str, Session] = OrderedDict()
+        self._stateless_lock = threading.Lock()
 
     def close(self) -> None:
         """Flush and close storage."""
-        raise NotImplementedError
+        self.store.close()
+
+    # ---- sessions ------------------------------------------------------
+
+    def _session(self, owner: str, session_id: str, *, create: bool = False) -> Session:
+        validate.validate_session_id(session_id)
+        session = self.registry.get(session_id)
+        if session is None:
+            session = self._load(session_id)
+        if session is None:
+            if not create:
+                raise NotFound("session_id", session_id, "no such session")
+            if len(self.registry) >= self.config.max_sessions:
+                raise validate.too_many(
+                    "session_id", session_id, "sessions", self.config.max_sessions
+                )
+            session = self.registry.create(session_id, owner)
+        if session.owner != owner:
+            raise PermissionDenied("session_id", session_id, "session belongs to another client")
+        return session
+
+    def _load(self, session_id: str) -> Session | None:
+        """Bring a stored session into memory on first use after a restart."""
+        with self._load_lock:
+            session = self.registry.get(session_id)
+            if session is not None:
+                return session
+            stored = self.store.load_session(session_id)
+            if stored is None:
+                return None
+            return self.registry.put(self._hydrate(stored))
+
+    def _hydrate(self, stored: StoredSession) -> Session:
+        session = Session(stored.session_id, stored.owner, self.analyzer)
+        session.collections = stored.collections
+        for item in stored.chunks:
+            session.restore_entry(
+                Entry(item.chunk, item.seq, item.chunk.tokens, item.survived, item.last_touched_ms)
+            )
+        return session
+
+    @staticmethod
+    def _stored(entry: Entry) -> StoredChunk:
+        return StoredChunk(entry.chunk, entry.slot, entry.born, entry.last_touched_ms)
+
+    # ---- chunks ----------------------------------------------------------
+
+    def _count(self, chunks: Sequence[Chunk]) -> list[int]:
+        """Client counts are honoured; the rest are counted (cached by content)."""
+        missing = [c.text for c in chunks if c.tokens <= 0]
+        counted = iter(self.counter.count_many(missing)) if missing else iter(())
+        return [c.tokens if c.tokens > 0 else next(counted) for c in chunks]
 
     def append(self, owner: str, session_id: str, chunks: Sequence[Chunk]) -> AppendResult:
         """Upsert chunks by id (creates the session on first append)."""
-        raise NotImplementedError
+        validate.validate_session_id(session_id)
+        validate.validate_chunks(chunks, self.config)
+        tokens = self._count(chunks)
+        session = self._session(owner, session_id, create=True)
+        with session.lock:
+            self._check_capacity(session, chunks)
+            self._check_embeddings(session, chunks)
+            before = {c.id: session.entries[c.id] for c in chunks if c.id in session.entries}
+            now = _now_ms()
+            statuses = [
+                session.upsert(chunk, count, now)
+                for chunk, count in zip(chunks, tokens, strict=True)
+            ]
+            changed = [
+                self._stored(session.entries[c.id])
+                for c, status in zip(chunks, statuses, strict=True)
+                if status != UpsertStatus.UNCHANGED
+            ]
+            try:
+                if changed:
+                    self.store.save_chunks(session_id, owner, changed)
+            except Exception:
+                self._undo_upserts(session, chunks, before)
+                raise
+            results = [
+                ChunkTokens(c.id, session.entries[c.id].tokens, s)
+                for c, s in zip(chunks, statuses, strict=True)
+            ]
+            return AppendResult(results, session.tokens_total, len(session))
+
+    def _undo_upserts(
+        self, session: Session, chunks: Sequence[Chunk], before: dict[str, Entry]
+    ) -> None:
+        for chunk in chunks:
+            session.remove(chunk.id)
+            if chunk.id in before:
+                session.restore_entry(before[chunk.id])
+
+    def _check_capacity(self, session: Session, chunks: Sequence[Chunk]) -> None:
+        new = sum(1 for c in {c.id for c in chunks} if c not in session.entries)
+        limit = self.config.max_chunks_per_session
+        if len(session) + new > limit:
+            raise validate.too_many("chunks", len(session) + new, "chunks in the session", limit)
+
+    def _check_embeddings(self, session: Session, chunks: Sequence[Chunk]) -> None:
+        """One embedding dimension per session."""
+        dim = session.embedding_dim
+        for i, chunk in enumerate(chunks):
+            if not chunk.embedding:
+                continue
+            if dim and len(chunk.embedding) != dim:
+                raise InvalidArgument(
+                    f"chunks[{i}].embedding",
+                    len(chunk.embedding),
+                    f"dimension differs from the session's {dim}",
+                )
+            dim = len(chunk.embedding)
 
     def update(self, owner: str, session_id: str, updates: Sequence[ChunkUpdate]) -> int:
         """Apply updates all or nothing; returns how many chunks changed."""
-        raise NotImplementedError
+        validate.validate_updates(updates)
+        session = self._session(owner, session_id)
+        with session.lock:
+            for i, update in enumerate(updates):
+                if update.id not in session.entries:
+                    raise NotFound(f"updates[{i}].id", update.id, "no such chunk in the session")
+            now = _now_ms()
+            new_chunks = [self._updated(session.entries[u.id].chunk, u) for u in updates]
+            stored = [
+                StoredChunk(
+                    chunk,
+                    session.entries[chunk.id].slot,
+                    session.entries[chunk.id].born,
+                    now if u.touch else session.entries[chunk.id].last_touched_ms,
+                )
+                for chunk, u in zip(new_chunks, updates, strict=True)
+            ]
+            self.store.save_chunks(session_id, owner, stored)
+            for chunk, u in zip(new_chunks, updates, strict=True):
+                session.set_chunk(chunk)
+                if u.touch:
+                    session.touch(chunk.id, now)
+            return len(updates)
+
+    @staticmethod
+    def _updated(chunk: Chunk, update: ChunkUpdate) -> Chunk:
+        return replace(
+            chunk,
+            pinned=chunk.pinned if update.pinned is None else update.pinned,
+            policy=chunk.policy if update.policy == GcPolicy.UNSPECIFIED else update.policy,
+            references=chunk.references if update.references is None else update.references,
+            boost=chunk.boost if update.boost is None else update.boost,
+        )
 
     def remove(
         self, owner: str, session_id: str, chunk_ids: Sequence[str], stash: bool
     ) -> tuple[int, int]:
         """Remove chunks; returns (removed, session_tokens)."""
-        raise NotImplementedError
+        validate.validate_ids(chunk_ids, "chunk_ids")
+        session = self._session(owner, session_id)
+        with session.lock:
+            self._require_known(session, chunk_ids, "chunk_ids")
+            now = _now_ms()
+            entries = (
+                [
+                    StashEntry(
+                        stash_id_of(session.entries[i].chunk),
+                        session_id,
+                        owner,
+                        session.entries[i].chunk,
+                        Action.STASH,
+                        ("removed_by_client",),
+                        0.0,
+                        now,
+                        "",
+                    )
+                    for i in chunk_ids
+                ]
+                if stash
+                else []
+            )
+            self.store.commit_plan(
+                session_id, owner, entries, list(chunk_ids), [], session.collections
+            )
+            for chunk_id in chunk_ids:
+                session.remove(chunk_id)
+            return len(chunk_ids), session.tokens_total
+
+    @staticmethod
+    def _require_known(session: Session, chunk_ids: Sequence[str], field: str) -> None:
+        unknown = [i for i in chunk_ids if i not in session.entries]
+        if unknown:
+            raise NotFound(field, unknown, "no such chunks in the session")
+
+    # ---- planning ------------------------------------------------------
+
+    def _marks_and_scores(
+        self,
+        session: Session,
+        query: str,
+        embedding: Sequence[float],
+        roots: Roots,
+        weights: Weights,
+    ) -> tuple[Marks, Scores, list[str]]:
+        if embedding and session.embedding_dim and len(embedding) != session.embedding_dim:
+            raise InvalidArgument(
+                "query_embedding",
+                len(embedding),
+                f"dimension differs from the session's {session.embedding_dim}",
+            )
+        marks = mark(session, roots)
+        terms = self.analyzer.terms(query)
+        scores = score_session(
+            session,
+            terms,
+            tuple(embedding),
+            marks,
+            weights,
+            self.config.recency_half_life_turns,
+            self.config.old_generation_after,
+        )
+        return marks, scores, terms
+
+    def _plan(self, session: Session, options: OptimizeOptions) -> Outcome:
+        _, scores, terms = self._marks_and_scores(
+            session, options.query, options.query_embedding, options.roots, options.weights
+        )
+        query_terms = set(terms)
+
+        def line_score(line: str) -> float:
+            return float(len(query_terms.intersection(self.analyzer.terms(line))))
+
+        return plan_session(
+            session,
+            options,
+            scores,
+            line_score,
+            self.counter.count,
+            self.tuning,
+            self.config.incremental_batch,
+            self.config.old_generation_after,
+        )
 
     def optimize(self, owner: str, session_id: str, options: OptimizeOptions) -> Plan:
         """Plan the prompt; unless dry_run, stash originals durably and apply."""
-        raise NotImplementedError
+        started = time.perf_counter()
+        validate.validate_options(options, self.config)
+        session = self._session(owner, session_id)
+        with session.lock:
+            self._check_deletable(session, options)
+            outcome = self._plan(session, options)
+            if outcome.plan.triggered and not options.dry_run:
+                self._apply(session, owner, outcome)
+        outcome.plan.server_ms = (time.perf_counter() - started) * 1000
+        return outcome.plan
+
+    def _check_deletable(self, session: Session, options: OptimizeOptions) -> None:
+        self._require_known(session, options.delete_ids, "delete_ids")
+        roots = mark(session, options.roots).root if options.delete_ids else None
+        for i, chunk_id in enumerate(options.delete_ids):
+            entry = session.entries[chunk_id]
+            if roots is not None and roots[entry.slot]:
+                raise FailedPrecondition(
+                    f"delete_ids[{i}]", chunk_id, "LOCKED, pinned and root chunks are never deleted"
+                )
+
+    def _apply(self, session: Session, owner: str, outcome: Outcome) -> None:
+        """Stash originals and change the session: store first, then memory."""
+        plan = outcome.plan
+        now = _now_ms()
+        plan_id = plan_fingerprint(session.id, plan)
+        by_id = {d.chunk_id: d for d in plan.decisions}
+        entries: list[StashEntry] = []
+        changed: list[StoredChunk] = []
+        removed: list[str] = []
+        for slot, (action, text, tokens) in outcome.shrunk.items():
+            entry = session.entry_at(slot)
+            decision = by_id[entry.chunk.id]
+            entries.append(
+                self._stash_entry(
+                    session,
+                    owner,
+                    entry,
+                    decision.stash_id,
+                    action,
+                    decision.reasons,
+                    decision.score,
+                    now,
+                    plan_id,
+                )
+            )
+            shrunk = replace(entry.chunk, text=text, tokens=tokens)
+            changed.append(StoredChunk(shrunk, entry.slot, entry.born, entry.last_touched_ms))
+        for slot, action in outcome.removed.items():
+            entry = session.entry_at(slot)
+            decision = by_id[entry.chunk.id]
+            removed.append(entry.chunk.id)
+            if action != Action.DELETE:
+                entries.append(
+                    self._stash_entry(
+                        session,
+                        owner,
+                        entry,
+                        decision.stash_id,
+                        action,
+                        decision.reasons,
+                        decision.score,
+                        now,
+                        plan_id,
+                    )
+                )
+        self.store.commit_plan(
+            session.id, owner, entries, removed, changed, session.collections + 1
+        )
+        for item in changed:
+            session.set_text(item.chunk.id, item.chunk.text, item.chunk.tokens)
+        for chunk_id in removed:
+            session.remove(chunk_id)
+        session.collections += 1
+
+    @staticmethod
+    def _stash_entry(
+        session: Session,
+        owner: str,
+        entry: Entry,
+        stash: str,
+        action: Action,
+        reasons: tuple[str, ...],
+        score: float,
+        now: int,
+        plan_id: str,
+    ) -> StashEntry:
+        return StashEntry(
+            stash, session.id, owner, entry.chunk, action, reasons, score, now, plan_id
+        )
 
     def score(
         self,
@@ -62,11 +416,67 @@ class Engine:
         weights: Weights,
     ) -> list[ChunkScore]:
         """Every chunk's score breakdown, in prompt order."""
-        raise NotImplementedError
+        validate.validate_query(query, self.config)
+        validate.validate_roots(roots)
+        validate.validate_weights(weights)
+        session = self._session(owner, session_id)
+        with session.lock:
+            _, scores, _ = self._marks_and_scores(session, query, query_embedding, roots, weights)
+            return [
+                ChunkScore(session.slot_ids[s], int(session.columns.tokens[s]), scores.breakdown(s))
+                for s in session.live_slots().tolist()
+            ]
 
     def optimize_context(self, chunks: Sequence[Chunk], options: OptimizeOptions) -> Plan:
-        """Stateless plan over inline chunks; nothing is stored."""
-        raise NotImplementedError
+        """Stateless plan over inline chunks; nothing is stored.
+
+        A conversation sent again (same first chunk) reuses its warm in-memory
+        index, so each call only pays for the chunks that changed.
+        """
+        started = time.perf_counter()
+        validate.validate_chunks(chunks, self.config)
+        validate.validate_options(options, self.config)
+        tokens = self._count(chunks)
+        session = self._stateless_session(chunks)
+        with session.lock:
+            session = self._sync_stateless(session, chunks, tokens)
+            self._check_embeddings(session, chunks)
+            self._check_deletable(session, options)
+            plan = self._plan(session, replace(options, dry_run=True)).plan
+        plan.server_ms = (time.perf_counter() - started) * 1000
+        return plan
+
+    def _stateless_session(self, chunks: Sequence[Chunk]) -> Session:
+        first = f"{chunks[0].id}\0{chunks[0].text}" if chunks else ""
+        key = hashlib.blake2b(first.encode(), digest_size=16).hexdigest()
+        with self._stateless_lock:
+            session = self._stateless.pop(key, None) or Session(key, "", self.analyzer)
+            self._stateless[key] = session
+            while len(self._stateless) > STATELESS_SESSIONS:
+                self._stateless.popitem(last=False)
+            return session
+
+    def _sync_stateless(
+        self, session: Session, chunks: Sequence[Chunk], tokens: list[int]
+    ) -> Session:
+        """A session holding exactly `chunks` in their order: the warm one
+        brought up to date, or a fresh one when the order changed."""
+        wanted = [c.id for c in chunks]
+        present = set(wanted)
+        for stale in [i for i in session.entries if i not in present]:
+            session.remove(stale)
+        for chunk, count in zip(chunks, tokens, strict=True):
+            session.upsert(chunk, count, 0)
+        if [session.slot_ids[s] for s in session.live_slots()] == wanted:
+            return session
+        fresh = Session(session.id, "", self.analyzer)
+        for chunk, count in zip(chunks, tokens, strict=True):
+            fresh.upsert(chunk, count, 0)
+        with self._stateless_lock:
+            self._stateless[session.id] = fresh
+        return fresh
+
+    # ---- stash -----------------------------------------------------------
 
     def search_stash(
         self,
@@ -78,7 +488,10 @@ class Engine:
         offset: int,
     ) -> tuple[list[StashHit], int | None]:
         """Ranked stash hits and the next offset (None on the last page)."""
-        raise NotImplementedError
+        validate.validate_query(query, self.config)
+        if session_id:
+            self._session(owner, session_id)
+        return self.store.search(owner, session_id, query, filters, limit, offset)
 
     def restore(
         self,
@@ -89,18 +502,116 @@ class Engine:
         force: bool,
     ) -> tuple[list[str], int]:
         """Restore stashed chunks and their groups; returns (ids, session_tokens)."""
-        raise NotImplementedError
+        validate.validate_ids(chunk_ids, "chunk_ids")
+        session = self._session(owner, session_id)
+        with session.lock:
+            found = self.store.get_stashed(session_id, chunk_ids)
+            missing = [i for i in chunk_ids if i not in found]
+            if missing:
+                raise NotFound("chunk_ids", missing, "not in the session's stash")
+            groups = sorted({e.chunk.group_id for e in found.values() if e.chunk.group_id})
+            if groups:
+                found.update(self.store.get_stashed_group(session_id, groups))
+            originals = [e.chunk for e in found.values()]
+            counts = self._count([replace(c, tokens=0) if c.tokens < 0 else c for c in originals])
+            growth = sum(counts) - sum(
+                session.entries[c.id].tokens for c in originals if c.id in session.entries
+            )
+            if budget is not None and not force and session.tokens_total + growth > budget.target:
+                raise FailedPrecondition(
+                    "budget",
+                    budget.target,
+                    f"restoring {growth} tokens would bring the session to "
+                    f"{session.tokens_total + growth}, above the target; set force to restore anyway",
+                )
+            now = _now_ms()
+            entries = []
+            for chunk, count in zip(originals, counts, strict=True):
+                current = session.entries.get(chunk.id)
+                slot = current.slot if current else session.slot_by_id.get(chunk.id, -1)
+                born = current.born if current else session.collections
+                entries.append(Entry(replace(chunk, tokens=count), slot, count, born, now))
+            for entry in entries:
+                session.restore_entry(entry)
+            stored = [self._stored(session.entries[e.chunk.id]) for e in entries]
+            try:
+                self.store.restore_chunks(session_id, owner, stored)
+            except Exception:
+                for entry in entries:
+                    session.remove(entry.chunk.id)
+                raise
+            return sorted(found), session.tokens_total
+
+    # ---- session level -----------------------------------------------------
 
     def stats(self, owner: str, session_id: str) -> SessionStats:
-        raise NotImplementedError
+        session = self._session(owner, session_id)
+        with session.lock:
+            live = session.live_slots()
+            cols = session.columns
+            by_policy: dict[str, int] = {}
+            for policy in GcPolicy:
+                if policy == GcPolicy.UNSPECIFIED:
+                    continue
+                tokens = int(cols.tokens[live][cols.policy[live] == policy].sum())
+                if tokens:
+                    by_policy[f"GC_POLICY_{policy.name}"] = tokens
+            stashed, stashed_tokens = self.store.stash_stats(session_id)
+            old = int((session.survived()[live] >= self.config.old_generation_after).sum())
+            return SessionStats(
+                len(session),
+                session.tokens_total,
+                stashed,
+                stashed_tokens,
+                session.collections,
+                by_policy,
+                old,
+            )
 
     def delete_session(self, owner: str, session_id: str, purge_stash: bool) -> bool:
-        raise NotImplementedError
+        session = self._session(owner, session_id)
+        with session.lock:
+            deleted = self.store.delete_session(session_id, purge_stash)
+            self.registry.drop(session_id)
+            return deleted
 
     def export_session(self, owner: str, session_id: str) -> str:
         """The session and its stash as JSON (round-trips through import)."""
-        raise NotImplementedError
+        session = self._session(owner, session_id)
+        with session.lock:
+            return json.dumps(self.store.export_session(session_id), ensure_ascii=False, indent=2)
 
     def import_session(self, owner: str, data: str, replace: bool) -> tuple[str, int]:
         """Load an exported session; returns (session_id, chunk_count)."""
-        raise NotImplementedError
+        try:
+            parsed = json.loads(data)
+        except json.JSONDecodeError as err:
+            raise InvalidArgument("json", data[:40], f"not valid JSON: {err.msg}") from None
+        if not isinstance(parsed, dict):
+            raise InvalidArgument("json", type(parsed).__name__, "must be a JSON object")
+        session_id = str(parsed.get("session_id", ""))
+        validate.validate_session_id(session_id)
+        existing = self.registry.get(session_id) or self._load(session_id)
+        if existing is not None and existing.owner != owner:
+            raise PermissionDenied(
+                "json.session_id", session_id, "session belongs to another client"
+            )
+        if existing is not None and not replace:
+            raise FailedPrecondition("replace", False, f"session {session_id!r} exists")
+        imported = self.store.import_session(parsed, owner, replace)
+        self.registry.drop(imported)
+        session = self._session(owner, imported)
+        return imported, len(session)
+
+
+def stash_id_of(chunk: Chunk) -> str:
+    return stash_id(chunk.id, chunk.text)
+
+
+def plan_fingerprint(session_id: str, plan: Plan) -> str:
+    """A stable id of a plan: the same state and request give the same id."""
+    digest = hashlib.blake2b(digest_size=8)
+    digest.update(session_id.encode())
+    for decision in plan.decisions:
+        digest.update(f"{decision.chunk_id}:{decision.action}".encode())
+    return digest.hexdigest()

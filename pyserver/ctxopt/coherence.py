@@ -1,0 +1,102 @@
+"""Conversation rules a plan must satisfy (DESIGN.md 5, rule 4).
+
+Groups are atomic by construction (the pruner moves whole units), and the
+latest turn and pending calls are roots, so what is left to check is:
+
+- parent_kept: a kept reply keeps its parent when the parent is in the session
+  (this also means no tool result outlives the call it answers);
+- first_user_turn: the first kept non-system chunk is a user turn.
+
+`violations` reports each broken rule with the fix that restores it; the
+pruner applies the fixes and re-checks until none is left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ctxopt.model import ChunkKind, Role
+from ctxopt.registry import Session
+
+OUT = 2  # the pruner's state code for a removed unit
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    rule: str
+    slot: int
+    keep: bool  # True: keep this slot's unit; False: remove it
+    detail: str
+
+
+def violations(
+    session: Session,
+    live: npt.NDArray[np.intp],
+    state: npt.NDArray[np.int8],
+    unit_of: npt.NDArray[np.intp],
+    protected: npt.NDArray[np.bool_],
+    child_slots: npt.NDArray[np.intp],
+    parent_slots: npt.NDArray[np.intp],
+) -> list[Violation]:
+    found: list[Violation] = []
+    orphaned = (state[child_slots] != OUT) & (state[parent_slots] == OUT)
+    for child, parent in zip(child_slots[orphaned], parent_slots[orphaned], strict=True):
+        found.append(
+            Violation(
+                "parent_kept",
+                int(parent),
+                True,
+                f"kept {session.slot_ids[int(child)]} replies to it",
+            )
+        )
+    if found:
+        return found
+    first = _first_kept_conversation_slot(session, live, state)
+    if first is None or session.columns.role[first] == Role.USER:
+        return found
+    # Prefer bringing back the user turn it answers; with none before it, drop
+    # the unprotected non-user turns that lead.
+    user = _previous_user_slot(session, live, first)
+    if user is not None:
+        found.append(
+            Violation(
+                "first_user_turn",
+                user,
+                True,
+                f"kept so that {session.slot_ids[first]} follows a user turn",
+            )
+        )
+        return found
+    for slot in live[(state[live] != OUT)].tolist():
+        if _is_system_slot(session, slot):
+            continue
+        if session.columns.role[slot] == Role.USER or protected[unit_of[slot]]:
+            break
+        found.append(Violation("first_user_turn", slot, False, "no user turn precedes it"))
+    return found
+
+
+def _is_system_slot(session: Session, slot: int) -> bool:
+    cols = session.columns
+    return bool(
+        cols.role[slot] == Role.SYSTEM
+        or cols.kind[slot] in (ChunkKind.SYSTEM, ChunkKind.TOOL_SCHEMA)
+    )
+
+
+def _first_kept_conversation_slot(
+    session: Session, live: npt.NDArray[np.intp], state: npt.NDArray[np.int8]
+) -> int | None:
+    for slot in live[state[live] != OUT].tolist():
+        if not _is_system_slot(session, slot):
+            return int(slot)
+    return None
+
+
+def _previous_user_slot(session: Session, live: npt.NDArray[np.intp], before: int) -> int | None:
+    earlier = live[live < before]
+    users = earlier[session.columns.role[earlier] == Role.USER]
+    return int(users[-1]) if len(users) else None

@@ -1,0 +1,132 @@
+"""GC structure: which chunks are roots, and what the roots reach.
+
+Roots are what the next prompt cannot do without (issue 3, item 1). Marking
+walks explicit edges (references, parent, summary_of) forward and implicit
+hubs (same file, shared tag, same topic, same group) in both directions; every
+slot and every hub is visited at most once, so marking is O(V + E) and safe on
+cycles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ctxopt.model import ChunkKind, GcPolicy, Roots
+from ctxopt.registry import Session
+
+DECISION_ROOT_WINDOW_MS = 3_600_000
+
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class Marks:
+    """Per-slot GC facts for one collection."""
+
+    root: BoolArray
+    reachable: BoolArray  # roots included
+
+
+def recent_turn_mask(session: Session, recent_turns: int) -> BoolArray:
+    """The last `recent_turns` turns; by position when clients leave `turn` unset."""
+    cols, n = session.columns, session.n_slots
+    mask = np.zeros(n, dtype=bool)
+    live = session.live_slots()
+    if recent_turns <= 0 or len(live) == 0:
+        return mask
+    turns = cols.turn[live]
+    distinct = np.unique(turns)
+    if len(distinct) > 1:
+        cutoff = distinct[max(len(distinct) - recent_turns, 0)]
+        mask[live[turns >= cutoff]] = True
+    else:
+        mask[live[-recent_turns:]] = True
+    return mask
+
+
+def latest_turn_mask(session: Session) -> BoolArray:
+    """The newest turn (or the newest chunk when turns are unset)."""
+    return recent_turn_mask(session, 1)
+
+
+def pending_call_mask(session: Session) -> BoolArray:
+    """Tool calls no result answers yet (by group or by parent link)."""
+    cols, n = session.columns, session.n_slots
+    mask = np.zeros(n, dtype=bool)
+    calls = np.flatnonzero(cols.alive[:n] & (cols.kind[:n] == ChunkKind.TOOL_CALL))
+    for slot in calls:
+        entry = session.entry_at(int(slot))
+        group = session.hubs.by_group.get(entry.chunk.group_id, ()) if entry.chunk.group_id else ()
+        answered = any(cols.kind[s] == ChunkKind.TOOL_RESULT for s in group if s != slot)
+        if not answered:
+            answered = any(
+                session.entries[child].chunk.kind == ChunkKind.TOOL_RESULT
+                for child in session.in_edges.get(entry.chunk.id, ())
+                if child in session.entries
+            )
+        mask[slot] = not answered
+    return mask
+
+
+def root_mask(session: Session, roots: Roots) -> BoolArray:
+    """Every root kind of issue 3 item 1, as one per-slot mask."""
+    cols, n = session.columns, session.n_slots
+    alive = cols.alive[:n]
+    mask = cols.pinned[:n] | (cols.policy[:n] == GcPolicy.LOCKED)
+    for hub, key in (
+        (session.hubs.by_task, roots.current_task_id),
+        (session.hubs.by_file, roots.active_file_path),
+    ):
+        if key and key in hub:
+            mask[list(hub[key])] = True
+    for chunk_id in roots.root_ids:
+        slot = session.slot_of(chunk_id)
+        if slot is not None:
+            mask[slot] = True
+    decisions = alive & (cols.kind[:n] == ChunkKind.DECISION)
+    if decisions.any():
+        now = int(cols.created_ms[:n][alive].max())
+        mask |= decisions & (cols.created_ms[:n] >= now - DECISION_ROOT_WINDOW_MS)
+    mask |= recent_turn_mask(session, roots.recent_turns)
+    mask |= latest_turn_mask(session)
+    mask |= pending_call_mask(session)
+    return mask & alive
+
+
+def mark_reachable(session: Session, roots: BoolArray) -> BoolArray:
+    """Slots reachable from the roots (roots included); iterative, cycle-safe."""
+    n = session.n_slots
+    seen = roots.copy()
+    stack = [int(s) for s in np.flatnonzero(roots)]
+    hubs = session.hubs
+    seen_hubs: set[tuple[int, str]] = set()
+    while stack:
+        chunk = session.entry_at(stack.pop()).chunk
+        neighbours: list[int] = []
+        for target in session.out_edges.get(chunk.id, ()):
+            slot = session.slot_of(target)
+            if slot is not None:
+                neighbours.append(slot)
+        for hub_no, hub, keys in (
+            (0, hubs.by_file, (chunk.file_path,) if chunk.file_path else ()),
+            (1, hubs.by_tag, chunk.tags),
+            (2, hubs.by_topic, (chunk.topic_id,) if chunk.topic_id else ()),
+            (3, hubs.by_group, (chunk.group_id,) if chunk.group_id else ()),
+        ):
+            for key in keys:
+                if (hub_no, key) not in seen_hubs:
+                    seen_hubs.add((hub_no, key))
+                    neighbours.extend(hub.get(key, ()))
+        for slot in neighbours:
+            if slot < n and not seen[slot]:
+                seen[slot] = True
+                stack.append(slot)
+    return seen
+
+
+def mark(session: Session, roots: Roots) -> Marks:
+    root = root_mask(session, roots)
+    return Marks(root=root, reachable=mark_reachable(session, root))

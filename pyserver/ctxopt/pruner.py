@@ -1,0 +1,664 @@
+"""Pruner: from scores and GC marks to a plan that fits the budget.
+
+The removal order, in one place (issue 3 item 3):
+
+    1. policy tier: EPHEMERAL, then PARTIAL, then PRESERVABLE (the last only
+       while usage is above the pressure level); LOCKED, pinned and root
+       chunks are never candidates;
+    2. inside a tier: unreachable from the roots before reachable;
+    3. then by value per token, lowest first (a greedy knapsack), where a long
+       chunk is first shrunk (TRIM to its query-relevant lines, or MASK a tool
+       result) and removed only later, if still needed.
+
+Candidates are *units*: a chunk, or all chunks of one `group_id` (a call and
+its response are kept, shrunk or removed as one). A parent is never removed
+before a child that is kept, so its priority is raised to its children's.
+After the greedy cut, removed units that still fit are put back (backfill),
+coherence repairs run, and removal resumes if a repair pushed the plan over
+the target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from ctxopt import coherence
+from ctxopt.model import (
+    Action,
+    ChunkKind,
+    Decision,
+    GcPolicy,
+    OptimizeOptions,
+    Plan,
+    Repair,
+    Strategy,
+)
+from ctxopt.registry import Session
+from ctxopt.scoring.hybrid import Scores
+from ctxopt.shrink import mask_text, stash_id, trim_text
+
+IntArray = npt.NDArray[np.intp]
+FloatArray = npt.NDArray[np.float64]
+
+# Removal tiers: lower goes first. LOCKED chunks are mandatory, never candidates.
+TIER = {GcPolicy.EPHEMERAL: 0, GcPolicy.PARTIAL: 1, GcPolicy.PRESERVABLE: 2, GcPolicy.LOCKED: 3}
+PRESERVABLE_TIER = TIER[GcPolicy.PRESERVABLE]
+_TIER_BY_POLICY = np.array([1, 3, 2, 1, 0], dtype=np.int64)  # indexed by GcPolicy value
+
+FULL, SHRUNK, OUT = 0, 1, 2
+MAX_REPAIR_ROUNDS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """Knobs of the hybrid strategy (tuned on ../shared/datasets)."""
+
+    density_exponent: float = 1.0  # value / tokens**exponent
+    trim_min_tokens: int = 160
+    trim_min_lines: int = 6
+    trim_fraction: float = 0.25
+    trim_header_tokens: int = 40
+    trim_retention: float = 0.8  # share of a relevant chunk's value its excerpt keeps
+    trim_retention_irrelevant: float = 0.3
+    mask_tokens: int = 110
+    mask_retention: float = 0.15
+    summary_discount: float = 0.3  # value left to chunks a kept summary covers
+    aggressive_target: float = 0.9
+
+
+@dataclass(slots=True)
+class Outcome:
+    """A plan plus what the engine needs to carry it out."""
+
+    plan: Plan
+    shrunk: dict[int, tuple[Action, str, int]] = field(default_factory=dict)  # slot -> text
+    removed: dict[int, Action] = field(default_factory=dict)
+
+
+LineScorer = Callable[[str], float]
+TokenCount = Callable[[str], int]
+
+
+class _Selection:
+    """Unit states during one plan; the greedy, backfill and repairs act on it."""
+
+    def __init__(
+        self,
+        session: Session,
+        options: OptimizeOptions,
+        scores: Scores,
+        tuning: Tuning,
+    ) -> None:
+        n = session.n_slots
+        cols = session.columns
+        self.session = session
+        self.live = session.live_slots()
+        self.tokens = cols.tokens[:n]
+        self.alive = cols.alive[:n]
+        # units: singletons, merged by group
+        unit_of = np.arange(n, dtype=np.intp)
+        for members in session.hubs.by_group.values():
+            if len(members) > 1:
+                idx = np.fromiter(members, dtype=np.intp, count=len(members))
+                unit_of[idx] = idx.min()
+        self.unit_of = unit_of
+        self.state = np.full(n, FULL, dtype=np.int8)  # per unit leader slot
+        mandatory = scores.marks.root
+        # a unit is mandatory when any member is
+        unit_mandatory = np.zeros(n, dtype=bool)
+        np.logical_or.at(unit_mandatory, unit_of[self.live], mandatory[self.live])
+        self.unit_mandatory = unit_mandatory
+        self.protected = unit_mandatory.copy()  # grows with coherence repairs
+        self.child_slots, self.parent_slots = session.parent_pairs()
+        self.tuning = tuning
+        self.scores = scores
+        self.options = options
+
+    def members(self, unit: int) -> IntArray:
+        group = self.session.entry_at(unit).chunk.group_id
+        if group and len(self.session.hubs.by_group.get(group, ())) > 1:
+            return np.asarray(sorted(self.session.hubs.by_group[group]), dtype=np.intp)
+        return np.asarray([unit], dtype=np.intp)
+
+    def slot_state(self) -> npt.NDArray[np.int8]:
+        return self.state[self.unit_of]
+
+
+def _tier(policy: npt.NDArray[np.int8]) -> npt.NDArray[np.int64]:
+    return _TIER_BY_POLICY[policy.astype(np.intp)]
+
+
+def plan_session(
+    session: Session,
+    options: OptimizeOptions,
+    scores: Scores,
+    line_scorer: LineScorer,
+    count_tokens: TokenCount,
+    tuning: Tuning = Tuning(),
+    incremental_batch: int = 0,
+    old_generation_after: int = 3,
+) -> Outcome:
+    """Decide what to keep, trim, mask, stash or delete (see the module doc).
+
+    Invariants (DESIGN.md 5): LOCKED, pinned and root chunks are always kept
+    as is; a triggered plan lands at or under the target when the mandatory
+    set allows it (else `feasible=False` with an explanation); removal follows
+    the tier order; groups move as one and the result passes the coherence
+    rules; the same state and request give the same plan.
+    """
+    cols = session.columns
+    n = session.n_slots
+    live = session.live_slots()
+    tokens_before = int(cols.tokens[live].sum())
+    budget = options.budget
+    target = budget.target
+    if options.aggressive:
+        target = int(target * tuning.aggressive_target)
+    over_count = options.max_chunks > 0 and len(live) > options.max_chunks
+    triggered = (
+        options.force or tokens_before >= budget.threshold or bool(options.delete_ids) or over_count
+    )
+    mandatory_tokens = int(cols.tokens[live][scores.marks.root[live]].sum())
+    if not triggered:
+        ids = [session.slot_ids[s] for s in live]
+        plan = Plan(ids, [], tokens_before, tokens_before, target, False, True, [])
+        plan.mandatory_tokens = mandatory_tokens
+        return Outcome(plan)
+
+    sel = _Selection(session, options, scores, tuning)
+    units = np.unique(sel.unit_of[live])
+    candidates = units[~sel.unit_mandatory[units]]
+
+    # ---- per-chunk value and shrink options ---------------------------
+    value = scores.total.copy()
+    covered_by_summary = _summary_covered(session)
+    value[covered_by_summary] *= tuning.summary_discount
+    shrink_tokens, shrink_action = _shrink_options(session, options, tuning)
+    retention = np.where(
+        shrink_action == Action.MASK,
+        tuning.mask_retention,
+        np.where(scores.bm25 > 0, tuning.trim_retention, tuning.trim_retention_irrelevant),
+    )
+
+    # ---- per-unit aggregates -----------------------------------------
+    unit_tokens = np.bincount(sel.unit_of[live], weights=cols.tokens[live], minlength=n)
+    unit_shrunk = np.bincount(sel.unit_of[live], weights=shrink_tokens[live], minlength=n)
+    unit_value = np.zeros(n, dtype=np.float64)
+    np.maximum.at(unit_value, sel.unit_of[live], value[live])
+    unit_shrunk_value = np.zeros(n, dtype=np.float64)
+    np.maximum.at(unit_shrunk_value, sel.unit_of[live], (value * retention)[live])
+    unit_tier = np.zeros(n, dtype=np.int64)
+    np.maximum.at(unit_tier, sel.unit_of[live], _tier(cols.policy[live]))
+    unit_reachable = np.zeros(n, dtype=bool)
+    np.logical_or.at(unit_reachable, sel.unit_of[live], scores.marks.reachable[live])
+    shrinkable = unit_shrunk < unit_tokens * 0.8
+
+    exponent = tuning.density_exponent
+    out_cost = np.where(shrinkable, unit_shrunk, unit_tokens)
+    out_value = np.where(shrinkable, unit_shrunk_value, unit_value)
+    density_out = out_value / np.maximum(out_cost, 1.0) ** exponent
+    density_shrink = (unit_value - unit_shrunk_value) / np.maximum(
+        unit_tokens - unit_shrunk, 1.0
+    ) ** exponent
+    density_out = np.where(shrinkable, np.maximum(density_out, density_shrink), density_out)
+    # a parent goes no earlier than its kept children
+    child_units = sel.unit_of[sel.child_slots]
+    parent_units = sel.unit_of[sel.parent_slots]
+    cross = child_units != parent_units
+    child_units, parent_units = child_units[cross], parent_units[cross]
+    for _ in range(64):
+        before_d, before_t = density_out[parent_units].copy(), unit_tier[parent_units].copy()
+        np.maximum.at(density_out, parent_units, density_out[child_units])
+        np.maximum.at(unit_tier, parent_units, unit_tier[child_units])
+        if np.array_equal(before_d, density_out[parent_units]) and np.array_equal(
+            before_t, unit_tier[parent_units]
+        ):
+            break
+
+    # ---- the ordered list of removal steps ----------------------------
+    step_unit = candidates
+    step_kind = np.full(len(candidates), OUT, dtype=np.int8)
+    step_density = density_out[candidates]
+    step_saves = out_cost[candidates].astype(np.float64)
+    if options.strategy == Strategy.HYBRID:
+        shrinking = candidates[shrinkable[candidates]]
+        step_unit = np.concatenate([shrinking, candidates])
+        step_kind = np.concatenate([np.full(len(shrinking), SHRUNK, dtype=np.int8), step_kind])
+        step_density = np.concatenate([density_shrink[shrinking], step_density])
+        step_saves = np.concatenate([(unit_tokens - unit_shrunk)[shrinking], step_saves])
+    else:
+        step_saves = unit_tokens[candidates].astype(np.float64)
+    order = _removal_order(
+        options.strategy, step_unit, step_kind, step_density, unit_tier, unit_reachable
+    )
+    step_unit, step_kind, step_saves = step_unit[order], step_kind[order], step_saves[order]
+    step_tier = unit_tier[step_unit]
+    if options.incremental:
+        young = session.survived()[step_unit] < old_generation_after
+        step_unit, step_kind, step_saves, step_tier = (
+            step_unit[young],
+            step_kind[young],
+            step_saves[young],
+            step_tier[young],
+        )
+
+    # ---- greedy cut -----------------------------------------------------
+    total = float(tokens_before)
+    pressure = float(budget.pressure)
+    applied = np.zeros(len(step_unit), dtype=bool)
+    forced_out = _forced_out(sel, options)
+    for unit in forced_out:
+        total -= float(unit_tokens[unit])
+        sel.state[unit] = OUT
+    running = total - np.concatenate([[0.0], np.cumsum(step_saves)[:-1]])
+    allowed = (running > target) & ((step_tier < PRESERVABLE_TIER) | (running > pressure))
+    if options.strategy == Strategy.TRUNCATE:
+        allowed = running > target
+    stop = int(np.argmin(allowed)) if not allowed.all() else len(allowed)
+    if incremental_batch and options.incremental:
+        stop = min(stop, incremental_batch)
+    applied[:stop] = True
+    for unit, kind in zip(step_unit[:stop], step_kind[:stop], strict=True):
+        sel.state[unit] = max(sel.state[unit], kind)
+    total -= float(step_saves[:stop].sum())
+
+    # ---- backfill: put back what still fits, best first ----------------
+    total = _backfill(
+        sel, step_unit, step_kind, step_saves, applied, total, float(target), forced_out
+    )
+
+    # ---- max_chunks -------------------------------------------------------
+    if options.max_chunks > 0:
+        total = _enforce_max_chunks(
+            sel, step_unit, step_kind, applied, total, unit_tokens, unit_shrunk, options.max_chunks
+        )
+
+    # ---- coherence, resuming removal when a repair overshoots -------------
+    # a minor (incremental) collection never goes past its batch
+    resume_steps = 0 if options.incremental else len(step_unit)
+    repairs: list[Repair] = []
+    for _ in range(MAX_REPAIR_ROUNDS):
+        new_repairs = _repair(sel)
+        repairs += new_repairs
+        total = _current_tokens(sel, unit_tokens, unit_shrunk, units)
+        if total > target and resume_steps:
+            total = _resume(
+                sel,
+                step_unit,
+                step_kind,
+                step_tier,
+                applied,
+                total,
+                float(target),
+                pressure,
+                unit_tokens,
+                unit_shrunk,
+            )
+        if not new_repairs and not _repair_needed(sel):
+            break
+
+    return _outcome(
+        session,
+        sel,
+        options,
+        scores,
+        tokens_before,
+        target,
+        mandatory_tokens,
+        repairs,
+        covered_by_summary,
+        shrink_action,
+        line_scorer,
+        count_tokens,
+        tuning,
+        triggered,
+    )
+
+
+def _removal_order(
+    strategy: Strategy,
+    step_unit: IntArray,
+    step_kind: npt.NDArray[np.int8],
+    step_density: FloatArray,
+    unit_tier: npt.NDArray[np.int64],
+    unit_reachable: npt.NDArray[np.bool_],
+) -> IntArray:
+    """Indices of the steps in removal order (np.lexsort: last key is primary)."""
+    if strategy == Strategy.TRUNCATE:
+        return np.lexsort((step_kind, step_unit))
+    if strategy == Strategy.BUDGET:
+        return np.lexsort((step_kind, step_unit, unit_tier[step_unit]))
+    # shrink steps sort before the unit's removal: kind SHRUNK(1) < OUT(2)
+    return np.lexsort(
+        (step_kind, step_unit, step_density, unit_reachable[step_unit], unit_tier[step_unit])
+    )
+
+
+def _summary_covered(session: Session) -> npt.NDArray[np.bool_]:
+    """Chunks whose content a live SUMMARY chunk carries."""
+    covered = np.zeros(session.n_slots, dtype=bool)
+    summaries = np.flatnonzero(
+        session.columns.alive[: session.n_slots]
+        & (session.columns.kind[: session.n_slots] == ChunkKind.SUMMARY)
+    )
+    for slot in summaries:
+        for chunk_id in session.entry_at(int(slot)).chunk.summary_of:
+            target = session.slot_of(chunk_id)
+            if target is not None:
+                covered[target] = True
+    return covered
+
+
+def _shrink_options(
+    session: Session, options: OptimizeOptions, tuning: Tuning
+) -> tuple[FloatArray, npt.NDArray[np.int8]]:
+    """Estimated tokens after shrinking each chunk, and how (TRIM, MASK or KEEP)."""
+    n = session.n_slots
+    cols = session.columns
+    tokens = cols.tokens[:n].astype(np.float64)
+    action = np.full(n, Action.KEEP, dtype=np.int8)
+    if options.strategy != Strategy.HYBRID or options.aggressive:
+        return tokens, action
+    trimmable = (cols.tokens[:n] >= tuning.trim_min_tokens) & (
+        cols.lines[:n] >= tuning.trim_min_lines
+    )
+    maskable = (
+        ~trimmable
+        & (cols.kind[:n] == ChunkKind.TOOL_RESULT)
+        & (cols.tokens[:n] >= 3 * tuning.mask_tokens)
+    )
+    shrunk = tokens.copy()
+    shrunk[trimmable] = tokens[trimmable] * tuning.trim_fraction + tuning.trim_header_tokens
+    shrunk[maskable] = tuning.mask_tokens
+    action[trimmable] = Action.TRIM
+    action[maskable] = Action.MASK
+    return shrunk, action
+
+
+def _forced_out(sel: _Selection, options: OptimizeOptions) -> list[int]:
+    units: list[int] = []
+    for chunk_id in options.delete_ids:
+        slot = sel.session.slot_of(chunk_id)
+        if slot is not None:
+            units.append(int(sel.unit_of[slot]))
+    return sorted(set(units))
+
+
+def _enforce_max_chunks(
+    sel: _Selection,
+    step_unit: IntArray,
+    step_kind: npt.NDArray[np.int8],
+    applied: npt.NDArray[np.bool_],
+    total: float,
+    unit_tokens: FloatArray,
+    unit_shrunk: FloatArray,
+    max_chunks: int,
+) -> float:
+    kept = int((sel.slot_state()[sel.live] != OUT).sum())
+    for i in np.flatnonzero(~applied):
+        if kept <= max_chunks:
+            break
+        if step_kind[i] != OUT:
+            continue
+        unit = int(step_unit[i])
+        before = unit_shrunk[unit] if sel.state[unit] == SHRUNK else unit_tokens[unit]
+        sel.state[unit] = OUT
+        applied[i] = True
+        total -= float(before)
+        kept -= len(sel.members(unit))
+    return total
+
+
+def _backfill(
+    sel: _Selection,
+    step_unit: IntArray,
+    step_kind: npt.NDArray[np.int8],
+    step_saves: FloatArray,
+    applied: npt.NDArray[np.bool_],
+    total: float,
+    target: float,
+    forced_out: list[int],
+) -> float:
+    """Undo applied steps, most valuable first, while they still fit."""
+    slack = target - total
+    forced = set(forced_out)
+    shrunk_units = set(step_unit[applied & (step_kind == SHRUNK)].tolist())
+    for i in np.flatnonzero(applied)[::-1]:
+        if slack < 1:
+            break
+        cost = float(step_saves[i])
+        unit = int(step_unit[i])
+        if cost > slack or unit in forced:
+            continue
+        if step_kind[i] == SHRUNK:
+            if sel.state[unit] == OUT:
+                continue  # only a unit's last applied step can be undone
+            shrunk_units.discard(unit)
+            sel.state[unit] = FULL
+        else:
+            sel.state[unit] = SHRUNK if unit in shrunk_units else FULL
+        applied[i] = False
+        slack -= cost
+        total += cost
+    return total
+
+
+def _current_tokens(
+    sel: _Selection, unit_tokens: FloatArray, unit_shrunk: FloatArray, units: IntArray
+) -> float:
+    state = sel.state[units]
+    return float(
+        unit_tokens[units][state == FULL].sum() + unit_shrunk[units][state == SHRUNK].sum()
+    )
+
+
+def _resume(
+    sel: _Selection,
+    step_unit: IntArray,
+    step_kind: npt.NDArray[np.int8],
+    step_tier: npt.NDArray[np.int64],
+    applied: npt.NDArray[np.bool_],
+    total: float,
+    target: float,
+    pressure: float,
+    unit_tokens: FloatArray,
+    unit_shrunk: FloatArray,
+) -> float:
+    """Keep removing, in order, units no repair or kept child protects."""
+    state = sel.slot_state()
+    kept_child_parent_units = set(
+        sel.unit_of[sel.parent_slots[state[sel.child_slots] != OUT]].tolist()
+    )
+    for i in np.flatnonzero(~applied):
+        if total <= target:
+            break
+        unit = int(step_unit[i])
+        if sel.protected[unit] or (step_tier[i] >= PRESERVABLE_TIER and total <= pressure):
+            continue
+        if step_kind[i] == OUT and unit in kept_child_parent_units:
+            continue
+        if step_kind[i] <= sel.state[unit]:
+            continue
+        before = unit_shrunk[unit] if sel.state[unit] == SHRUNK else unit_tokens[unit]
+        after = unit_shrunk[unit] if step_kind[i] == SHRUNK else 0.0
+        sel.state[unit] = step_kind[i]
+        applied[i] = True
+        total -= float(before - after)
+    return total
+
+
+def _repair_needed(sel: _Selection) -> bool:
+    return bool(
+        coherence.violations(
+            sel.session,
+            sel.live,
+            sel.slot_state(),
+            sel.unit_of,
+            sel.protected,
+            sel.child_slots,
+            sel.parent_slots,
+        )
+    )
+
+
+def _repair(sel: _Selection) -> list[Repair]:
+    """Apply the coherence fixes one round; a kept unit becomes protected."""
+    repairs: list[Repair] = []
+    for violation in coherence.violations(
+        sel.session,
+        sel.live,
+        sel.slot_state(),
+        sel.unit_of,
+        sel.protected,
+        sel.child_slots,
+        sel.parent_slots,
+    ):
+        unit = int(sel.unit_of[violation.slot])
+        if violation.keep:
+            if sel.state[unit] == OUT:
+                sel.state[unit] = FULL
+            sel.protected[unit] = True
+        else:
+            sel.state[unit] = OUT
+        repairs.append(
+            Repair(violation.rule, sel.session.slot_ids[violation.slot], violation.detail)
+        )
+    return repairs
+
+
+def _outcome(
+    session: Session,
+    sel: _Selection,
+    options: OptimizeOptions,
+    scores: Scores,
+    tokens_before: int,
+    target: int,
+    mandatory_tokens: int,
+    repairs: list[Repair],
+    covered_by_summary: npt.NDArray[np.bool_],
+    shrink_action: npt.NDArray[np.int8],
+    line_scorer: LineScorer,
+    count_tokens: TokenCount,
+    tuning: Tuning,
+    triggered: bool,
+) -> Outcome:
+    """Turn unit states into per-chunk decisions, texts and the plan."""
+    state = sel.slot_state()
+    cols = session.columns
+    kept_ids: list[str] = []
+    decisions: list[Decision] = []
+    outcome = Outcome(Plan([], [], tokens_before, 0, target, triggered, True, repairs))
+    delete_requested = {session.slot_of(i) for i in options.delete_ids}
+    tokens_after = 0
+    for slot in sel.live.tolist():
+        entry = session.entry_at(slot)
+        chunk = entry.chunk
+        slot_state = int(state[slot])
+        action = Action(int(shrink_action[slot])) if slot_state == SHRUNK else Action.KEEP
+        if slot_state == OUT:
+            dead = (
+                chunk.gc_policy == GcPolicy.EPHEMERAL
+                and chunk.kind == ChunkKind.ENRICHMENT
+                and not scores.marks.reachable[slot]
+            )
+            action = Action.DELETE if slot in delete_requested or dead else Action.STASH
+        if action == Action.KEEP:
+            kept_ids.append(chunk.id)
+            tokens_after += entry.tokens
+            continue
+        reasons = _reasons(sel, scores, slot, action, covered_by_summary, slot in delete_requested)
+        stash = "" if action == Action.DELETE else stash_id(chunk.id, chunk.text)
+        text, after = "", 0
+        if action == Action.TRIM:
+            goal = int(entry.tokens * tuning.trim_fraction)
+            text = trim_text(chunk.id, chunk.text, stash, line_scorer, goal, entry.tokens)
+            after = count_tokens(text)
+        elif action == Action.MASK:
+            text = mask_text(chunk.id, chunk.text, stash, entry.tokens)
+            after = count_tokens(text)
+        if action in (Action.TRIM, Action.MASK):
+            kept_ids.append(chunk.id)
+            tokens_after += after
+            outcome.shrunk[slot] = (action, text, after)
+        else:
+            outcome.removed[slot] = action
+        decisions.append(
+            Decision(
+                chunk.id,
+                action,
+                entry.tokens,
+                after,
+                float(scores.total[slot]),
+                scores.breakdown(slot),
+                reasons,
+                text,
+                stash,
+            )
+        )
+    plan = outcome.plan
+    plan.kept_ids = kept_ids
+    plan.decisions = decisions
+    plan.tokens_after = tokens_after
+    plan.mandatory_tokens = mandatory_tokens
+    plan.feasible = tokens_after <= target
+    if not plan.feasible:
+        plan.explanation = _explain_infeasible(target, mandatory_tokens, tokens_after)
+    return outcome
+
+
+def _reasons(
+    sel: _Selection,
+    scores: Scores,
+    slot: int,
+    action: Action,
+    covered_by_summary: npt.NDArray[np.bool_],
+    delete_requested: bool,
+) -> tuple[str, ...]:
+    chunk = sel.session.entry_at(slot).chunk
+    reasons: list[str] = []
+    if delete_requested:
+        reasons.append("explicit_delete")
+    policy = chunk.gc_policy
+    if policy == GcPolicy.EPHEMERAL:
+        reasons.append("ephemeral")
+    elif policy == GcPolicy.PRESERVABLE:
+        reasons.append("preservable_under_pressure")
+    if not scores.marks.reachable[slot]:
+        reasons.append("unreachable")
+    if covered_by_summary[slot]:
+        reasons.append("summarized")
+    if sel.options.strategy == Strategy.TRUNCATE:
+        reasons.append("truncate_oldest")
+    elif sel.options.strategy == Strategy.BUDGET:
+        reasons.append("budget_tier_oldest")
+    else:
+        reasons.append("low_value_per_token")
+    if action == Action.TRIM:
+        reasons.append("trimmed_to_relevant_lines")
+    elif action == Action.MASK:
+        reasons.append("masked_tool_result")
+    unit = sel.unit_of[slot]
+    if unit != slot or len(sel.members(int(unit))) > 1:
+        reasons.append(f"group_with:{sel.session.slot_ids[int(unit)]}")
+    return tuple(reasons)
+
+
+def _explain_infeasible(
+    target: int,
+    mandatory_tokens: int,
+    tokens_after: int,
+) -> str:
+    if mandatory_tokens > target:
+        return (
+            f"mandatory chunks (LOCKED, pinned, roots) hold {mandatory_tokens} tokens, "
+            f"above the target of {target}: kept them and removed everything else allowed"
+        )
+    return (
+        f"landed at {tokens_after} tokens, above the target of {target}: the rest is "
+        "PRESERVABLE below the pressure level, protected by coherence, or outside "
+        "an incremental collection"
+    )

@@ -1,0 +1,362 @@
+"""Sessions of ordered chunks with incremental indexes.
+
+A session stores its chunks by *slot*: the position a chunk was first appended
+at. Slots are never reused, so slot order is prompt order and the per-slot
+numpy columns let scoring and planning run vectorised. Removal marks a slot
+dead; re-appending or restoring an id brings it back into its old slot.
+
+Besides the BM25 index the session keeps the reference graph incrementally:
+explicit edges (`references`, `parent_id`, `summary_of`) with back-references
+and refcounts, and implicit hubs (same `file_path`, shared tags, same
+`topic_id`, same `group_id`) that reachability walks through without ever
+materialising the quadratic set of pairwise edges.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from ctxopt.model import Chunk, ChunkKind, GcPolicy, Role, UpsertStatus
+from ctxopt.scoring.analyzer import Analyzer
+from ctxopt.scoring.bm25 import BM25Index
+
+_INITIAL_CAPACITY = 64
+
+
+@dataclass(slots=True)
+class Entry:
+    """A chunk as the registry holds it, with its GC bookkeeping."""
+
+    chunk: Chunk  # `tokens` filled in with the count
+    slot: int
+    tokens: int
+    born: int = 0  # the session's collection count when the chunk arrived
+    last_touched_ms: int = 0
+
+
+def _grow(array: npt.NDArray[np.generic], size: int) -> npt.NDArray[np.generic]:
+    grown = np.zeros(max(size, 2 * len(array)), dtype=array.dtype)
+    grown[: len(array)] = array
+    return grown
+
+
+class Columns:
+    """Per-slot numpy columns the scorer and planner read in bulk."""
+
+    def __init__(self) -> None:
+        n = _INITIAL_CAPACITY
+        self.alive = np.zeros(n, dtype=bool)
+        self.tokens = np.zeros(n, dtype=np.int64)
+        self.turn = np.zeros(n, dtype=np.int64)
+        self.created_ms = np.zeros(n, dtype=np.int64)
+        self.kind = np.zeros(n, dtype=np.int8)
+        self.role = np.zeros(n, dtype=np.int8)
+        self.policy = np.zeros(n, dtype=np.int8)
+        self.pinned = np.zeros(n, dtype=bool)
+        self.boost = np.zeros(n, dtype=np.float64)
+        self.born = np.zeros(n, dtype=np.int64)
+        self.refcount = np.zeros(n, dtype=np.int64)
+        self.lines = np.zeros(n, dtype=np.int64)
+
+    def ensure(self, size: int) -> None:
+        if size <= len(self.alive):
+            return
+        for name in (
+            "alive",
+            "tokens",
+            "turn",
+            "created_ms",
+            "kind",
+            "role",
+            "policy",
+            "pinned",
+            "boost",
+            "born",
+            "refcount",
+            "lines",
+        ):
+            setattr(self, name, _grow(getattr(self, name), size))
+
+
+@dataclass(slots=True)
+class Hubs:
+    """Implicit links: chunks sharing a file, tag, topic or group."""
+
+    by_file: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    by_tag: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    by_topic: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    by_group: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    by_task: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+
+    def _keys(self, chunk: Chunk) -> Iterator[tuple[dict[str, set[int]], str]]:
+        if chunk.file_path:
+            yield self.by_file, chunk.file_path
+        for tag in chunk.tags:
+            yield self.by_tag, tag
+        if chunk.topic_id:
+            yield self.by_topic, chunk.topic_id
+        if chunk.group_id:
+            yield self.by_group, chunk.group_id
+        if chunk.task_id:
+            yield self.by_task, chunk.task_id
+
+    def add(self, chunk: Chunk, slot: int) -> None:
+        for hub, key in self._keys(chunk):
+            hub[key].add(slot)
+
+    def discard(self, chunk: Chunk, slot: int) -> None:
+        for hub, key in self._keys(chunk):
+            members = hub.get(key)
+            if members is not None:
+                members.discard(slot)
+                if not members:
+                    del hub[key]
+
+
+class Session:
+    """One conversation's chunks. Callers hold `lock` around every use."""
+
+    def __init__(self, session_id: str, owner: str, analyzer: Analyzer) -> None:
+        self.id = session_id
+        self.owner = owner
+        self.lock = threading.RLock()
+        self.collections = 0
+        self.embedding_dim = 0
+        self.entries: dict[str, Entry] = {}
+        self.slot_ids: list[str] = []  # slot -> id, kept after removal
+        self.slot_by_id: dict[str, int] = {}  # every id ever seen, so it comes back to its slot
+        self.columns = Columns()
+        self.index = BM25Index()
+        self.hubs = Hubs()
+        self.embeddings: dict[int, npt.NDArray[np.float32]] = {}
+        # explicit edges by id (targets may not exist yet): source -> targets
+        self.out_edges: dict[str, tuple[str, ...]] = {}
+        self.in_edges: dict[str, set[str]] = defaultdict(set)
+        self.parent_of: dict[str, str] = {}  # child id -> parent id
+        self.tokens_total = 0
+        self._analyzer = analyzer
+
+    # ---- reading -------------------------------------------------------
+
+    @property
+    def n_slots(self) -> int:
+        return len(self.slot_ids)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __contains__(self, chunk_id: object) -> bool:
+        return chunk_id in self.entries
+
+    def live_slots(self) -> npt.NDArray[np.intp]:
+        """Slots of live chunks in prompt order."""
+        return np.flatnonzero(self.columns.alive[: self.n_slots])
+
+    def entry_at(self, slot: int) -> Entry:
+        return self.entries[self.slot_ids[slot]]
+
+    def ordered_entries(self) -> list[Entry]:
+        return [self.entries[self.slot_ids[s]] for s in self.live_slots()]
+
+    def slot_of(self, chunk_id: str) -> int | None:
+        entry = self.entries.get(chunk_id)
+        return None if entry is None else entry.slot
+
+    def parent_pairs(self) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+        """(child slots, parent slots) of live chunks whose parent is live."""
+        children: list[int] = []
+        parents: list[int] = []
+        for child, parent in self.parent_of.items():
+            parent_entry = self.entries.get(parent)
+            if parent_entry is not None:
+                children.append(self.entries[child].slot)
+                parents.append(parent_entry.slot)
+        return np.asarray(children, dtype=np.intp), np.asarray(parents, dtype=np.intp)
+
+    def explicit_targets(self, chunk: Chunk) -> tuple[str, ...]:
+        targets = [*chunk.references, *chunk.summary_of]
+        if chunk.parent_id:
+            targets.append(chunk.parent_id)
+        return tuple(dict.fromkeys(t for t in targets if t != chunk.id))
+
+    # ---- writing -------------------------------------------------------
+
+    def upsert(self, chunk: Chunk, tokens: int, now_ms: int) -> UpsertStatus:
+        """Add or replace one chunk (text already counted as `tokens`)."""
+        chunk = replace(chunk, tokens=tokens)
+        old = self.entries.get(chunk.id)
+        if old is not None and old.chunk == chunk:
+            return UpsertStatus.UNCHANGED
+        if old is not None:
+            slot = old.slot
+            self._unlink(old)
+            born, touched = old.born, old.last_touched_ms
+            status = UpsertStatus.UPDATED
+        else:
+            slot = self._slot_for(chunk.id)
+            born, touched = self.collections, now_ms
+            status = UpsertStatus.ADDED
+        self._link(Entry(chunk, slot, tokens, born, touched))
+        return status
+
+    def restore_entry(self, entry: Entry) -> None:
+        """Put back a chunk with its bookkeeping (restart, restore)."""
+        if entry.chunk.id in self.entries:
+            self._unlink(self.entries[entry.chunk.id])
+        slot = self._slot_for(entry.chunk.id, wanted=entry.slot)
+        self._link(replace(entry, slot=slot))
+
+    def remove(self, chunk_id: str) -> Entry | None:
+        entry = self.entries.get(chunk_id)
+        if entry is not None:
+            self._unlink(entry)
+        return entry
+
+    def set_text(self, chunk_id: str, text: str, tokens: int) -> None:
+        """Replace a chunk's text in place (a TRIM excerpt or MASK placeholder)."""
+        entry = self.entries[chunk_id]
+        self._unlink(entry)
+        self._link(
+            replace(entry, chunk=replace(entry.chunk, text=text, tokens=tokens), tokens=tokens)
+        )
+
+    def set_chunk(self, chunk: Chunk) -> None:
+        """Replace a chunk's metadata (pins, policy, references, boost) in place."""
+        entry = self.entries[chunk.id]
+        self._unlink(entry)
+        self._link(replace(entry, chunk=chunk))
+
+    def touch(self, chunk_id: str, now_ms: int) -> None:
+        self.entries[chunk_id].last_touched_ms = now_ms
+
+    def survived(self) -> npt.NDArray[np.int64]:
+        """Collections each slot's chunk has survived: every chunk present now
+        survived every collection since it arrived, so nothing is written per
+        survivor when a collection promotes them."""
+        n = self.n_slots
+        return np.maximum(self.collections - self.columns.born[:n], 0)
+
+    # ---- internals -----------------------------------------------------
+
+    def _slot_for(self, chunk_id: str, wanted: int = -1) -> int:
+        known = self.slot_by_id.get(chunk_id)
+        if known is not None:
+            return known
+        if wanted >= self.n_slots:
+            # a restart or import brings slots back with gaps: keep their order
+            self.slot_ids.extend([""] * (wanted - self.n_slots + 1))
+            slot = wanted
+        elif wanted >= 0 and self.slot_ids[wanted] == "":
+            slot = wanted
+        else:
+            self.slot_ids.append("")
+            slot = self.n_slots - 1
+        self.slot_ids[slot] = chunk_id
+        self.slot_by_id[chunk_id] = slot
+        self.columns.ensure(self.n_slots)
+        return slot
+
+    def _link(self, entry: Entry) -> None:
+        chunk, slot, cols = entry.chunk, entry.slot, self.columns
+        self.entries[chunk.id] = entry
+        cols.alive[slot] = True
+        cols.tokens[slot] = entry.tokens
+        cols.turn[slot] = chunk.turn
+        cols.created_ms[slot] = chunk.created_at_ms
+        cols.kind[slot] = chunk.kind
+        cols.role[slot] = chunk.role
+        cols.policy[slot] = chunk.gc_policy
+        cols.pinned[slot] = chunk.pinned
+        cols.boost[slot] = chunk.boost
+        cols.born[slot] = entry.born
+        cols.refcount[slot] = len(self.in_edges.get(chunk.id, ()))
+        self.tokens_total += entry.tokens
+        self.index.set_doc(slot, self._analyzer.terms(chunk.text))
+        self.hubs.add(chunk, slot)
+        if chunk.embedding:
+            self.embedding_dim = len(chunk.embedding)
+            self.embeddings[slot] = np.asarray(chunk.embedding, dtype=np.float32)
+        if chunk.parent_id and chunk.parent_id != chunk.id:
+            self.parent_of[chunk.id] = chunk.parent_id
+        cols.lines[slot] = chunk.text.count("\n") + 1
+        targets = self.explicit_targets(chunk)
+        self.out_edges[chunk.id] = targets
+        for target in targets:
+            self.in_edges[target].add(chunk.id)
+            self._recount(target)
+
+    def _unlink(self, entry: Entry) -> None:
+        chunk, slot = entry.chunk, entry.slot
+        del self.entries[chunk.id]
+        self.columns.alive[slot] = False
+        self.tokens_total -= entry.tokens
+        self.index.remove_doc(slot)
+        self.hubs.discard(chunk, slot)
+        self.embeddings.pop(slot, None)
+        self.parent_of.pop(chunk.id, None)
+        if not self.embeddings:
+            self.embedding_dim = 0
+        for target in self.out_edges.pop(chunk.id, ()):
+            sources = self.in_edges.get(target)
+            if sources is not None:
+                sources.discard(chunk.id)
+                if not sources:
+                    del self.in_edges[target]
+            self._recount(target)
+
+    def _recount(self, target: str) -> None:
+        entry = self.entries.get(target)
+        if entry is not None:
+            self.columns.refcount[entry.slot] = len(self.in_edges.get(target, ()))
+
+
+def is_system(chunk: Chunk) -> bool:
+    return chunk.role == Role.SYSTEM or chunk.kind in (ChunkKind.SYSTEM, ChunkKind.TOOL_SCHEMA)
+
+
+def is_locked(chunk: Chunk) -> bool:
+    return chunk.gc_policy == GcPolicy.LOCKED
+
+
+class Registry:
+    """All live sessions; sessions lock individually so they never block each other."""
+
+    def __init__(self, analyzer: Analyzer) -> None:
+        self.analyzer = analyzer
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    def get(self, session_id: str) -> Session | None:
+        with self._lock:
+            return self._sessions.get(session_id)
+
+    def create(self, session_id: str, owner: str) -> Session:
+        with self._lock:
+            session = self._sessions.get(session_id)
+            if session is None:
+                session = Session(session_id, owner, self.analyzer)
+                self._sessions[session_id] = session
+            return session
+
+    def put(self, session: Session) -> Session:
+        """Insert a loaded session unless another thread got there first."""
+        with self._lock:
+            return self._sessions.setdefault(session.id, session)
+
+    def drop(self, session_id: str) -> Session | None:
+        with self._lock:
+            return self._sessions.pop(session_id, None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+    def ids(self) -> Sequence[str]:
+        with self._lock:
+            return list(self._sessions)

@@ -1,0 +1,105 @@
+"""Hybrid score: BM25 + recency + embedding + boost, plus the GC term.
+
+    total = w_bm25 * bm25 + w_recency * recency + w_embedding * embedding
+            + w_boost * boost          (these four renormalised to sum to 1
+                                        over the signals present)
+          + w_gc * gc                  (on top: structure, see structure.py)
+
+Every component is a numpy column over the session's slots; nothing loops over
+chunks in Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from ctxopt.gc import Marks
+from ctxopt.model import Breakdown, Weights
+from ctxopt.registry import Session
+from ctxopt.scoring.embedding import cosine
+from ctxopt.scoring.recency import recency
+from ctxopt.scoring.structure import structure_term
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class Scores:
+    """Per-slot score columns of one session for one query."""
+
+    bm25: FloatArray
+    recency: FloatArray
+    gc: FloatArray
+    embedding: FloatArray
+    boost: FloatArray
+    total: FloatArray
+    marks: Marks
+
+    def breakdown(self, slot: int) -> Breakdown:
+        return Breakdown(
+            bm25=float(self.bm25[slot]),
+            recency=float(self.recency[slot]),
+            gc=float(self.gc[slot]),
+            embedding=float(self.embedding[slot]),
+            boost=float(self.boost[slot]),
+            reachable=bool(self.marks.reachable[slot]),
+            root=bool(self.marks.root[slot]),
+            total=float(self.total[slot]),
+        )
+
+
+def relevance_weights(weights: Weights, with_embedding: bool) -> tuple[float, float, float, float]:
+    """(bm25, recency, embedding, boost) renormalised over the signals present."""
+    embedding = weights.embedding if with_embedding else 0.0
+    total = weights.bm25 + weights.recency + embedding + weights.boost
+    if total <= 0:
+        return 0.0, 0.0, 0.0, 0.0
+    return weights.bm25 / total, weights.recency / total, embedding / total, weights.boost / total
+
+
+def normalised_bm25(session: Session, query_terms: list[str]) -> FloatArray:
+    """BM25 scaled so the best live chunk scores 1 for this query."""
+    raw = session.index.scores(query_terms, session.n_slots) if query_terms else None
+    if raw is None:
+        return np.zeros(session.n_slots, dtype=np.float64)
+    top = float(raw.max(initial=0.0))
+    return raw / top if top > 0 else np.zeros_like(raw)
+
+
+def score_session(
+    session: Session,
+    query_terms: list[str],
+    query_embedding: tuple[float, ...],
+    marks: Marks,
+    weights: Weights,
+    half_life_turns: float,
+    old_generation_after: int,
+) -> Scores:
+    """Every slot's components and weighted total (dead slots score 0)."""
+    n = session.n_slots
+    cols = session.columns
+    alive = cols.alive[:n]
+    bm25 = normalised_bm25(session, query_terms)
+    recent = recency(cols.turn[:n], alive, half_life_turns)
+    with_embedding = bool(query_embedding) and bool(session.embeddings)
+    embedding = (
+        cosine(np.asarray(query_embedding, dtype=np.float32), session.embeddings, n)
+        if with_embedding
+        else np.zeros(n, dtype=np.float64)
+    )
+    boost = cols.boost[:n].copy()
+    gc = structure_term(
+        cols.kind[:n], cols.refcount[:n], session.survived(), marks.reachable, old_generation_after
+    )
+    w_bm25, w_recency, w_embedding, w_boost = relevance_weights(weights, with_embedding)
+    total = (
+        w_bm25 * bm25
+        + w_recency * recent
+        + w_embedding * embedding
+        + w_boost * boost
+        + weights.gc * gc
+    )
+    total[~alive] = 0.0
+    return Scores(bm25, recent, gc, embedding, boost, total, marks)

@@ -1,0 +1,111 @@
+"""Text of shrunk chunks: TRIM excerpts and MASK placeholders.
+
+Both are pure functions of the chunk and the query, and carry no counters or
+times, so the same state always gives byte-identical prompts (prompt caches
+stay warm). Both name the stash entry that holds the original.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+
+TRIM_CONTEXT_LINES = 2
+MASK_EDGE_CHARS = 160
+
+
+def stash_id(chunk_id: str, text: str) -> str:
+    """Deterministic id of a stashed original: the same text stashes once."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=6).hexdigest()
+    return f"{chunk_id}@{digest}"
+
+
+def _ranges(lines: Sequence[int]) -> list[tuple[int, int]]:
+    """Sorted line numbers -> inclusive (first, last) runs."""
+    runs: list[tuple[int, int]] = []
+    for line in lines:
+        if runs and line == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], line)
+        else:
+            runs.append((line, line))
+    return runs
+
+
+def _show(runs: Sequence[tuple[int, int]]) -> str:
+    return ", ".join(f"{a + 1}" if a == b else f"{a + 1}-{b + 1}" for a, b in runs)
+
+
+def select_lines(
+    line_scores: Sequence[float], line_costs: Sequence[float], budget: float
+) -> list[int]:
+    """Best-scoring lines with a little context around each, within `budget`.
+
+    With no scoring line, keeps the head and (mostly) the tail: that is where
+    commands print what they are and how they ended.
+    """
+    n = len(line_scores)
+    chosen: set[int] = set()
+    spent = 0.0
+    ranked = sorted((i for i in range(n) if line_scores[i] > 0), key=lambda i: (-line_scores[i], i))
+    for i in ranked:
+        window = range(max(0, i - TRIM_CONTEXT_LINES), min(n, i + TRIM_CONTEXT_LINES + 1))
+        cost = sum(line_costs[j] for j in window if j not in chosen)
+        if spent + cost > budget and chosen:
+            continue
+        chosen.update(window)
+        spent += cost
+    if not chosen:
+        head, tail = 0, n
+        head_budget = budget * 0.3
+        while head < n and spent + line_costs[head] <= head_budget:
+            spent += line_costs[head]
+            head += 1
+        while tail > head and spent + line_costs[tail - 1] <= budget:
+            tail -= 1
+            spent += line_costs[tail]
+        chosen.update(range(head))
+        chosen.update(range(tail, n))
+    return sorted(chosen)
+
+
+def trim_text(
+    chunk_id: str,
+    text: str,
+    stash: str,
+    line_score: Callable[[str], float],
+    target_tokens: int,
+    total_tokens: int,
+) -> str:
+    """An excerpt of the query-relevant lines of `text`, about `target_tokens` long."""
+    lines = text.split("\n")
+    tokens_per_char = total_tokens / max(len(text), 1)
+    costs = [(len(line) + 1) * tokens_per_char for line in lines]
+    scores = [line_score(line) for line in lines]
+    kept = select_lines(scores, costs, target_tokens)
+    kept_set = set(kept)
+    omitted = _ranges([i for i in range(len(lines)) if i not in kept_set])
+    out = [
+        f"[ctxopt: trimmed {chunk_id}; showing lines {_show(_ranges(kept))} of {len(lines)}; "
+        f"full text in stash {stash}]"
+    ]
+    omitted_at = {a: b for a, b in omitted}
+    i = 0
+    while i < len(lines):
+        if i in omitted_at:
+            end = omitted_at[i]
+            out.append(f"[... lines {_show([(i, end)])} omitted ...]")
+            i = end + 1
+        else:
+            out.append(lines[i])
+            i += 1
+    return "\n".join(out)
+
+
+def mask_text(chunk_id: str, text: str, stash: str, tokens: int) -> str:
+    """A short stable placeholder: the stash id plus the head and tail of the body."""
+    head = text[:MASK_EDGE_CHARS].rstrip()
+    tail = text[-MASK_EDGE_CHARS:].lstrip() if len(text) > 2 * MASK_EDGE_CHARS else ""
+    parts = [f"[ctxopt: masked {chunk_id} ({tokens} tokens); full text in stash {stash}]", head]
+    if tail:
+        parts += ["[...]", tail]
+    return "\n".join(parts)
