@@ -2,6 +2,7 @@ export { type CallSettings, type ClientOptions, CtxoptCallError, CtxoptClient, G
 export { DEFAULT_FLAGS, type Flags, inRollout, type OptimizationMode, readFlags, rolloutBucket } from "./flags.js";
 export { type AppliedPlan, applyPlan } from "./gemini/applyPlan.js";
 export { environmentContextTurns } from "./gemini/environment.js";
+export { judgePlan, type PlanVerdict } from "./gemini/judgePlan.js";
 export {
   findViolations,
   type HistoryRepair,

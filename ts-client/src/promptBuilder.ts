@@ -2,9 +2,9 @@ import type { Content, GenerateContentParameters, Part } from "@google/genai";
 import { type CallSettings, CtxoptCallError, CtxoptClient, GrpcStatus } from "./client.js";
 import { type Flags, inRollout, readFlags } from "./flags.js";
 import { Action, type Chunk, type OptimizeResponse, Strategy } from "./generated/ctxopt/v1/ctxopt.js";
-import { applyPlan } from "./gemini/applyPlan.js";
 import { environmentContextTurns } from "./gemini/environment.js";
-import { findViolations, repairHistory } from "./gemini/history.js";
+import { findViolations } from "./gemini/history.js";
+import { judgePlan, tokensOf } from "./gemini/judgePlan.js";
 import { chunksOf, type MappedContent, mapContents, systemChunk, toContents } from "./gemini/mapping.js";
 import { canonicalJson } from "./gemini/parts.js";
 import { truncateHistory } from "./gemini/truncate.js";
@@ -183,17 +183,12 @@ export class PromptBuilder {
       return finish("fallback", sent, { droppedTurns: valid ? truncated.droppedTurns : 0, note: fallbackReason(error) });
     }
     const counts = countActions(plan);
-    const applied = applyPlan(turns, plan);
-    const repaired = repairHistory(applied.turns);
-    const tokensAfter = fixedTokens + tokensOf(repaired.turns);
-    const broken = repaired.violations.map((v) => v.rule);
-    if (this.flags.mode === "shadow") {
-      return finish("shadow", turns, { ...counts, tokensAfter, note: broken.length ? `plan would break ${broken.join(", ")}` : "" }, plan);
-    }
-    if (broken.length > 0) return finish("kept-original", turns, { note: `plan would break ${[...new Set(broken)].join(", ")}` }, plan);
-    if (tokensAfter >= tokensBefore) return finish("kept-original", turns, { note: "plan is not smaller" }, plan);
-    state.turns = repaired.turns;
-    return finish("optimized", repaired.turns, counts, plan);
+    const verdict = judgePlan(turns, plan);
+    const tokensAfter = fixedTokens + verdict.tokensAfter;
+    if (this.flags.mode === "shadow") return finish("shadow", turns, { ...counts, tokensAfter, note: verdict.reason }, plan);
+    if (!verdict.accepted) return finish("kept-original", turns, { note: verdict.reason }, plan);
+    state.turns = verdict.turns;
+    return finish("optimized", verdict.turns, counts, plan);
   }
 
   private session(sessionId: string): SessionState {
@@ -304,12 +299,6 @@ function sameContent(content: Content, previous: Content | undefined, mapped: Ma
   if (content === previous) return true;
   if (content.role !== mapped.role) return false;
   return canonicalJson(content.parts ?? []) === canonicalJson(mapped.parts.map((p) => p.part));
-}
-
-function tokensOf(turns: readonly MappedContent[]): number {
-  let total = 0;
-  for (const turn of turns) for (const part of turn.parts) total += part.chunk.tokens;
-  return total;
 }
 
 function countActions(plan: OptimizeResponse): Pick<ContextSummary, "stashed" | "trimmed" | "masked" | "deleted"> {

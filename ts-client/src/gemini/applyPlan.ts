@@ -60,7 +60,9 @@ export function applyPlan(turns: readonly MappedContent[], plan: Pick<OptimizeRe
 function rewritePart(part: Part, replacement: string): Part {
   const response = part.functionResponse;
   if (response !== undefined) {
-    return { functionResponse: { ...response, response: { output: replacement }, parts: undefined } };
+    // Multimodal response parts belong to the payload being replaced.
+    const { parts: _payloadParts, ...kept } = response;
+    return { functionResponse: { ...kept, response: { output: replacement } } };
   }
   const call = part.functionCall;
   if (call !== undefined) return { functionCall: { ...call, args: { ctxopt_masked: replacement } } };
