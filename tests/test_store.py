@@ -242,35 +242,42 @@ def test_database_lives_in_the_data_directory_in_wal_mode(store: Store, data_dir
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-_WRITE_THEN_WAIT = """
-import sys, time
-from ctxopt.model import Chunk, ChunkKind, Role
-from ctxopt.store import Store, StoredChunk
+# Writes plans without pause, printing each one's number once it returned.
+_WRITE_FOREVER = """
+import sys
+from ctxopt.model import Action, Chunk, ChunkKind, Role
+from ctxopt.store import StashEntry, Store, StoredChunk, stash_id_for
 store = Store(sys.argv[1], fsync=sys.argv[2])
-chunk = Chunk(id="acked", role=Role.USER, kind=ChunkKind.MESSAGE, text="survives ✓")
-store.save_chunks("s1", "alice", [StoredChunk(chunk, 1, 0, 0)])
-print("ack", flush=True)
-time.sleep(60)
+for n in range(1_000_000):
+    kept = Chunk(id=f"k{n}", role=Role.USER, kind=ChunkKind.MESSAGE, text=f"kept {n} ✓")
+    gone = Chunk(id=f"g{n}", role=Role.MODEL, kind=ChunkKind.MESSAGE, text=f"stashed {n} 🚀" * 50)
+    stashed = StashEntry(stash_id_for(gone), "s1", "alice", gone, Action.STASH, (), 0.0, n, "p")
+    store.commit_plan("s1", "alice", [stashed], [], [StoredChunk(kept, n, 0, n)], n)
+    print(n, flush=True)
 """
 
 
 @pytest.mark.parametrize("fsync", ["normal", "full"])
-def test_acknowledged_write_survives_sigkill(data_dir: Path, fsync: str) -> None:
+def test_sigkill_mid_write_keeps_every_acknowledged_write(data_dir: Path, fsync: str) -> None:
     child = subprocess.Popen(
-        [sys.executable, "-c", _WRITE_THEN_WAIT, str(data_dir), fsync],
+        [sys.executable, "-c", _WRITE_FOREVER, str(data_dir), fsync],
         stdout=subprocess.PIPE,
         text=True,
     )
     assert child.stdout is not None
-    assert child.stdout.readline().strip() == "ack"
+    acked = [int(child.stdout.readline()) for _ in range(200)]
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
     reopened = Store(str(data_dir))
     try:
+        assert reopened.integrity_check() == "ok"
         session = reopened.load_session("s1")
         assert session is not None
-        assert session.chunks[0].chunk.text == "survives ✓"
-        assert reopened.integrity_check() == "ok"
+        kept = {c.chunk.id: c.chunk.text for c in session.chunks}
+        stashed = reopened.get_stashed("s1", [f"g{n}" for n in acked])
+        for n in acked:
+            assert kept[f"k{n}"] == f"kept {n} ✓"
+            assert stashed[f"g{n}"].chunk.text == f"stashed {n} 🚀" * 50
     finally:
         reopened.close()
 
