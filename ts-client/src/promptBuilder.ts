@@ -64,6 +64,8 @@ export interface PromptInput {
 export interface BuiltPrompt {
   /** What to send to generateContent. */
   readonly request: GenerateContentParameters;
+  /** `request.contents`, typed. */
+  readonly contents: Content[];
   /**
    * The history to keep for the next turn: rewritten by the plan in `true`
    * mode (like Gemini CLI's compression), otherwise the history given.
@@ -152,9 +154,10 @@ export class PromptBuilder {
         ...extra,
         latencyMs: performance.now() - started,
       };
-      const request = this.request(input, toContents(sent));
+      const contents = toContents(sent);
+      const request = this.request(input, contents);
       const history = outcome === "optimized" ? this.keepRewritten(state, sent, messageContent) : [...input.history];
-      return { request, history, summary, summaryLine: summaryLine(summary), ...(plan ? { plan } : {}) };
+      return { request, contents, history, summary, summaryLine: summaryLine(summary), ...(plan ? { plan } : {}) };
     };
 
     if (this.flags.mode === "false") return finish("pass-through", turns);
@@ -175,6 +178,7 @@ export class PromptBuilder {
       plan = result.plan;
     } catch (error) {
       this.healthyUntil = 0;
+      if (this.flags.mode === "shadow") return finish("shadow", turns, { note: `no plan: ${fallbackReason(error)}` });
       const target = windowTokens * ((this.budget.targetPercent ?? 60) / 100);
       const locked = environmentContextTurns(input.history, input.environmentContext);
       const truncated = truncateHistory(turns, target, locked, fixedTokens);

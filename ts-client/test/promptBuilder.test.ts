@@ -1,0 +1,95 @@
+import assert from "node:assert/strict";
+import { after, test } from "node:test";
+import { DEFAULT_FLAGS, type Flags, inRollout } from "../src/flags.js";
+import { findViolations } from "../src/gemini/history.js";
+import { PromptBuilder } from "../src/promptBuilder.js";
+import { call, model, response, text, user } from "./support/histories.js";
+import { closedPort, silentServer } from "./support/network.js";
+
+const long = "log line\n".repeat(2000); // 4,500 tokens
+const history = [
+  user(text("This is the Gemini CLI. We are setting up the context for our chat.\nMy operating system is: linux")),
+  model(text("Got it. Thanks for the context!")),
+  user(text("why does the build fail?")),
+  model(call("run_shell_command", "c1", { command: "make" })),
+  user(response("run_shell_command", "c1", long)),
+  model(text("the linker is missing libfoo")),
+  user(text("install it")),
+  model(call("run_shell_command", "c2", { command: "apt install libfoo" })),
+  user(response("run_shell_command", "c2", long)),
+  model(text("installed")),
+];
+const input = { sessionId: "s-1", model: "gemini-2.5-pro", systemInstruction: "You are a CLI agent.", history, message: "build again" };
+
+const builders: PromptBuilder[] = [];
+async function builderFor(flags: Partial<Flags>, contextLimitTokens = 10_000): Promise<PromptBuilder> {
+  const address = flags.address ?? `127.0.0.1:${await closedPort()}`;
+  const builder = new PromptBuilder({ flags: { ...DEFAULT_FLAGS, deadlineMs: 300, ...flags, address }, budget: { contextLimitTokens } });
+  builders.push(builder);
+  return builder;
+}
+after(() => builders.forEach((b) => b.close()));
+
+test("mode false passes the history through unchanged", async () => {
+  const built = await (await builderFor({ mode: "false" })).build(input);
+  assert.equal(built.summary.outcome, "pass-through");
+  assert.deepEqual(built.contents, [...history, user(text("build again"))]);
+  assert.deepEqual(built.history, history);
+});
+
+test("the request carries the model and the system instruction with the memory", async () => {
+  const built = await (await builderFor({ mode: "false" })).build({ ...input, memory: "# GEMINI.md" });
+  assert.equal(built.request.model, "gemini-2.5-pro");
+  assert.deepEqual(built.request.config?.systemInstruction, "You are a CLI agent.\n\n# GEMINI.md");
+});
+
+test("a session outside the rollout passes through and says why", async () => {
+  const sessionId = Array.from({ length: 100 }, (_, i) => `s-${i}`).find((id) => !inRollout(id, 10))!;
+  const built = await (await builderFor({ mode: "true", rolloutPercent: 10 })).build({ ...input, sessionId });
+  assert.equal(built.summary.outcome, "pass-through");
+  assert.match(built.summaryLine, /outside the 10% rollout/);
+});
+
+test("under the threshold the service is not asked", async () => {
+  const built = await (await builderFor({ mode: "true" }, 1_000_000)).build(input);
+  assert.equal(built.summary.outcome, "below-threshold");
+  assert.deepEqual(built.contents, [...history, user(text("build again"))]);
+});
+
+test("more chunks than GEMINI_CONTEXT_MAX_CHUNKS engages the hook even under the threshold", async () => {
+  const built = await (await builderFor({ mode: "true", maxChunks: 3 }, 1_000_000)).build(input);
+  assert.equal(built.summary.outcome, "fallback");
+});
+
+test("an unreachable service gives local truncation that keeps the history rules, and the summary says so", async () => {
+  const built = await (await builderFor({ mode: "true" })).build(input);
+  assert.equal(built.summary.outcome, "fallback");
+  assert.match(built.summaryLine, /FALLBACK local truncation: service unreachable/);
+  assert.ok(built.summary.tokensAfter < built.summary.tokensBefore);
+  assert.deepEqual(findViolations(built.contents), []);
+  assert.deepEqual(built.contents.at(-1), user(text("build again")));
+  assert.deepEqual(built.history, history);
+});
+
+test("a service that misses the deadline gives local truncation", async () => {
+  const silent = await silentServer();
+  try {
+    const built = await (await builderFor({ mode: "true", address: silent.address, deadlineMs: 100 })).build(input);
+    assert.equal(built.summary.outcome, "fallback");
+    assert.ok(built.summary.tokensAfter < built.summary.tokensBefore);
+  } finally {
+    await silent.close();
+  }
+});
+
+test("shadow mode with an unreachable service sends the original and says why", async () => {
+  const built = await (await builderFor({ mode: "shadow" })).build(input);
+  assert.equal(built.summary.outcome, "shadow");
+  assert.match(built.summaryLine, /no plan: service unreachable/);
+  assert.deepEqual(built.contents, [...history, user(text("build again"))]);
+});
+
+test("the summary line shows the window share, the token counts and the latency", async () => {
+  const built = await (await builderFor({ mode: "false" })).build(input);
+  assert.match(built.summaryLine, /^ctxopt\[false\] gemini-2\.5-pro: \d+\.\d% of 10,000 tokens used \([\d,]+ -> [\d,]+, saved 0\), [\d.]+ ms, pass-through$/);
+});
