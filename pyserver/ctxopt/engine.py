@@ -57,9 +57,9 @@ def _now_ms() -> int:
 
 
 class Engine:
-    def __init__(self, config: Config, tuning: Tuning = Tuning()) -> None:
+    def __init__(self, config: Config, tuning: Tuning | None = None) -> None:
         self.config = config
-        self.tuning = tuning
+        self.tuning = tuning or Tuning()
         self.counter = TokenCounter(config.tokenizer, config.token_cache_size)
         self.analyzer = Analyzer()
         self.registry = Registry(self.analyzer)
@@ -522,7 +522,8 @@ class Engine:
                     "budget",
                     budget.target,
                     f"restoring {growth} tokens would bring the session to "
-                    f"{session.tokens_total + growth}, above the target; set force to restore anyway",
+                    f"{session.tokens_total + growth}, above the target; "
+                    "set force to restore anyway",
                 )
             now = _now_ms()
             entries = []

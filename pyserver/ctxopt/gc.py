@@ -93,7 +93,8 @@ def root_mask(session: Session, roots: Roots) -> BoolArray:
     mask |= recent_turn_mask(session, roots.recent_turns)
     mask |= latest_turn_mask(session)
     mask |= pending_call_mask(session)
-    return mask & alive
+    root: BoolArray = mask & alive
+    return root
 
 
 def mark_reachable(session: Session, roots: BoolArray) -> BoolArray:

@@ -185,8 +185,12 @@ def plan_session(
     )
 
     # ---- per-unit aggregates -----------------------------------------
-    unit_tokens = np.bincount(sel.unit_of[live], weights=cols.tokens[live], minlength=n)
-    unit_shrunk = np.bincount(sel.unit_of[live], weights=shrink_tokens[live], minlength=n)
+    unit_tokens: FloatArray = np.bincount(
+        sel.unit_of[live], weights=cols.tokens[live], minlength=n
+    ).astype(np.float64)
+    unit_shrunk: FloatArray = np.bincount(
+        sel.unit_of[live], weights=shrink_tokens[live], minlength=n
+    ).astype(np.float64)
     unit_value = np.zeros(n, dtype=np.float64)
     np.maximum.at(unit_value, sel.unit_of[live], value[live])
     unit_shrunk_value = np.zeros(n, dtype=np.float64)
@@ -548,7 +552,6 @@ def _outcome(
 ) -> Outcome:
     """Turn unit states into per-chunk decisions, texts and the plan."""
     state = sel.slot_state()
-    cols = session.columns
     kept_ids: list[str] = []
     decisions: list[Decision] = []
     outcome = Outcome(Plan([], [], tokens_before, 0, target, triggered, True, repairs))

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# CI smoke of every benchmark: tiny sizes, results in a temporary directory,
+# checks only that each runs and writes valid JSON (never wall times).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+PY=.venv/bin/python
+
+run() {  # run NAME COMMAND...: the command must write $out/NAME.json
+  local name=$1; shift
+  echo "== smoke: $name"
+  "$@"
+  "$PY" -c 'import json,sys; json.load(open(sys.argv[1]))' "$out/$name.json"
+}
+
+run bench_engine "$PY" -m benchmarks.bench_engine --smoke --out "$out/bench_engine.json"
+echo "all benchmark smokes wrote valid JSON"
