@@ -98,8 +98,9 @@ def main() -> None:
     rows = [
         measure(size, texts, repeats if size < 100_000 else max(5, repeats // 3)) for size in sizes
     ]
-    header = f"{'chunks':>8} {'tokens':>11} {'append tok/s':>13} {'score p50':>10} {'score p99':>10} {'opt p50':>9} {'opt p99':>9}"
-    print(header)
+    columns = ("chunks", "tokens", "append tok/s", "score p50", "score p99", "opt p50", "opt p99")
+    widths = (8, 11, 13, 10, 10, 9, 9)
+    print(" ".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=True)))
     for r in rows:
         print(
             f"{r['chunks']:>8} {r['tokens']:>11,.0f} {r['append_tokens_per_s']:>13,.0f} "

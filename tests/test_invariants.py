@@ -92,7 +92,7 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 def test_locked_pinned_and_roots_are_never_touched(
     chunks: list[Chunk], data: st.DataObject
 ) -> None:
-    e, plan, opts = plan_for(chunks, data)
+    e, plan, _opts = plan_for(chunks, data)
     session = e.registry.get("s")
     assert session is not None
     touched = {d.chunk_id for d in plan.decisions}
@@ -104,7 +104,7 @@ def test_locked_pinned_and_roots_are_never_touched(
 @SETTINGS
 @given(sessions(), st.data())
 def test_plan_lands_under_target_when_feasible(chunks: list[Chunk], data: st.DataObject) -> None:
-    _, plan, opts = plan_for(chunks, data)
+    _, plan, _opts = plan_for(chunks, data)
     assert plan.tokens_after <= plan.tokens_before
     if plan.feasible:
         assert plan.tokens_after <= plan.target_tokens
@@ -200,7 +200,7 @@ def test_result_is_a_coherent_conversation(chunks: list[Chunk], data: st.DataObj
 @SETTINGS
 @given(sessions(), st.data())
 def test_same_state_same_plan(chunks: list[Chunk], data: st.DataObject) -> None:
-    e1, plan1, opts = plan_for(chunks, data)
+    _e1, plan1, opts = plan_for(chunks, data)
     e2 = engine()
     e2.append("", "s", chunks)
     plan2 = e2.optimize("", "s", opts)

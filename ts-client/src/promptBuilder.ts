@@ -1,5 +1,5 @@
 import type { Content, GenerateContentParameters, Part } from "@google/genai";
-import { type CallSettings, CtxoptCallError, CtxoptClient, GrpcStatus } from "./client.js";
+import { type CallSettings, CtxoptCallError, CtxoptClient, GrpcStatus, ServingStatus } from "./client.js";
 import { type Flags, inRollout, readFlags } from "./flags.js";
 import { Action, type Chunk, type OptimizeResponse, Strategy } from "./generated/ctxopt/v1/ctxopt.js";
 import { environmentContextTurns } from "./gemini/environment.js";
@@ -9,7 +9,7 @@ import { chunksOf, type MappedContent, mapContents, systemChunk, toContents } fr
 import { canonicalJson } from "./gemini/parts.js";
 import { truncateHistory } from "./gemini/truncate.js";
 import { tokenLimit } from "./models.js";
-import { SessionMirror } from "./sessionMirror.js";
+import { SessionMirror, type SyncReport } from "./sessionMirror.js";
 import type { BuildOutcome, ContextSummary } from "./summary.js";
 import { summaryLine } from "./summary.js";
 
@@ -75,6 +75,8 @@ export interface BuiltPrompt {
   readonly summaryLine: string;
   /** The service's plan, when one was made. */
   readonly plan?: OptimizeResponse;
+  /** What this build sent to keep the service's session in step, when it talked to the service. */
+  readonly sync?: SyncReport;
 }
 
 interface SessionState {
@@ -139,6 +141,7 @@ export class PromptBuilder {
     const tokensBefore = fixedTokens + chunks.slice(fixed.length).reduce((sum, c) => sum + c.tokens, 0);
     const windowTokens = this.budget.contextLimitTokens ?? tokenLimit(input.model);
     const base = { mode: this.flags.mode, model: input.model, windowTokens, tokensBefore };
+    let sync: SyncReport | undefined;
     const finish = (outcome: BuildOutcome, sent: MappedContent[], extra: Partial<ContextSummary> = {}, plan?: OptimizeResponse): BuiltPrompt => {
       const summary: ContextSummary = {
         ...base,
@@ -157,7 +160,7 @@ export class PromptBuilder {
       const contents = toContents(sent);
       const request = this.request(input, contents);
       const history = outcome === "optimized" ? this.keepRewritten(state, sent, messageContent) : [...input.history];
-      return { request, contents, history, summary, summaryLine: summaryLine(summary), ...(plan ? { plan } : {}) };
+      return { request, contents, history, summary, summaryLine: summaryLine(summary), ...(plan ? { plan } : {}), ...(sync ? { sync } : {}) };
     };
 
     if (this.flags.mode === "false") return finish("pass-through", turns);
@@ -176,6 +179,7 @@ export class PromptBuilder {
       const queryEmbedding = await this.attachEmbeddings(state, chunks, request.query);
       const result = await state.mirror.optimize(chunks, { ...request, queryEmbedding }, settings);
       plan = result.plan;
+      sync = result.sync;
     } catch (error) {
       this.healthyUntil = 0;
       if (this.flags.mode === "shadow") return finish("shadow", turns, { note: `no plan: ${fallbackReason(error)}` });
@@ -260,7 +264,7 @@ export class PromptBuilder {
 
   private async ensureHealthy(settings: CallSettings): Promise<void> {
     if (Date.now() < this.healthyUntil) return;
-    if (!(await this.client.isServing(settings))) throw new ServiceUnhealthy();
+    if ((await this.client.health("", settings)) !== ServingStatus.SERVING) throw new ServiceUnhealthy();
     this.healthyUntil = Date.now() + HEALTH_TTL_MS;
   }
 
@@ -316,7 +320,7 @@ function countActions(plan: OptimizeResponse): Pick<ContextSummary, "stashed" | 
 }
 
 function fallbackReason(error: unknown): string {
-  if (error instanceof ServiceUnhealthy) return "service unreachable or not serving";
+  if (error instanceof ServiceUnhealthy) return "service not serving";
   if (error instanceof CtxoptCallError) {
     if (error.code === GrpcStatus.DEADLINE_EXCEEDED) return `deadline missed in ${error.method}`;
     if (error.code === GrpcStatus.UNAVAILABLE) return `service unavailable in ${error.method}`;
