@@ -190,6 +190,7 @@ export class PromptBuilder {
       const sent = valid ? truncated.turns : turns;
       return finish("fallback", sent, { droppedTurns: valid ? truncated.droppedTurns : 0, note: fallbackReason(error) });
     }
+    if (!plan.triggered) return finish("below-threshold", turns, { note: "service: not triggered" }, plan);
     const counts = countActions(plan);
     const verdict = judgePlan(turns, plan);
     const tokensAfter = fixedTokens + verdict.tokensAfter;

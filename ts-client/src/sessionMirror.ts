@@ -45,7 +45,9 @@ export class SessionMirror {
         this.uncertain = true;
         throw error;
       }
-      await this.client.deleteSession({ sessionId: this.sessionId }, settings);
+      // Either the session is gone, or it lacks chunks we believed it held
+      // (RemoveChunks is all or nothing): start it over from the client's copy.
+      if (!isSessionLost(error)) await this.client.deleteSession({ sessionId: this.sessionId }, settings);
       this.held.clear();
       const report = await this.sendDelta(chunks, settings);
       this.uncertain = false;
@@ -106,4 +108,9 @@ export class SessionMirror {
 
 function isNotFound(error: unknown): boolean {
   return error instanceof CtxoptCallError && error.code === GrpcStatus.NOT_FOUND;
+}
+
+/** The server names the field at fault first: `session_id: no such session ...`. */
+function isSessionLost(error: unknown): boolean {
+  return isNotFound(error) && (error as CtxoptCallError).details.startsWith("session_id");
 }
