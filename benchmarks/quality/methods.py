@@ -1,0 +1,317 @@
+"""What each method keeps of a case under a token budget.
+
+ctxopt's engine (`default`, `truncate`, `budget`) sees the chunks, the query and
+the roots. The baselines and peers keep the case's mandatory chunks (SWE: the
+system prompt, the task and the last two messages) and choose among the rest
+with what is left of the budget:
+
+- `recent`: newest first, each turn that still fits;
+- `random`: a seeded shuffle, greedily while chunks fit;
+- `bm25`: rank_bm25 (Okapi) over the engine's analyzer terms, by score;
+- `gemini-cli`: Gemini CLI's `findCompressSplitPoint` with its preserve
+  fraction set to the budget; what follows the split stays verbatim (the CLI
+  would summarise the rest with an LLM, which is not counted here);
+- `langchain`: langchain-core `trim_messages(strategy="last")`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxopt.engine import Engine
+from ctxopt.model import Action, Budget, OptimizeOptions, Role, Strategy
+from rank_bm25 import BM25Okapi
+
+from benchmarks.quality.datasets import Case
+
+PEERS_DIR = Path(__file__).resolve().parents[1] / "peers"
+GEMINI_CORE = PEERS_DIR / "node_modules" / "@google" / "gemini-cli-core" / "package.json"
+RANDOM_SEED = 20240607
+NPM_TIMEOUT_S = 600
+NODE_TIMEOUT_S = 600
+
+
+class PeerUnavailable(Exception):
+    """A peer that cannot be installed or run here; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """A method's prompt: kept ids in prompt order, the text that replaced a
+    kept chunk (TRIM excerpt or MASK placeholder), the ids masked (their
+    content is gone), the prompt's tokens and the ms the choice took."""
+
+    ids: tuple[str, ...]
+    tokens: int
+    ms: float
+    replacements: Mapping[str, str] = field(default_factory=dict)
+    masked: frozenset[str] = frozenset()
+
+    def content_ids(self) -> frozenset[str]:
+        """Chunks whose content is still in the prompt (verbatim or excerpted)."""
+        return frozenset(self.ids) - self.masked
+
+    def text(self, case: Case) -> str:
+        by_id = {c.id: c.text for c in case.chunks}
+        return "\n".join(self.replacements.get(i, by_id[i]) for i in self.ids)
+
+
+class Method(ABC):
+    name: str
+    # Query-independent choices are computed once per history and budget.
+    query_dependent: bool = True
+    # Needs nothing beyond the Python environment (the smoke run uses these).
+    fast: bool = True
+    # Third-party code: a failure is reported and the run goes on without it.
+    peer: bool = False
+
+    def prepare(self, cases: Sequence[Case], budgets: Sequence[float]) -> None:  # noqa: B027
+        """Precompute for all cases at once (a peer in another process)."""
+
+    @abstractmethod
+    def select(self, case: Case, budget: float) -> Kept: ...
+
+
+def budget_tokens(case: Case, budget: float) -> int:
+    return int(case.prompt_tokens * budget)
+
+
+def fill(case: Case, order: Iterable[str], budget: float, ms: float) -> Kept:
+    """Keep the mandatory chunks, then each chunk in `order` that fits what
+    is left of the budget (one that does not is skipped, not a stop)."""
+    tokens = {c.id: c.tokens for c in case.chunks}
+    kept = set(case.mandatory)
+    room = budget_tokens(case, budget) - sum(tokens[i] for i in kept)
+    for chunk_id in order:
+        if chunk_id in kept:
+            continue
+        if tokens[chunk_id] <= room:
+            kept.add(chunk_id)
+            room -= tokens[chunk_id]
+    ids = tuple(c.id for c in case.chunks if c.id in kept)
+    return Kept(ids, sum(tokens[i] for i in ids), ms)
+
+
+def optional_chunks(case: Case) -> list[Any]:
+    return [c for c in case.chunks if c.id not in case.mandatory]
+
+
+def room_share(case: Case, budget: float) -> float:
+    """The budget left after the mandatory chunks, as a share of the rest."""
+    optional = sum(c.tokens for c in optional_chunks(case))
+    mandatory = case.prompt_tokens - optional
+    return (budget_tokens(case, budget) - mandatory) / optional if optional else 1.0
+
+
+# ---- ctxopt ------------------------------------------------------------------
+
+
+class EngineMethod(Method):
+    """ctxopt's stateless `optimize_context`, one shared engine."""
+
+    def __init__(self, name: str, engine: Engine, strategy: Strategy) -> None:
+        self.name = name
+        self.engine = engine
+        self.strategy = strategy
+
+    def select(self, case: Case, budget: float) -> Kept:
+        options = OptimizeOptions(
+            budget=Budget(
+                context_limit_tokens=case.prompt_tokens,
+                target_tokens=max(1, budget_tokens(case, budget)),
+            ),
+            query=case.query,
+            roots=case.roots,
+            strategy=self.strategy,
+            force=True,
+        )
+        started = time.perf_counter()
+        plan = self.engine.optimize_context(case.chunks, options)
+        ms = (time.perf_counter() - started) * 1000
+        shrunk = [d for d in plan.decisions if d.action in (Action.TRIM, Action.MASK)]
+        return Kept(
+            tuple(plan.kept_ids),
+            plan.tokens_after,
+            ms,
+            {d.chunk_id: d.replacement_text for d in shrunk},
+            frozenset(d.chunk_id for d in shrunk if d.action == Action.MASK),
+        )
+
+
+# ---- baselines ---------------------------------------------------------------
+
+
+class Recent(Method):
+    name = "recent"
+    query_dependent = False
+
+    def select(self, case: Case, budget: float) -> Kept:
+        started = time.perf_counter()
+        order = [c.id for c in reversed(case.chunks)]
+        return fill(case, order, budget, (time.perf_counter() - started) * 1000)
+
+
+class RandomChoice(Method):
+    name = "random"
+    query_dependent = False
+
+    def select(self, case: Case, budget: float) -> Kept:
+        started = time.perf_counter()
+        order = [c.id for c in case.chunks]
+        random.Random(f"{RANDOM_SEED}:{case.key}:{budget}").shuffle(order)
+        return fill(case, order, budget, (time.perf_counter() - started) * 1000)
+
+
+class Bm25(Method):
+    """Plain BM25 by score: no roots, no recency, no structure."""
+
+    name = "bm25"
+
+    def __init__(self, analyze: Callable[[str], list[str]]) -> None:
+        self.analyze = analyze
+        self.indexed: tuple[str, BM25Okapi] | None = None  # the latest history's index
+
+    def index(self, case: Case) -> BM25Okapi:
+        if self.indexed is None or self.indexed[0] != case.key:
+            self.indexed = (case.key, BM25Okapi([self.analyze(c.text) for c in case.chunks]))
+        return self.indexed[1]
+
+    def select(self, case: Case, budget: float) -> Kept:
+        index = self.index(case)  # built once per history, outside the timing
+        started = time.perf_counter()
+        scores = index.get_scores(self.analyze(case.query))
+        ranked = sorted(range(len(case.chunks)), key=lambda i: (-scores[i], -i))
+        order = [case.chunks[i].id for i in ranked]
+        return fill(case, order, budget, (time.perf_counter() - started) * 1000)
+
+
+# ---- peers -------------------------------------------------------------------
+
+
+def gemini_content(role: Role, text: str) -> dict[str, Any]:
+    return {"role": "model" if role == Role.MODEL else "user", "parts": [{"text": text}]}
+
+
+def ensure_gemini_core() -> None:
+    """Install the pinned peer once (`npm ci`); later runs find it in place."""
+    if GEMINI_CORE.exists():
+        return
+    if shutil.which("npm") is None or shutil.which("node") is None:
+        raise PeerUnavailable("node and npm are not on PATH")
+    result = subprocess.run(
+        ["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=PEERS_DIR,
+        capture_output=True,
+        text=True,
+        timeout=NPM_TIMEOUT_S,
+        check=False,
+    )
+    if result.returncode != 0 or not GEMINI_CORE.exists():
+        raise PeerUnavailable(f"npm ci in {PEERS_DIR} failed: {result.stderr.strip()[-300:]}")
+
+
+class GeminiCli(Method):
+    """Everything after Gemini CLI's split point, verbatim. All cases go to one
+    Node process (benchmarks/peers/split_points.mjs); the split depends only on
+    the history, so it is computed once per history and budget."""
+
+    name = "gemini-cli"
+    query_dependent = False
+    fast = False
+    peer = True
+
+    def __init__(self) -> None:
+        self.splits: dict[tuple[str, float], tuple[int, float]] = {}
+
+    def prepare(self, cases: Sequence[Case], budgets: Sequence[float]) -> None:
+        ensure_gemini_core()
+        histories = list({c.key: c for c in cases}.values())
+        items = [
+            {
+                "contents": [gemini_content(c.role, c.text) for c in optional_chunks(case)],
+                "preserve": [min(max(room_share(case, b), 0.0), 1.0) for b in budgets],
+            }
+            for case in histories
+        ]
+        try:
+            result = subprocess.run(
+                ["node", "split_points.mjs"],
+                cwd=PEERS_DIR,
+                input=json.dumps({"items": items}),
+                capture_output=True,
+                text=True,
+                timeout=NODE_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise PeerUnavailable(f"node split_points.mjs did not run: {err}") from None
+        if result.returncode != 0:
+            raise PeerUnavailable(f"node split_points.mjs failed: {result.stderr.strip()[-300:]}")
+        answers = json.loads(result.stdout)["items"]
+        for case, answer in zip(histories, answers, strict=True):
+            for budget, split, ms in zip(budgets, answer["splits"], answer["ms"], strict=True):
+                self.splits[(case.key, budget)] = (int(split), float(ms))
+
+    def select(self, case: Case, budget: float) -> Kept:
+        split, ms = self.splits[(case.key, budget)]
+        verbatim = [c.id for c in optional_chunks(case)[split:]]
+        tokens = {c.id: c.tokens for c in case.chunks}
+        kept = case.mandatory | set(verbatim)
+        ids = tuple(c.id for c in case.chunks if c.id in kept)
+        return Kept(ids, sum(tokens[i] for i in ids), ms)
+
+
+class LangChainTrim(Method):
+    """langchain-core `trim_messages(strategy="last", include_system=True,
+    start_on="human")` with cl100k counts; the system prompt goes in as the
+    system message, the other mandatory chunks are kept beside its choice."""
+
+    name = "langchain"
+    query_dependent = False
+    peer = True
+
+    def __init__(self) -> None:
+        try:
+            from langchain_core.messages import (  # optional dependency: imported on use
+                AIMessage,
+                HumanMessage,
+                SystemMessage,
+                trim_messages,
+            )
+        except ImportError as err:
+            raise PeerUnavailable(
+                f"langchain-core is not installed ({err}); pip install -e '.[quality]'"
+            ) from None
+        self.trim = trim_messages
+        self.kinds = {Role.SYSTEM: SystemMessage, Role.MODEL: AIMessage, Role.USER: HumanMessage}
+
+    def select(self, case: Case, budget: float) -> Kept:
+        tokens = {c.id: c.tokens for c in case.chunks}
+        system = [c for c in case.chunks if c.role == Role.SYSTEM and c.id in case.mandatory]
+        candidates = system + optional_chunks(case)
+        messages = [
+            self.kinds.get(c.role, self.kinds[Role.USER])(c.text, id=c.id) for c in candidates
+        ]
+        others = sum(tokens[i] for i in case.mandatory) - sum(c.tokens for c in system)
+        started = time.perf_counter()
+        trimmed = self.trim(
+            messages,
+            max_tokens=max(0, budget_tokens(case, budget) - others),
+            token_counter=lambda ms: sum(tokens[str(m.id)] for m in ms),
+            strategy="last",
+            include_system=True,
+            start_on="human",
+        )
+        ms = (time.perf_counter() - started) * 1000
+        kept = case.mandatory | {str(m.id) for m in trimmed}
+        ids = tuple(c.id for c in case.chunks if c.id in kept)
+        return Kept(ids, sum(tokens[i] for i in ids), ms)

@@ -1,0 +1,151 @@
+"""The results as JSON-ready data and as the printed table."""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Sequence
+from typing import Any
+
+from benchmarks.quality.evaluate import Run, Series, Tally
+from benchmarks.quality.metrics import mean, median
+
+NOTES = (
+    "LoCoMo: evidence-turn recall over category 1-4 questions; a turn counts when its "
+    "content is in the prompt (kept verbatim or as a TRIM excerpt; a MASK placeholder "
+    "does not count).",
+    "SWE: hunk coverage pooled over all hunks of the evaluable trajectories; the "
+    "system prompt, the task and the last two messages are kept by every method.",
+    "gemini-cli counts only what Gemini CLI keeps verbatim: it would summarise the "
+    "part before its split point with an LLM, which is not run here.",
+    "Budgets are shares of the prompt's cl100k tokens; kept_share is what each method "
+    "actually kept (peers decide by their own measure and may overshoot).",
+)
+
+
+def label(budget: float) -> str:
+    return f"{round(budget * 100)}%"
+
+
+def tally_json(tally: Tally, swe: bool) -> dict[str, float | int]:
+    data: dict[str, float | int] = {
+        "items": len(tally.scores),
+        "kept_share": mean(tally.kept_share),
+    }
+    if swe:
+        data["coverage"] = tally.covered / tally.hunks if tally.hunks else float("nan")
+        data["mean_trajectory_coverage"] = mean(tally.scores)
+        data["all_hunks_share"] = mean([float(c) for c in tally.complete])
+    else:
+        data["recall"] = mean(tally.scores)
+        data["all_evidence_share"] = mean([float(c) for c in tally.complete])
+    return data
+
+
+def series_json(series: Series | None, swe: bool) -> dict[str, Any] | None:
+    if series is None:
+        return None
+    return {
+        "budgets": {label(b): tally_json(t, swe) for b, t in series.tallies.items()},
+        "median_ms_per_plan": median(series.ms),
+        "plans": len(series.ms),
+    }
+
+
+def results_json(run: Run, names: Sequence[str], meta: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **meta,
+        "budgets": run.budgets,
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+        },
+        "methods": {
+            name: {
+                "locomo": series_json(run.locomo.get(name), swe=False),
+                "swe": series_json(run.swe.get(name), swe=True),
+            }
+            for name in names
+            if name not in run.unavailable
+        },
+        "unavailable": run.unavailable,
+        "notes": list(NOTES),
+    }
+
+
+def metric(results: dict[str, Any], method: str, dataset: str, budget: float, key: str) -> float:
+    series = results["methods"][method][dataset]
+    if series is None:
+        return float("nan")
+    return float(series["budgets"][label(budget)][key])
+
+
+def fmt(value: float, digits: int = 3) -> str:
+    return "-" if value != value else f"{value:.{digits}f}"  # NaN: no data
+
+
+QUALITY_COLUMNS = (
+    ("LoCoMo recall", "locomo", "recall"),
+    ("LoCoMo all-evidence", "locomo", "all_evidence_share"),
+    ("SWE hunk coverage", "swe", "coverage"),
+)
+KEPT_COLUMNS = (
+    ("LoCoMo kept tokens", "locomo", "kept_share"),
+    ("SWE kept tokens", "swe", "kept_share"),
+)
+
+
+def table(results: dict[str, Any], columns: Sequence[tuple[str, str, str]], timing: bool) -> str:
+    """Rows: methods; per column group (title, data set, metric) one column
+    per budget under a group title; with `timing`, the median ms per plan."""
+    budgets: list[float] = results["budgets"]
+    titles = ["", *(t for t, _, _ in columns for _ in budgets)]
+    header = ["method", *(label(b) for _ in columns for b in budgets)]
+    if timing:
+        titles += ["ms/plan", "ms/plan"]
+        header += ["LoCoMo", "SWE"]
+    rows = [titles, header]
+    for name, data in results["methods"].items():
+        row = [name, *(fmt(metric(results, name, d, b, k)) for _, d, k in columns for b in budgets)]
+        if timing:
+            row += [
+                fmt(s["median_ms_per_plan"], 2) if s else "-" for s in (data["locomo"], data["swe"])
+            ]
+        rows.append(row)
+    widths = fit_titles(titles, [max(len(r[i]) for r in rows[1:]) for i in range(len(header))])
+    shown = [group_titles(titles, widths)]
+    shown += [[cell.rjust(w) for cell, w in zip(r, widths, strict=True)] for r in rows[1:]]
+    lines = ["  ".join(r) for r in shown]
+    lines.insert(2, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def spans(titles: Sequence[str]) -> list[tuple[int, int]]:
+    """[start, end) of each run of equal titles."""
+    runs: list[tuple[int, int]] = []
+    for i, title in enumerate(titles):
+        if runs and titles[runs[-1][0]] == title:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
+
+
+def fit_titles(titles: Sequence[str], widths: Sequence[int]) -> list[int]:
+    """Column widths, the last column of a group widened so its title fits."""
+    fitted = list(widths)
+    for start, end in spans(titles):
+        span = sum(fitted[start:end]) + 2 * (end - start - 1)
+        fitted[end - 1] += max(0, len(titles[start]) - span)
+    return fitted
+
+
+def group_titles(titles: Sequence[str], widths: Sequence[int]) -> list[str]:
+    """Each group's title centred over the columns it spans."""
+    cells = []
+    for start, end in spans(titles):
+        span = sum(widths[start:end]) + 2 * (end - start - 1)
+        cells.append(titles[start].center(span))
+    return cells
