@@ -7,6 +7,7 @@ the run goes on; a failure of ctxopt's own engine or of a baseline stops it.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -76,6 +77,7 @@ class Run:
         memo_key = (method.name, case.key, budget)
         if not method.query_dependent and memo_key in self._memo:
             return self._memo[memo_key]
+        started = time.perf_counter()
         try:
             kept = method.select(case, budget)
         except Exception as err:
@@ -83,7 +85,8 @@ class Run:
                 raise
             self.drop(method, f"failed on {case.key}: {type(err).__name__}: {err}")
             return None
-        series.ms.append(kept.ms)
+        elapsed = (time.perf_counter() - started) * 1000
+        series.ms.append(elapsed if kept.ms is None else kept.ms)
         if not method.query_dependent:
             self._memo[memo_key] = kept
         return kept

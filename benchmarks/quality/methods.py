@@ -20,7 +20,6 @@ import json
 import random
 import shutil
 import subprocess
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxopt.engine import Engine
-from ctxopt.model import Action, Budget, OptimizeOptions, Role, Strategy
+from ctxopt.model import Action, Budget, Chunk, OptimizeOptions, Role, Strategy
 from rank_bm25 import BM25Okapi
 
 from benchmarks.quality.datasets import Case
@@ -46,15 +45,16 @@ class PeerUnavailable(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Kept:
-    """A method's prompt: kept ids in prompt order, the text that replaced a
-    kept chunk (TRIM excerpt or MASK placeholder), the ids masked (their
-    content is gone), the prompt's tokens and the ms the choice took."""
+    """A method's prompt: kept ids in prompt order, the prompt's tokens, the
+    text that replaced a kept chunk (TRIM excerpt or MASK placeholder), the ids
+    masked (their content is gone), and, for a choice made ahead in `prepare`,
+    the ms it took (otherwise the runner times `select`)."""
 
     ids: tuple[str, ...]
     tokens: int
-    ms: float
     replacements: Mapping[str, str] = field(default_factory=dict)
     masked: frozenset[str] = frozenset()
+    ms: float | None = None
 
     def content_ids(self) -> frozenset[str]:
         """Chunks whose content is still in the prompt (verbatim or excerpted)."""
@@ -85,7 +85,7 @@ def budget_tokens(case: Case, budget: float) -> int:
     return int(case.prompt_tokens * budget)
 
 
-def fill(case: Case, order: Iterable[str], budget: float, ms: float) -> Kept:
+def fill(case: Case, order: Iterable[str], budget: float) -> Kept:
     """Keep the mandatory chunks, then each chunk in `order` that fits what
     is left of the budget (one that does not is skipped, not a stop)."""
     tokens = {c.id: c.tokens for c in case.chunks}
@@ -98,10 +98,10 @@ def fill(case: Case, order: Iterable[str], budget: float, ms: float) -> Kept:
             kept.add(chunk_id)
             room -= tokens[chunk_id]
     ids = tuple(c.id for c in case.chunks if c.id in kept)
-    return Kept(ids, sum(tokens[i] for i in ids), ms)
+    return Kept(ids, sum(tokens[i] for i in ids))
 
 
-def optional_chunks(case: Case) -> list[Any]:
+def optional_chunks(case: Case) -> list[Chunk]:
     return [c for c in case.chunks if c.id not in case.mandatory]
 
 
@@ -134,14 +134,11 @@ class EngineMethod(Method):
             strategy=self.strategy,
             force=True,
         )
-        started = time.perf_counter()
         plan = self.engine.optimize_context(case.chunks, options)
-        ms = (time.perf_counter() - started) * 1000
         shrunk = [d for d in plan.decisions if d.action in (Action.TRIM, Action.MASK)]
         return Kept(
             tuple(plan.kept_ids),
             plan.tokens_after,
-            ms,
             {d.chunk_id: d.replacement_text for d in shrunk},
             frozenset(d.chunk_id for d in shrunk if d.action == Action.MASK),
         )
@@ -155,9 +152,7 @@ class Recent(Method):
     query_dependent = False
 
     def select(self, case: Case, budget: float) -> Kept:
-        started = time.perf_counter()
-        order = [c.id for c in reversed(case.chunks)]
-        return fill(case, order, budget, (time.perf_counter() - started) * 1000)
+        return fill(case, [c.id for c in reversed(case.chunks)], budget)
 
 
 class RandomChoice(Method):
@@ -165,10 +160,9 @@ class RandomChoice(Method):
     query_dependent = False
 
     def select(self, case: Case, budget: float) -> Kept:
-        started = time.perf_counter()
         order = [c.id for c in case.chunks]
         random.Random(f"{RANDOM_SEED}:{case.key}:{budget}").shuffle(order)
-        return fill(case, order, budget, (time.perf_counter() - started) * 1000)
+        return fill(case, order, budget)
 
 
 class Bm25(Method):
@@ -186,12 +180,9 @@ class Bm25(Method):
         return self.indexed[1]
 
     def select(self, case: Case, budget: float) -> Kept:
-        index = self.index(case)  # built once per history, outside the timing
-        started = time.perf_counter()
-        scores = index.get_scores(self.analyze(case.query))
-        ranked = sorted(range(len(case.chunks)), key=lambda i: (-scores[i], -i))
-        order = [case.chunks[i].id for i in ranked]
-        return fill(case, order, budget, (time.perf_counter() - started) * 1000)
+        scores = self.index(case).get_scores(self.analyze(case.query))
+        ranked = sorted(range(len(case.chunks)), key=lambda i: (-scores[i], -i))  # ties: newest
+        return fill(case, [case.chunks[i].id for i in ranked], budget)
 
 
 # ---- peers -------------------------------------------------------------------
@@ -267,7 +258,7 @@ class GeminiCli(Method):
         tokens = {c.id: c.tokens for c in case.chunks}
         kept = case.mandatory | set(verbatim)
         ids = tuple(c.id for c in case.chunks if c.id in kept)
-        return Kept(ids, sum(tokens[i] for i in ids), ms)
+        return Kept(ids, sum(tokens[i] for i in ids), ms=ms)
 
 
 class LangChainTrim(Method):
@@ -302,7 +293,6 @@ class LangChainTrim(Method):
             self.kinds.get(c.role, self.kinds[Role.USER])(c.text, id=c.id) for c in candidates
         ]
         others = sum(tokens[i] for i in case.mandatory) - sum(c.tokens for c in system)
-        started = time.perf_counter()
         trimmed = self.trim(
             messages,
             max_tokens=max(0, budget_tokens(case, budget) - others),
@@ -311,7 +301,6 @@ class LangChainTrim(Method):
             include_system=True,
             start_on="human",
         )
-        ms = (time.perf_counter() - started) * 1000
         kept = case.mandatory | {str(m.id) for m in trimmed}
         ids = tuple(c.id for c in case.chunks if c.id in kept)
-        return Kept(ids, sum(tokens[i] for i in ids), ms)
+        return Kept(ids, sum(tokens[i] for i in ids))
