@@ -79,6 +79,29 @@ export interface BuiltPrompt {
   readonly sync?: SyncReport;
 }
 
+/** One build's inputs, mapped and measured. */
+interface PreparedPrompt {
+  readonly input: PromptInput;
+  readonly started: number;
+  readonly state: SessionState;
+  /** The new user turn as Content. */
+  readonly message: Content;
+  /** Opening turns that are the environment context (LOCKED). */
+  readonly lockedTurns: number;
+  /** History plus message, mapped. */
+  readonly turns: MappedContent[];
+  /** Tokens of the system instruction and memory. */
+  readonly fixedTokens: number;
+  readonly chunks: Chunk[];
+  readonly tokensBefore: number;
+  readonly windowTokens: number;
+}
+
+interface ServiceAnswer {
+  readonly plan: OptimizeResponse;
+  readonly sync: SyncReport;
+}
+
 interface SessionState {
   readonly mirror: SessionMirror;
   /** The mapped history (with the last message) as the service should hold it. */
@@ -130,74 +153,116 @@ export class PromptBuilder {
   }
 
   async build(input: PromptInput): Promise<BuiltPrompt> {
-    const started = performance.now();
-    const state = this.session(input.sessionId);
-    const messageContent: Content = { role: "user", parts: typeof input.message === "string" ? [{ text: input.message }] : [...input.message] };
-    const contents = [...input.history, messageContent];
-    const turns = this.reconcile(state, contents, environmentContextTurns(input.history, input.environmentContext));
-    const fixed = this.fixedChunks(input);
-    const chunks = [...fixed, ...chunksOf(turns)];
-    const fixedTokens = fixed.reduce((sum, c) => sum + c.tokens, 0);
-    const tokensBefore = fixedTokens + chunks.slice(fixed.length).reduce((sum, c) => sum + c.tokens, 0);
-    const windowTokens = this.budget.contextLimitTokens ?? tokenLimit(input.model);
-    const base = { mode: this.flags.mode, model: input.model, windowTokens, tokensBefore };
-    let sync: SyncReport | undefined;
-    const finish = (outcome: BuildOutcome, sent: MappedContent[], extra: Partial<ContextSummary> = {}, plan?: OptimizeResponse): BuiltPrompt => {
-      const summary: ContextSummary = {
-        ...base,
-        outcome,
-        tokensAfter: fixedTokens + tokensOf(sent),
-        stashed: 0,
-        trimmed: 0,
-        masked: 0,
-        deleted: 0,
-        droppedTurns: 0,
-        serverMs: plan?.serverMs ?? 0,
-        note: "",
-        ...extra,
-        latencyMs: performance.now() - started,
-      };
-      const contents = toContents(sent);
-      const request = this.request(input, contents);
-      const history = outcome === "optimized" ? this.keepRewritten(state, sent, messageContent) : [...input.history];
-      return { request, contents, history, summary, summaryLine: summaryLine(summary), ...(plan ? { plan } : {}), ...(sync ? { sync } : {}) };
-    };
-
-    if (this.flags.mode === "false") return finish("pass-through", turns);
+    const prompt = this.prepare(input);
+    if (this.flags.mode === "false") return this.finish(prompt, "pass-through", prompt.turns);
     if (!inRollout(input.sessionId, this.flags.rolloutPercent)) {
-      return finish("pass-through", turns, { note: `session outside the ${this.flags.rolloutPercent}% rollout` });
+      return this.finish(prompt, "pass-through", prompt.turns, { note: `session outside the ${this.flags.rolloutPercent}% rollout` });
     }
-    const threshold = windowTokens * ((this.budget.thresholdPercent ?? 80) / 100);
-    const tooManyChunks = this.flags.maxChunks > 0 && chunks.length > this.flags.maxChunks;
-    if (tokensBefore < threshold && !tooManyChunks) return finish("below-threshold", turns);
-
-    const settings: CallSettings = { deadline: new Date(Date.now() + this.flags.deadlineMs) };
-    let plan: OptimizeResponse;
+    const threshold = prompt.windowTokens * ((this.budget.thresholdPercent ?? 80) / 100);
+    const tooManyChunks = this.flags.maxChunks > 0 && prompt.chunks.length > this.flags.maxChunks;
+    if (prompt.tokensBefore < threshold && !tooManyChunks) return this.finish(prompt, "below-threshold", prompt.turns);
+    let answer: ServiceAnswer;
     try {
-      await this.ensureHealthy(settings);
-      const request = this.optimizeRequest(input, turns, windowTokens);
-      const queryEmbedding = await this.attachEmbeddings(state, chunks, request.query);
-      const result = await state.mirror.optimize(chunks, { ...request, queryEmbedding }, settings);
-      plan = result.plan;
-      sync = result.sync;
+      answer = await this.askService(prompt);
     } catch (error) {
       this.healthyUntil = 0;
-      if (this.flags.mode === "shadow") return finish("shadow", turns, { note: `no plan: ${fallbackReason(error)}` });
-      const target = windowTokens * ((this.budget.targetPercent ?? 60) / 100);
-      const locked = environmentContextTurns(input.history, input.environmentContext);
-      const truncated = truncateHistory(turns, target, locked, fixedTokens);
-      const valid = findViolations(toContents(truncated.turns)).length === 0;
-      const sent = valid ? truncated.turns : turns;
-      return finish("fallback", sent, { droppedTurns: valid ? truncated.droppedTurns : 0, note: fallbackReason(error) });
+      return this.withoutService(prompt, fallbackReason(error));
     }
-    if (!plan.triggered) return finish("below-threshold", turns, { note: "service: not triggered" }, plan);
+    return this.usePlan(prompt, answer);
+  }
+
+  /** Maps the history and the message, and measures them. */
+  private prepare(input: PromptInput): PreparedPrompt {
+    const started = performance.now();
+    const state = this.session(input.sessionId);
+    const message: Content = { role: "user", parts: typeof input.message === "string" ? [{ text: input.message }] : [...input.message] };
+    const lockedTurns = environmentContextTurns(input.history, input.environmentContext);
+    const turns = this.reconcile(state, [...input.history, message], lockedTurns);
+    const fixed = this.fixedChunks(input);
+    const fixedTokens = fixed.reduce((sum, c) => sum + c.tokens, 0);
+    return {
+      input,
+      started,
+      state,
+      message,
+      lockedTurns,
+      turns,
+      fixedTokens,
+      chunks: [...fixed, ...chunksOf(turns)],
+      tokensBefore: fixedTokens + tokensOf(turns),
+      windowTokens: this.budget.contextLimitTokens ?? tokenLimit(input.model),
+    };
+  }
+
+  private async askService(prompt: PreparedPrompt): Promise<ServiceAnswer> {
+    const settings: CallSettings = { deadline: new Date(Date.now() + this.flags.deadlineMs) };
+    await this.ensureHealthy(settings);
+    const request = this.optimizeRequest(prompt);
+    const queryEmbedding = await this.attachEmbeddings(prompt.state, prompt.chunks, request.query);
+    return prompt.state.mirror.optimize(prompt.chunks, { ...request, queryEmbedding }, settings);
+  }
+
+  /** No plan: shadow mode sends the original; otherwise local truncation under the same history rules. */
+  private withoutService(prompt: PreparedPrompt, reason: string): BuiltPrompt {
+    if (this.flags.mode === "shadow") return this.finish(prompt, "shadow", prompt.turns, { note: `no plan: ${reason}` });
+    const target = prompt.windowTokens * ((this.budget.targetPercent ?? 60) / 100);
+    const truncated = truncateHistory(prompt.turns, target, prompt.lockedTurns, prompt.fixedTokens);
+    if (findViolations(toContents(truncated.turns)).length > 0) {
+      return this.finish(prompt, "fallback", prompt.turns, { note: `${reason}; history invalid, sent as is` });
+    }
+    return this.finish(prompt, "fallback", truncated.turns, { droppedTurns: truncated.droppedTurns, note: reason });
+  }
+
+  /** Never worse: the plan's result is sent only in `true` mode and only when valid and smaller. */
+  private usePlan(prompt: PreparedPrompt, { plan, sync }: ServiceAnswer): BuiltPrompt {
+    if (!plan.triggered) return this.finish(prompt, "below-threshold", prompt.turns, { note: "service: not triggered" }, plan, sync);
     const counts = countActions(plan);
-    const verdict = judgePlan(turns, plan);
-    const tokensAfter = fixedTokens + verdict.tokensAfter;
-    if (this.flags.mode === "shadow") return finish("shadow", turns, { ...counts, tokensAfter, note: verdict.reason }, plan);
-    if (!verdict.accepted) return finish("kept-original", turns, { note: verdict.reason }, plan);
-    state.turns = verdict.turns;
-    return finish("optimized", verdict.turns, counts, plan);
+    const verdict = judgePlan(prompt.turns, plan);
+    if (this.flags.mode === "shadow") {
+      const tokensAfter = prompt.fixedTokens + verdict.tokensAfter;
+      return this.finish(prompt, "shadow", prompt.turns, { ...counts, tokensAfter, note: verdict.reason }, plan, sync);
+    }
+    if (!verdict.accepted) return this.finish(prompt, "kept-original", prompt.turns, { note: verdict.reason }, plan, sync);
+    prompt.state.turns = verdict.turns;
+    return this.finish(prompt, "optimized", verdict.turns, counts, plan, sync);
+  }
+
+  private finish(
+    prompt: PreparedPrompt,
+    outcome: BuildOutcome,
+    sent: MappedContent[],
+    extra: Partial<ContextSummary> = {},
+    plan?: OptimizeResponse,
+    sync?: SyncReport,
+  ): BuiltPrompt {
+    const contents = toContents(sent);
+    const history = outcome === "optimized" ? this.keepRewritten(prompt.state, contents, prompt.message) : [...prompt.input.history];
+    const summary: ContextSummary = {
+      mode: this.flags.mode,
+      model: prompt.input.model,
+      windowTokens: prompt.windowTokens,
+      tokensBefore: prompt.tokensBefore,
+      outcome,
+      tokensAfter: prompt.fixedTokens + tokensOf(sent),
+      stashed: 0,
+      trimmed: 0,
+      masked: 0,
+      deleted: 0,
+      droppedTurns: 0,
+      serverMs: plan?.serverMs ?? 0,
+      note: "",
+      ...extra,
+      latencyMs: performance.now() - prompt.started,
+    };
+    return {
+      request: this.request(prompt.input, contents),
+      contents,
+      history,
+      summary,
+      summaryLine: summaryLine(summary),
+      ...(plan ? { plan } : {}),
+      ...(sync ? { sync } : {}),
+    };
   }
 
   private session(sessionId: string): SessionState {
@@ -237,7 +302,7 @@ export class PromptBuilder {
     return chunks;
   }
 
-  private optimizeRequest(input: PromptInput, turns: readonly MappedContent[], windowTokens: number) {
+  private optimizeRequest({ input, turns, windowTokens }: PreparedPrompt) {
     const messageText = typeof input.message === "string" ? input.message : input.message.map((p) => p.text ?? "").join("\n");
     const lastTurn = turns.at(-1);
     const beforeLast = turns.at(-2);
@@ -287,11 +352,11 @@ export class PromptBuilder {
   }
 
   /** The rewritten history minus the new message, remembered for the next build's identity check. */
-  private keepRewritten(state: SessionState, sent: readonly MappedContent[], message: Content): Content[] {
-    const contents = toContents(sent);
+  private keepRewritten(state: SessionState, contents: readonly Content[], message: Content): Content[] {
     const last = contents.at(-1)!;
-    const messageParts = message.parts?.length ?? 0;
-    const rest = (last.parts ?? []).slice(0, (last.parts?.length ?? 0) - messageParts);
+    const lastParts = last.parts ?? [];
+    // Repair may have merged the message into a user turn before it: keep that turn's own parts.
+    const rest = lastParts.slice(0, lastParts.length - (message.parts?.length ?? 0));
     const history = rest.length > 0 ? [...contents.slice(0, -1), { ...last, parts: rest }] : contents.slice(0, -1);
     state.contents = rest.length > 0 ? [] : [...history, message];
     return history;
