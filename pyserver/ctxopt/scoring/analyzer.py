@@ -1,0 +1,155 @@
+"""Text -> BM25 terms, for chat and code alike.
+
+A text is cut into raw tokens (runs of word characters, plus `.` and `/`
+inside identifiers and paths); each distinct raw token is analysed once and
+its terms cached, so the hot path is a byte translate, a split and one dict
+lookup per token. Analysing a raw token:
+
+1. identifiers are split into their parts (`snake_case`, `camelCase`,
+   `HTTPServer`, `os.path.join`, `src/app/main.py`); a compound identifier
+   also keeps its whole, lowercased form (and each compound path component,
+   e.g. `main.py` of `src/app/main.py`) so an exact mention matches exactly;
+2. parts are lowercased; English stopwords are dropped;
+3. parts are stemmed with Snowball English (PyStemmer).
+
+Each step can be switched off (benchmarks/analyzer_ablation.py measures what
+each one is worth on the development data); with all three off the analyzer
+is plain lowercase `\\w+` splitting.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from itertools import chain
+
+import Stemmer
+
+# Snowball's English stop list, plus contraction fragments left when `'` splits
+# a word ("don't" -> "don", "t").
+_STOPWORD_TEXT = """
+    i me my myself we our ours ourselves you your yours yourself yourselves he him
+    his himself she her hers herself it its itself they them their theirs themselves
+    what which who whom this that these those am is are was were be been being have
+    has had having do does did doing would should could ought a an the and but if or
+    because as until while of at by for with about against between into through
+    during before after above below to from up down in out on off over under again
+    further then once here there when where why how all any both each few more most
+    other some such no nor not only own same so than too very s t d ll m re ve y can
+    will just don doesn didn isn aren wasn weren hasn haven hadn won wouldn shan
+    shouldn couldn mustn mightn needn let
+"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+MAX_TERM_CHARS = 80  # longer runs (hashes, base64) are cut: they still match themselves
+MAX_CACHED_TOKEN_BYTES = 256  # longer raw tokens are too rare to be worth remembering
+MAX_CACHE_ENTRIES = 300_000  # distinct raw tokens; the cache starts over beyond this
+
+
+def _separator_table(keep: bytes) -> bytes:
+    """A bytes.translate table mapping every ASCII byte that cannot be part of a
+    raw token to a space (non-ASCII bytes pass: the slow path splits them)."""
+    word = set(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_" + keep)
+    return bytes(b if b >= 0x80 or b in word else 0x20 for b in range(256))
+
+
+_IDENTIFIER_TABLE = _separator_table(b"./")
+_WORD_TABLE = _separator_table(b"")
+_IDENTIFIER_RUN = re.compile(r"[\w./]+")
+_WORD_RUN = re.compile(r"\w+")
+_SEGMENT_SEPARATOR = re.compile(r"[._/]+")
+# camelCase parts: "HTTPServerError2" -> HTTP, Server, Error2
+_CAMEL_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z0-9]+|[A-Z]+")
+
+
+class _TermCache(dict[bytes, tuple[str, ...]]):
+    """raw token -> its terms; a miss analyses the token (called from C by
+    dict lookups, so hits never run Python code)."""
+
+    def __init__(self, analyze: _TokenAnalyzer) -> None:
+        super().__init__()
+        self._analyze = analyze
+
+    def __missing__(self, raw: bytes) -> tuple[str, ...]:
+        terms = self._analyze(raw)
+        if len(raw) <= MAX_CACHED_TOKEN_BYTES:
+            if len(self) >= MAX_CACHE_ENTRIES:
+                self.clear()
+            self[raw] = terms
+        return terms
+
+
+class _TokenAnalyzer:
+    """The slow path: the terms of one raw token."""
+
+    def __init__(self, split_identifiers: bool, stopwords: bool, stem: bool) -> None:
+        self.split_identifiers = split_identifiers
+        self.stopwords = stopwords
+        self._stemmer = Stemmer.Stemmer("english") if stem else None
+        self._stem_lock = threading.Lock()  # PyStemmer objects are not thread-safe
+
+    def __call__(self, raw: bytes) -> tuple[str, ...]:
+        text = raw.decode("utf-8", "surrogatepass")
+        if text.isascii():
+            return self._run_terms(text)
+        run = _IDENTIFIER_RUN if self.split_identifiers else _WORD_RUN
+        return tuple(t for piece in run.findall(text) for t in self._run_terms(piece))
+
+    def _run_terms(self, run: str) -> tuple[str, ...]:
+        if not self.split_identifiers:
+            return self._words([run])
+        core = run.strip("./")
+        leaves = [
+            part
+            for segment in _SEGMENT_SEPARATOR.split(core)
+            for part in self._camel_parts(segment)
+        ]
+        if len(leaves) <= 1:
+            return self._words(leaves)
+        wholes = [core.lower()[:MAX_TERM_CHARS]]
+        if "/" in core:
+            wholes += [
+                c.lower()[:MAX_TERM_CHARS]
+                for c in core.split("/")
+                if len(_SEGMENT_SEPARATOR.split(c)) > 1 or len(self._camel_parts(c)) > 1
+            ]
+        return (*dict.fromkeys(wholes), *self._words(leaves))
+
+    @staticmethod
+    def _camel_parts(segment: str) -> list[str]:
+        if not segment:
+            return []
+        if segment.isascii() and not segment.islower() and not segment.isupper():
+            return _CAMEL_PART.findall(segment)
+        return [segment]
+
+    def _words(self, words: list[str]) -> tuple[str, ...]:
+        lowered = [w.lower()[:MAX_TERM_CHARS] for w in words]
+        if self.stopwords:
+            lowered = [w for w in lowered if w not in STOPWORDS]
+        if self._stemmer is None or not lowered:
+            return tuple(lowered)
+        with self._stem_lock:
+            return tuple(self._stemmer.stemWords(lowered))
+
+
+class Analyzer:
+    """Turns text into BM25 terms (thread-safe; terms of each distinct raw
+    token are computed once and cached).
+
+    `split_identifiers`: split snake_case, camelCase, dotted and slashed
+    names into parts and keep the whole of a compound one as an extra term.
+    `stopwords`: drop English stopwords. `stem`: Snowball English stemming.
+    All three off: lowercase `\\w+` words.
+    """
+
+    def __init__(
+        self, *, split_identifiers: bool = True, stopwords: bool = True, stem: bool = True
+    ) -> None:
+        self._table = _IDENTIFIER_TABLE if split_identifiers else _WORD_TABLE
+        self._cache = _TermCache(_TokenAnalyzer(split_identifiers, stopwords, stem))
+
+    def terms(self, text: str) -> list[str]:
+        """The terms of `text` in order (a term repeats as often as it occurs)."""
+        raw_tokens = text.encode("utf-8", "surrogatepass").translate(self._table).split()
+        return list(chain.from_iterable(map(self._cache.__getitem__, raw_tokens)))

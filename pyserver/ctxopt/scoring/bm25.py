@@ -1,0 +1,298 @@
+"""Incremental Okapi BM25 whose scores equal rank_bm25.BM25Okapi's.
+
+Documents live at caller-chosen slots and can be added, replaced and removed
+one at a time; postings, document frequencies, the document count and the
+total length change in place, nothing is rebuilt.
+
+Layout (memory is about 12 bytes per distinct term of a document):
+- per term, one `array('Q')` of postings `(doc uid << 32) | term frequency`,
+  appended to as documents arrive;
+- per slot, the document's distinct term ids (to undo its frequencies on
+  removal), its length, and its uid. A uid names one version of a document,
+  so a removed or replaced version's postings go stale in place and are
+  dropped lazily (when a term's postings are next read, or by a compaction
+  once stale postings outnumber live ones).
+
+Scoring is vectorised: each query term's live postings are cached as numpy
+arrays (slots, frequencies) until that term changes, and one bincount sums
+the contributions, in query order, as BM25Okapi does.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from array import array
+from collections import Counter
+from collections.abc import Sequence
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+_TF_BITS = 32
+_TF_MASK = (1 << _TF_BITS) - 1
+_UID_LIMIT = 1 << 32  # uids are renumbered (compaction) before they outgrow a posting
+_MIN_CAPACITY = 64
+_COMPACT_FLOOR = 1 << 16  # stale postings tolerated before a compaction is worth it
+_CACHED_TERMS = 4096  # query terms whose live postings stay cached
+
+
+_Array = TypeVar("_Array", IntArray, FloatArray)
+
+
+def _grown(values: _Array, size: int, fill: int) -> _Array:
+    """`values` copied into an array of at least `size` (doubling), padded with `fill`."""
+    if size <= len(values):
+        return values
+    grown: _Array = np.full(max(size, 2 * len(values), _MIN_CAPACITY), fill, dtype=values.dtype)
+    grown[: len(values)] = values
+    return grown
+
+
+class _TermIds(dict[str, int]):
+    """term -> id; an unseen term gets the next id and an empty postings list."""
+
+    def __init__(self, postings: list[array[int]]) -> None:
+        super().__init__()
+        self._postings = postings
+
+    def __missing__(self, term: str) -> int:
+        tid = len(self._postings)
+        self._postings.append(array("Q"))
+        self[term] = tid
+        return tid
+
+
+class BM25Index:
+    """Okapi BM25 over documents at integer slots, updated in place.
+
+    `scores(query, n)` equals `rank_bm25.BM25Okapi(corpus, k1, b, epsilon)
+    .get_scores(query)` where corpus is the live documents in slot order,
+    spread back to their slots (0 for empty slots): idf is
+    log(N - df + 0.5) - log(df + 0.5), a negative idf is replaced by epsilon
+    times the mean idf over the vocabulary, avgdl counts every live document
+    (empty ones too), and a repeated query term counts each time.
+
+    Not thread-safe: callers serialise access (the registry holds the
+    session lock).
+    """
+
+    def __init__(self, k1: float = 1.5, b: float = 0.75, epsilon: float = 0.25) -> None:
+        self.k1 = k1
+        self.b = b
+        self.epsilon = epsilon
+        self._postings: list[array[int]] = []
+        self._term_ids = _TermIds(self._postings)
+        self._df: IntArray = np.zeros(0, dtype=np.int64)  # by term id
+        self._term_changed: IntArray = np.zeros(0, dtype=np.int64)  # version, by term id
+        self._slot_uid: IntArray = np.zeros(0, dtype=np.int64)  # -1: empty slot
+        self._doc_len: FloatArray = np.zeros(0, dtype=np.float64)
+        self._doc_terms: list[bytes | None] = []  # distinct term ids (uint32), by slot
+        self._uid_slot: IntArray = np.zeros(0, dtype=np.int64)  # -1: stale version
+        self._next_uid = 0
+        self._docs = 0
+        self._total_len = 0
+        self._end = 0  # 1 + the highest live slot
+        self._live_postings = 0
+        self._stale_postings = 0
+        self._version = 0
+        self._stats: tuple[int, float, FloatArray] | None = None  # version, eps idf, norm
+        self._cache: dict[int, tuple[int, IntArray, FloatArray]] = {}
+
+    def __len__(self) -> int:
+        return self._docs
+
+    # ---- updates ---------------------------------------------------------
+
+    def set_doc(self, slot: int, terms: Sequence[str]) -> None:
+        """Index `terms` as the document at `slot`, replacing any document there."""
+        if slot < 0:
+            raise ValueError(f"slot: must be >= 0 (got {slot!r})")
+        if slot < len(self._slot_uid) and self._slot_uid[slot] >= 0:
+            self.remove_doc(slot)
+        if self._next_uid >= _UID_LIMIT:
+            self._compact()
+        counts = Counter(terms)
+        tids = list(map(self._term_ids.__getitem__, counts))
+        uid = self._next_uid
+        self._next_uid += 1
+        key = uid << _TF_BITS
+        postings = self._postings
+        for tid, tf in zip(tids, counts.values(), strict=True):
+            postings[tid].append(key | tf)
+
+        self._version += 1
+        self._ensure_capacity(slot, uid)
+        tid_array = np.array(tids, dtype=np.int64)
+        self._df[tid_array] += 1
+        self._term_changed[tid_array] = self._version
+        self._slot_uid[slot] = uid
+        self._uid_slot[uid] = slot
+        self._doc_len[slot] = len(terms)
+        self._doc_terms[slot] = tid_array.astype(np.uint32).tobytes()
+        self._docs += 1
+        self._total_len += len(terms)
+        self._end = max(self._end, slot + 1)
+        self._live_postings += len(tids)
+
+    def remove_doc(self, slot: int) -> None:
+        """Drop the document at `slot`; KeyError when the slot is empty."""
+        if not 0 <= slot < len(self._slot_uid) or self._slot_uid[slot] < 0:
+            raise KeyError(f"slot: no document at slot {slot!r}")
+        doc_terms = self._doc_terms[slot]
+        assert doc_terms is not None  # a live slot always has its terms
+        tids = np.frombuffer(doc_terms, dtype=np.uint32).astype(np.int64)
+        self._version += 1
+        self._df[tids] -= 1
+        self._term_changed[tids] = self._version
+        self._uid_slot[self._slot_uid[slot]] = -1
+        self._slot_uid[slot] = -1
+        self._docs -= 1
+        self._total_len -= int(self._doc_len[slot])
+        self._doc_len[slot] = 0.0
+        self._doc_terms[slot] = None
+        self._live_postings -= len(tids)
+        self._stale_postings += len(tids)
+        while self._end > 0 and self._slot_uid[self._end - 1] < 0:
+            self._end -= 1
+        if self._stale_postings > max(self._live_postings, _COMPACT_FLOOR):
+            self._compact()
+
+    def _ensure_capacity(self, slot: int, uid: int) -> None:
+        terms = len(self._postings)
+        self._df = _grown(self._df, terms, 0)
+        self._term_changed = _grown(self._term_changed, terms, 0)
+        if slot >= len(self._slot_uid):
+            self._slot_uid = _grown(self._slot_uid, slot + 1, -1)
+            self._doc_len = _grown(self._doc_len, slot + 1, 0)
+            self._doc_terms += [None] * (len(self._slot_uid) - len(self._doc_terms))
+        self._uid_slot = _grown(self._uid_slot, uid + 1, -1)
+
+    def _compact(self) -> None:
+        """Drop stale postings and unused terms; renumber uids and term ids."""
+        live_slots = np.flatnonzero(self._slot_uid >= 0)
+        new_uid = np.full(len(self._uid_slot), -1, dtype=np.int64)
+        new_uid[self._slot_uid[live_slots]] = np.arange(len(live_slots))
+        used = [(term, tid) for term, tid in self._term_ids.items() if self._df[tid] > 0]
+        new_tid = np.full(len(self._postings), -1, dtype=np.int64)
+        new_tid[[tid for _, tid in used]] = np.arange(len(used))
+
+        postings: list[array[int]] = []
+        for _, tid in used:
+            packed = np.frombuffer(self._postings[tid], dtype=np.uint64)
+            uids = new_uid[(packed >> _TF_BITS).astype(np.intp)]
+            live = uids >= 0
+            renumbered = (uids[live].astype(np.uint64) << _TF_BITS) | (packed[live] & _TF_MASK)
+            postings.append(array("Q", renumbered.tobytes()))
+        self._postings[:] = postings
+        self._term_ids.clear()
+        self._term_ids.update((term, i) for i, (term, _) in enumerate(used))
+        self._df = self._df[[tid for _, tid in used]]
+        self._term_changed = np.zeros(len(used), dtype=np.int64)
+        for slot in live_slots:
+            doc_terms = self._doc_terms[slot]
+            assert doc_terms is not None
+            old = np.frombuffer(doc_terms, dtype=np.uint32)
+            self._doc_terms[slot] = new_tid[old].astype(np.uint32).tobytes()
+        self._slot_uid[live_slots] = np.arange(len(live_slots))
+        self._uid_slot = live_slots.astype(np.int64)
+        self._next_uid = len(live_slots)
+        self._stale_postings = 0
+        self._version += 1
+        self._cache.clear()
+
+    # ---- scoring ---------------------------------------------------------
+
+    def scores(self, query_terms: Sequence[str], n_slots: int) -> FloatArray:
+        """BM25 score of every slot for the query (float64, length `n_slots`,
+        0 for empty slots); `n_slots` must exceed every live slot."""
+        if n_slots < self._end:
+            raise ValueError(
+                f"n_slots: must exceed the highest live slot {self._end - 1} (got {n_slots!r})"
+            )
+        if self._total_len == 0:
+            return np.zeros(n_slots, dtype=np.float64)  # no live document holds a term
+        eps_idf, norm = self._corpus_stats()
+        slot_parts: list[IntArray] = []
+        tf_parts: list[FloatArray] = []
+        idfs: list[float] = []
+        for term in query_terms:
+            tid = self._term_ids.get(term)
+            if tid is None or self._df[tid] == 0:
+                continue  # outside the vocabulary: idf 0
+            df = int(self._df[tid])
+            slots, tf = self._live_postings_of(tid)
+            slot_parts.append(slots)
+            tf_parts.append(tf)
+            idfs.append(self._idf(df) if 2 * df <= self._docs else eps_idf)
+        if not idfs:
+            return np.zeros(n_slots, dtype=np.float64)
+        slots = np.concatenate(slot_parts)
+        tf = np.concatenate(tf_parts)
+        idf = np.repeat(np.array(idfs), [len(s) for s in slot_parts])
+        # the same expression as BM25Okapi.get_scores, so the floats agree
+        contribution = idf * (tf * (self.k1 + 1) / (tf + norm[slots]))
+        return np.bincount(slots, weights=contribution, minlength=n_slots).astype(
+            np.float64, copy=False
+        )
+
+    def _idf(self, df: int) -> float:
+        return math.log(self._docs - df + 0.5) - math.log(df + 0.5)
+
+    def _corpus_stats(self) -> tuple[float, FloatArray]:
+        """epsilon * mean idf over the vocabulary, and each slot's length
+        normaliser k1 * (1 - b + b * len / avgdl); cached until the next update."""
+        if self._stats is not None and self._stats[0] == self._version:
+            return self._stats[1], self._stats[2]
+        docs = self._docs
+        docs_per_df = np.bincount(self._df[: len(self._postings)])
+        df = np.flatnonzero(docs_per_df[1:]) + 1
+        vocabulary = int(docs_per_df[df].sum())
+        idf_sum = float(np.dot(docs_per_df[df], np.log(docs - df + 0.5) - np.log(df + 0.5)))
+        eps_idf = self.epsilon * idf_sum / vocabulary if vocabulary else 0.0
+        avgdl = self._total_len / docs
+        norm = self.k1 * (1 - self.b + self.b * self._doc_len[: self._end] / avgdl)
+        self._stats = (self._version, eps_idf, norm)
+        return eps_idf, norm
+
+    def _live_postings_of(self, tid: int) -> tuple[IntArray, FloatArray]:
+        """(slots, term frequencies) of the live documents holding term `tid`."""
+        changed = int(self._term_changed[tid])
+        cached = self._cache.get(tid)
+        if cached is not None and cached[0] == changed:
+            return cached[1], cached[2]
+        packed = np.frombuffer(self._postings[tid], dtype=np.uint64)
+        slots = self._uid_slot[(packed >> _TF_BITS).astype(np.intp)]
+        live = slots >= 0
+        if not live.all():
+            packed = packed[live]  # a copy: the postings array may grow again
+            slots = slots[live]
+            self._stale_postings -= len(live) - len(packed)
+            self._postings[tid] = array("Q", packed.tobytes())
+        tf = (packed & _TF_MASK).astype(np.float64)
+        del packed
+        if len(self._cache) >= _CACHED_TERMS:
+            del self._cache[next(iter(self._cache))]
+        self._cache[tid] = (changed, slots, tf)
+        return slots, tf
+
+    # ---- accounting ------------------------------------------------------
+
+    def memory_bytes(self) -> int:
+        """Bytes this index holds: postings, vocabulary, per-slot and per-term
+        arrays and the cached query postings (Python object headers included)."""
+        total = sys.getsizeof(self._postings) + sum(map(sys.getsizeof, self._postings))
+        total += sys.getsizeof(self._term_ids) + sum(map(sys.getsizeof, self._term_ids))
+        total += sys.getsizeof(self._doc_terms)
+        total += sum(sys.getsizeof(d) for d in self._doc_terms if d is not None)
+        arrays = (self._df, self._term_changed, self._slot_uid, self._doc_len, self._uid_slot)
+        total += sum(a.nbytes for a in arrays)
+        if self._stats is not None:
+            total += self._stats[2].nbytes
+        total += sys.getsizeof(self._cache)
+        total += sum(s.nbytes + tf.nbytes for _, s, tf in self._cache.values())
+        return total
