@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
 from ctxopt.gc import Marks
 from ctxopt.model import Breakdown, Weights
 from ctxopt.registry import Session

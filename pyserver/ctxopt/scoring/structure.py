@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+
 from ctxopt.model import ChunkKind
 
 FloatArray = npt.NDArray[np.float64]
