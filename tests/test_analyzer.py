@@ -8,7 +8,8 @@ import pytest
 from ctxopt.scoring.analyzer import MAX_TERM_CHARS, Analyzer
 
 PLAIN = Analyzer(split_identifiers=False, stopwords=False, stem=False)
-FULL = Analyzer()
+FULL = Analyzer(split_identifiers=True)
+DEFAULT = Analyzer()
 
 
 def test_plain_mode_is_lowercase_word_splitting() -> None:
@@ -34,6 +35,15 @@ def test_words_are_stemmed_with_snowball_english() -> None:
         "run",
         "test",
         "fail",
+    ]
+
+
+def test_the_default_drops_stopwords_and_stems_but_keeps_identifiers_whole() -> None:
+    assert DEFAULT.terms("The parser_config is Running os.path") == [
+        "parser_config",
+        "run",
+        "os",
+        "path",
     ]
 
 
@@ -112,9 +122,9 @@ def test_lone_surrogates_do_not_break_analysis() -> None:
 
 
 def test_concurrent_callers_get_the_same_terms() -> None:
-    analyzer = Analyzer()
+    analyzer = Analyzer(split_identifiers=True)
     texts = [f"parse_config{i} raises KeyError in module{i % 13}.py" for i in range(300)]
-    expected = [Analyzer().terms(t) for t in texts]
+    expected = [Analyzer(split_identifiers=True).terms(t) for t in texts]
     results: list[list[list[str]]] = []
 
     def work() -> None:
@@ -130,4 +140,4 @@ def test_concurrent_callers_get_the_same_terms() -> None:
 
 @pytest.mark.parametrize("text", ["KeyError: 'x'", "a.b_c/dEf", "über_Straße.py"])
 def test_the_same_text_always_gives_the_same_terms(text: str) -> None:
-    assert FULL.terms(text) == FULL.terms(text) == Analyzer().terms(text)
+    assert FULL.terms(text) == FULL.terms(text) == Analyzer(split_identifiers=True).terms(text)
