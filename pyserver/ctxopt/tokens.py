@@ -3,7 +3,8 @@
 Each distinct text is counted once: counts live in a bounded LRU keyed by a
 blake2b digest of the text, so a chunk re-sent by a client (or the same tool
 output in two sessions) costs a hash, not a tokenisation. Big batches of
-misses are tokenised on several threads (tiktoken releases the GIL).
+misses are tokenised on several threads (tiktoken releases the GIL), one
+share of the batch per thread.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 import tiktoken
@@ -72,6 +74,7 @@ class TokenCounter:
         self._cache: OrderedDict[bytes, int] = OrderedDict()
         self._lock = threading.Lock()
         self._threads = max(1, os.cpu_count() or 1)
+        self._executor: ThreadPoolExecutor | None = None  # started on the first big batch
 
     def count(self, text: str) -> int:
         """Tokens in `text`."""
@@ -109,9 +112,23 @@ class TokenCounter:
         if self._encoding is None:
             return [gemini_estimate(t) for t in texts]
         if self._threads > 1 and len(texts) > 1 and sum(map(len, texts)) >= PARALLEL_MIN_CHARS:
-            batch = self._encoding.encode_ordinary_batch(texts, num_threads=self._threads)
-            return [len(tokens) for tokens in batch]
+            # one strided share per thread: a task per text costs more than it saves
+            shares = [texts[i :: self._threads] for i in range(self._threads)]
+            counts = [0] * len(texts)
+            for i, share_counts in enumerate(self._pool().map(self._tokenize, shares)):
+                counts[i :: self._threads] = share_counts
+            return counts
+        return self._tokenize(texts)
+
+    def _tokenize(self, texts: Sequence[str]) -> list[int]:
+        assert self._encoding is not None
         return [len(self._encoding.encode_ordinary(t)) for t in texts]
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self._threads, "ctxopt-tokens")
+            return self._executor
 
     def _remember(self, key: bytes, n: int) -> None:
         if self.cache_size == 0:

@@ -32,13 +32,16 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+SlotArray = npt.NDArray[np.int32]
+TfArray = npt.NDArray[np.uint32]
 
 _TF_BITS = 32
 _TF_MASK = (1 << _TF_BITS) - 1
 _UID_LIMIT = 1 << 32  # uids are renumbered (compaction) before they outgrow a posting
 _MIN_CAPACITY = 64
 _COMPACT_FLOOR = 1 << 16  # stale postings tolerated before a compaction is worth it
-_CACHED_TERMS = 4096  # query terms whose live postings stay cached
+_MIN_CACHED_POSTINGS = 4096  # decoded query postings kept: this, or a quarter of all
+_MAX_SLOT = (1 << 31) - 1  # decoded slots are int32
 
 
 _Array = TypeVar("_Array", IntArray, FloatArray)
@@ -101,7 +104,9 @@ class BM25Index:
         self._stale_postings = 0
         self._version = 0
         self._stats: tuple[int, float, FloatArray] | None = None  # version, eps idf, norm
-        self._cache: dict[int, tuple[int, IntArray, FloatArray]] = {}
+        # term id -> (its version, live slots, their frequencies), least recent first
+        self._cache: dict[int, tuple[int, SlotArray, TfArray]] = {}
+        self._cached_postings = 0
 
     def __len__(self) -> int:
         return self._docs
@@ -110,8 +115,8 @@ class BM25Index:
 
     def set_doc(self, slot: int, terms: Sequence[str]) -> None:
         """Index `terms` as the document at `slot`, replacing any document there."""
-        if slot < 0:
-            raise ValueError(f"slot: must be >= 0 (got {slot!r})")
+        if not 0 <= slot <= _MAX_SLOT:
+            raise ValueError(f"slot: must be in [0, {_MAX_SLOT}] (got {slot!r})")
         if slot < len(self._slot_uid) and self._slot_uid[slot] >= 0:
             self.remove_doc(slot)
         if self._next_uid >= _UID_LIMIT:
@@ -204,6 +209,7 @@ class BM25Index:
         self._stale_postings = 0
         self._version += 1
         self._cache.clear()
+        self._cached_postings = 0
 
     # ---- scoring ---------------------------------------------------------
 
@@ -217,8 +223,8 @@ class BM25Index:
         if self._total_len == 0:
             return np.zeros(n_slots, dtype=np.float64)  # no live document holds a term
         eps_idf, norm = self._corpus_stats()
-        slot_parts: list[IntArray] = []
-        tf_parts: list[FloatArray] = []
+        slot_parts: list[SlotArray] = []
+        tf_parts: list[TfArray] = []
         idfs: list[float] = []
         for term in query_terms:
             tid = self._term_ids.get(term)
@@ -232,7 +238,7 @@ class BM25Index:
         if not idfs:
             return np.zeros(n_slots, dtype=np.float64)
         slots = np.concatenate(slot_parts)
-        tf = np.concatenate(tf_parts)
+        tf = np.concatenate(tf_parts, dtype=np.float64)
         idf = np.repeat(np.array(idfs), [len(s) for s in slot_parts])
         # the same expression as BM25Okapi.get_scores, so the floats agree
         contribution = idf * (tf * (self.k1 + 1) / (tf + norm[slots]))
@@ -259,12 +265,25 @@ class BM25Index:
         self._stats = (self._version, eps_idf, norm)
         return eps_idf, norm
 
-    def _live_postings_of(self, tid: int) -> tuple[IntArray, FloatArray]:
+    def _live_postings_of(self, tid: int) -> tuple[SlotArray, TfArray]:
         """(slots, term frequencies) of the live documents holding term `tid`."""
         changed = int(self._term_changed[tid])
-        cached = self._cache.get(tid)
-        if cached is not None and cached[0] == changed:
-            return cached[1], cached[2]
+        cached = self._cache.pop(tid, None)
+        if cached is not None:
+            self._cached_postings -= len(cached[1])
+        if cached is None or cached[0] != changed:
+            cached = (changed, *self._read_postings(tid))
+        while self._cache and self._cached_postings > max(
+            _MIN_CACHED_POSTINGS, self._live_postings // 4
+        ):
+            _, slots, _ = self._cache.pop(next(iter(self._cache)))  # least recently used
+            self._cached_postings -= len(slots)
+        self._cache[tid] = cached
+        self._cached_postings += len(cached[1])
+        return cached[1], cached[2]
+
+    def _read_postings(self, tid: int) -> tuple[SlotArray, TfArray]:
+        """Decode term `tid`'s postings, dropping (for good) those of stale versions."""
         packed = np.frombuffer(self._postings[tid], dtype=np.uint64)
         slots = self._uid_slot[(packed >> _TF_BITS).astype(np.intp)]
         live = slots >= 0
@@ -273,12 +292,9 @@ class BM25Index:
             slots = slots[live]
             self._stale_postings -= len(live) - len(packed)
             self._postings[tid] = array("Q", packed.tobytes())
-        tf = (packed & _TF_MASK).astype(np.float64)
+        tf = (packed & _TF_MASK).astype(np.uint32)
         del packed
-        if len(self._cache) >= _CACHED_TERMS:
-            del self._cache[next(iter(self._cache))]
-        self._cache[tid] = (changed, slots, tf)
-        return slots, tf
+        return slots.astype(np.int32), tf
 
     # ---- accounting ------------------------------------------------------
 
