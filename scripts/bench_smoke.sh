@@ -15,4 +15,6 @@ run() {  # run NAME COMMAND...: the command must write $out/NAME.json
 }
 
 run bench_engine "$PY" -m benchmarks.bench_engine --smoke --out "$out/bench_engine.json"
+run bench_index "$PY" -m benchmarks.bench_index --smoke --out "$out/bench_index.json"
+run analyzer_ablation "$PY" -m benchmarks.analyzer_ablation --smoke --out "$out/analyzer_ablation.json"
 echo "all benchmark smokes wrote valid JSON"
