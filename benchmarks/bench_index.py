@@ -45,6 +45,15 @@ def distinct_texts(texts: Sequence[str], count: int) -> list[str]:
     ]
 
 
+def best_of(runs: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Each rate at its best run, plus the median of the end-to-end rate (the
+    machine is shared: the best run is the least disturbed one)."""
+    best = {key: max(run[key] for run in runs) for key in runs[0]}
+    best["tokens_per_s_median"] = statistics.median(run["tokens_per_s"] for run in runs)
+    best["runs"] = len(runs)
+    return best
+
+
 def append_throughput(texts: Sequence[str]) -> dict[str, float]:
     """Count, analyze and index every text in batches, fresh (cold) caches;
     the stages are also timed one by one on the same texts."""
@@ -134,10 +143,11 @@ def query_latency(
 def print_tables(append: dict[str, float], rows: Sequence[dict[str, Any]]) -> None:
     print(
         f"append (count + analyze + index, cold caches): {append['tokens']:,.0f} tokens in "
-        f"{append['texts']:,.0f} chunks -> {append['tokens_per_s']:,.0f} tokens/s"
+        f"{append['texts']:,.0f} chunks -> best of {append['runs']:.0f} runs "
+        f"{append['tokens_per_s']:,.0f} tokens/s (median {append['tokens_per_s_median']:,.0f})"
     )
     print(
-        f"  stages alone: count {append['count_tokens_per_s']:,.0f} tok/s, analyze "
+        f"  stages alone (best): count {append['count_tokens_per_s']:,.0f} tok/s, analyze "
         f"{append['analyze_tokens_per_s']:,.0f} tok/s ({append['analyze_mb_per_s']:.1f} MB/s), "
         f"index {append['index_tokens_per_s']:,.0f} tok/s"
     )
@@ -158,13 +168,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--sizes", default="100,1000,10000,100000")
     parser.add_argument("--rounds", type=int, default=10, help="timed passes over the queries")
+    parser.add_argument("--append-runs", type=int, default=5, help="append passes (best kept)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_index.json")
     args = parser.parse_args(argv)
     sizes = [100, 300] if args.smoke else [int(s) for s in args.sizes.split(",")]
     rounds = 1 if args.smoke else args.rounds
+    append_runs = 1 if args.smoke else args.append_runs
     texts = swe_texts(args.data)
-    append = append_throughput(texts[:300] if args.smoke else texts)
+    append_texts = texts[:300] if args.smoke else texts
+    append = best_of([append_throughput(append_texts) for _ in range(append_runs)])
     analyzer = Analyzer()
     analyzed = [analyzer.terms(t) for t in texts]
     rows = [query_latency(size, texts, analyzed, rounds) for size in sizes]
