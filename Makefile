@@ -18,7 +18,7 @@ $(PY_STAMP): pyproject.toml
 	@touch $@
 
 $(TS_STAMP): ts-client/package.json ts-client/package-lock.json
-	cd ts-client && npm ci --no-audit --no-fund --loglevel=error
+	cd ts-client && npm install --no-audit --no-fund --loglevel=error
 	@touch $@
 
 install: $(PY_STAMP) $(TS_STAMP)

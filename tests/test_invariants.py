@@ -136,9 +136,17 @@ def test_lower_tiers_go_first(chunks: list[Chunk], data: st.DataObject) -> None:
     top = max(TIER[by_id[d.chunk_id].gc_policy] for d in cut)
     kept_whole = set(plan.kept_ids) - {d.chunk_id for d in cut}
     repaired = {r.chunk_id for r in plan.repairs}
-    # a parent inherits the tier of its children, a group the highest of its members
+    # a group has the highest tier of its members, a parent the tier of its children
+    group_tier: dict[str, int] = {}
+    for c in chunks:
+        if c.group_id:
+            group_tier[c.group_id] = max(group_tier.get(c.group_id, 0), TIER[c.gc_policy])
+
+    def unit_tier(c: Chunk) -> int:
+        return group_tier[c.group_id] if c.group_id else TIER[c.gc_policy]
+
     inherits_higher: set[str] = set()
-    frontier = [c for c in chunks if TIER[c.gc_policy] >= top or c.id in plan.kept_ids]
+    frontier = [c for c in chunks if unit_tier(c) >= top or c.id in plan.kept_ids]
     while frontier:
         parent = frontier.pop().parent_id
         if parent and parent not in inherits_higher:
@@ -152,6 +160,7 @@ def test_lower_tiers_go_first(chunks: list[Chunk], data: st.DataObject) -> None:
             TIER[c.gc_policy] >= top
             or c.pinned
             or c.id in inherits_higher
+            or c.id in repaired
             or _is_root(e, c.id, opts)
         )
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 Tokenizer = Literal["cl100k", "gemini"]
 
@@ -51,6 +51,7 @@ class Config:
     gc_target_percent: float = 60.0
     gc_pressure_percent: float = 90.0
     recency_half_life_turns: float = 8.0
+    neighbour_share: float = 0.5
     old_generation_after: int = 3
     incremental_batch: int = 64
 
@@ -58,7 +59,7 @@ class Config:
     def from_env(cls, environ: dict[str, str] | None = None) -> Config:
         """Read `CTXOPT_<FIELD>` for every field (e.g. CTXOPT_DATA_DIR)."""
         env = os.environ if environ is None else environ
-        updates: dict[str, object] = {}
+        updates: dict[str, Any] = {}
         for f in fields(cls):
             raw = env.get(f"CTXOPT_{f.name.upper()}")
             if raw is None:

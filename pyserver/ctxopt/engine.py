@@ -38,6 +38,7 @@ from ctxopt.model import (
     SessionStats,
     StashFilter,
     StashHit,
+    Strategy,
     UpsertStatus,
     Weights,
 )
@@ -290,10 +291,13 @@ class Engine:
             weights,
             self.config.recency_half_life_turns,
             self.config.old_generation_after,
+            self.config.neighbour_share,
         )
         return marks, scores, terms
 
     def _plan(self, session: Session, options: OptimizeOptions) -> Outcome:
+        if options.strategy == Strategy.UNSPECIFIED:
+            options = replace(options, strategy=Strategy.HYBRID)
         _, scores, terms = self._marks_and_scores(
             session, options.query, options.query_embedding, options.roots, options.weights
         )

@@ -272,7 +272,15 @@ def plan_session(
 
     # ---- backfill: put back what still fits, best first ----------------
     total = _backfill(
-        sel, step_unit, step_kind, step_saves, applied, total, float(target), forced_out
+        sel,
+        step_unit,
+        step_kind,
+        step_saves,
+        step_tier,
+        applied,
+        total,
+        float(target),
+        forced_out,
     )
 
     # ---- max_chunks -------------------------------------------------------
@@ -422,25 +430,31 @@ def _backfill(
     step_unit: IntArray,
     step_kind: npt.NDArray[np.int8],
     step_saves: FloatArray,
+    step_tier: npt.NDArray[np.int64],
     applied: npt.NDArray[np.bool_],
     total: float,
     target: float,
     forced_out: list[int],
 ) -> float:
-    """Undo applied steps, most valuable first, while they still fit."""
+    """Undo applied steps, most valuable first, while they still fit; a step
+    stays applied when a step of a higher tier does (the tier order holds)."""
     slack = target - total
     forced = set(forced_out)
     shrunk_units = set(step_unit[applied & (step_kind == SHRUNK)].tolist())
+    highest_kept_cut = -1
     for i in np.flatnonzero(applied)[::-1]:
-        if slack < 1:
-            break
         cost = float(step_saves[i])
         unit = int(step_unit[i])
-        if cost > slack or unit in forced:
+        undoable = (
+            cost <= slack
+            and unit not in forced
+            and step_tier[i] >= highest_kept_cut
+            and not (step_kind[i] == SHRUNK and sel.state[unit] == OUT)
+        )
+        if not undoable:
+            highest_kept_cut = max(highest_kept_cut, int(step_tier[i]))
             continue
         if step_kind[i] == SHRUNK:
-            if sel.state[unit] == OUT:
-                continue  # only a unit's last applied step can be undone
             shrunk_units.discard(unit)
             sel.state[unit] = FULL
         else:

@@ -69,6 +69,22 @@ def normalised_bm25(session: Session, query_terms: list[str]) -> FloatArray:
     return raw / top if top > 0 else np.zeros_like(raw)
 
 
+def spread_to_neighbours(
+    relevance: FloatArray, live: npt.NDArray[np.intp], share: float
+) -> FloatArray:
+    """Each live chunk gets at least `share` of its prompt neighbours' relevance:
+    the turn before or after a hit often holds the question or the answer."""
+    if share <= 0 or len(live) < 2:
+        return relevance
+    values = relevance[live]
+    spread = values.copy()
+    np.maximum(spread[1:], share * values[:-1], out=spread[1:])
+    np.maximum(spread[:-1], share * values[1:], out=spread[:-1])
+    out = relevance.copy()
+    out[live] = spread
+    return out
+
+
 def score_session(
     session: Session,
     query_terms: list[str],
@@ -77,12 +93,15 @@ def score_session(
     weights: Weights,
     half_life_turns: float,
     old_generation_after: int,
+    neighbour_share: float = 0.0,
 ) -> Scores:
     """Every slot's components and weighted total (dead slots score 0)."""
     n = session.n_slots
     cols = session.columns
     alive = cols.alive[:n]
-    bm25 = normalised_bm25(session, query_terms)
+    bm25 = spread_to_neighbours(
+        normalised_bm25(session, query_terms), session.live_slots(), neighbour_share
+    )
     recent = recency(cols.turn[:n], alive, half_life_turns)
     with_embedding = bool(query_embedding) and bool(session.embeddings)
     embedding = (

@@ -1,0 +1,205 @@
+"""Stateless input checks shared by every front (gRPC, MCP) and the engine.
+
+Each check raises `InvalidArgument` (or `ResourceExhausted` for limits) naming
+the field path, e.g. `chunks[3].text`, and the offending value. Checks that
+need session state (unknown session, embedding dimension) live in the engine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ctxopt.config import Config
+from ctxopt.errors import InvalidArgument, ResourceExhausted
+from ctxopt.model import (
+    Budget,
+    Chunk,
+    ChunkKind,
+    ChunkUpdate,
+    GcPolicy,
+    OptimizeOptions,
+    Role,
+    Roots,
+    Strategy,
+    Weights,
+)
+
+MAX_ID_CHARS = 256
+MAX_SEARCH_LIMIT = 100
+
+
+def too_many(field: str, value: object, what: str, limit: int) -> ResourceExhausted:
+    return ResourceExhausted(field, value, f"more than {limit:,} {what} (limit)")
+
+
+def validate_session_id(session_id: str, field: str = "session_id") -> None:
+    _check_id(session_id, field)
+
+
+def _check_id(value: str, field: str) -> None:
+    if not value:
+        raise InvalidArgument(field, value, "must not be empty")
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidArgument(field, value, f"longer than {MAX_ID_CHARS} characters")
+    if not value.isprintable():
+        raise InvalidArgument(field, value, "must be printable text")
+
+
+def validate_ids(ids: Sequence[str], field: str) -> None:
+    if not ids:
+        raise InvalidArgument(field, list(ids), "must name at least one chunk")
+    seen: set[str] = set()
+    for i, chunk_id in enumerate(ids):
+        _check_id(chunk_id, f"{field}[{i}]")
+        if chunk_id in seen:
+            raise InvalidArgument(f"{field}[{i}]", chunk_id, "duplicate id")
+        seen.add(chunk_id)
+
+
+def _check_enum(value: int, enum: type[Role | ChunkKind | GcPolicy | Strategy], field: str) -> None:
+    if value not in enum._value2member_map_:
+        raise InvalidArgument(field, value, f"not a known {enum.__name__} value")
+
+
+def _check_finite(value: float, field: str) -> None:
+    if not math.isfinite(value):
+        raise InvalidArgument(field, value, "must be a finite number")
+
+
+def validate_chunks(chunks: Sequence[Chunk], config: Config, field: str = "chunks") -> None:
+    """A batch of chunks to append: ids, texts, enums, numbers, links."""
+    if not chunks:
+        raise InvalidArgument(field, [], "must hold at least one chunk")
+    if len(chunks) > config.max_chunks_per_request:
+        raise too_many(field, len(chunks), "chunks in one request", config.max_chunks_per_request)
+    seen: set[str] = set()
+    for i, chunk in enumerate(chunks):
+        where = f"{field}[{i}]"
+        _check_id(chunk.id, f"{where}.id")
+        if chunk.id in seen:
+            raise InvalidArgument(f"{where}.id", chunk.id, "duplicate id in one batch")
+        seen.add(chunk.id)
+        validate_chunk(chunk, config, where)
+
+
+def validate_chunk(chunk: Chunk, config: Config, where: str) -> None:
+    if not chunk.text:
+        raise InvalidArgument(f"{where}.text", chunk.text, "must not be empty")
+    if len(chunk.text) > config.max_text_chars:
+        raise ResourceExhausted(
+            f"{where}.text",
+            f"{len(chunk.text):,} characters",
+            f"longer than the {config.max_text_chars:,}-character limit",
+        )
+    _check_enum(chunk.role, Role, f"{where}.role")
+    if chunk.role == Role.UNSPECIFIED:
+        raise InvalidArgument(f"{where}.role", chunk.role, "must be set")
+    _check_enum(chunk.kind, ChunkKind, f"{where}.kind")
+    _check_enum(chunk.policy, GcPolicy, f"{where}.policy")
+    for name in ("tokens", "turn", "line_start", "line_end", "created_at_ms"):
+        value = getattr(chunk, name)
+        if value < 0:
+            raise InvalidArgument(f"{where}.{name}", value, "must not be negative")
+    if chunk.line_end and chunk.line_end < chunk.line_start:
+        raise InvalidArgument(f"{where}.line_end", chunk.line_end, "before line_start")
+    _check_finite(chunk.boost, f"{where}.boost")
+    if not -1.0 <= chunk.boost <= 1.0:
+        raise InvalidArgument(f"{where}.boost", chunk.boost, "must be within [-1, 1]")
+    if len(chunk.embedding) > config.max_embedding_dim:
+        raise ResourceExhausted(
+            f"{where}.embedding",
+            len(chunk.embedding),
+            f"more than {config.max_embedding_dim} dimensions",
+        )
+    for j, value in enumerate(chunk.embedding):
+        _check_finite(value, f"{where}.embedding[{j}]")
+    for name in ("references", "summary_of"):
+        for j, target in enumerate(getattr(chunk, name)):
+            _check_id(target, f"{where}.{name}[{j}]")
+            if target == chunk.id:
+                raise InvalidArgument(f"{where}.{name}[{j}]", target, "refers to the chunk itself")
+    if chunk.parent_id == chunk.id:
+        raise InvalidArgument(f"{where}.parent_id", chunk.parent_id, "refers to the chunk itself")
+
+
+def validate_updates(updates: Sequence[ChunkUpdate], field: str = "updates") -> None:
+    validate_ids([u.id for u in updates], field)
+    for i, update in enumerate(updates):
+        _check_enum(update.policy, GcPolicy, f"{field}[{i}].policy")
+        if update.boost is not None:
+            _check_finite(update.boost, f"{field}[{i}].boost")
+            if not -1.0 <= update.boost <= 1.0:
+                raise InvalidArgument(f"{field}[{i}].boost", update.boost, "must be within [-1, 1]")
+        for j, target in enumerate(update.references or ()):
+            _check_id(target, f"{field}[{i}].references[{j}]")
+
+
+def validate_budget(budget: Budget, field: str = "budget") -> None:
+    if budget.context_limit_tokens <= 0:
+        raise InvalidArgument(
+            f"{field}.context_limit_tokens", budget.context_limit_tokens, "must be positive"
+        )
+    for name in ("threshold_percent", "target_percent", "pressure_percent"):
+        value = getattr(budget, name)
+        _check_finite(value, f"{field}.{name}")
+        if not 0 < value <= 100:
+            raise InvalidArgument(f"{field}.{name}", value, "must be within (0, 100]")
+    if budget.target_percent > budget.threshold_percent:
+        raise InvalidArgument(
+            f"{field}.target_percent", budget.target_percent, "must not exceed threshold_percent"
+        )
+    if budget.target_tokens < 0:
+        raise InvalidArgument(
+            f"{field}.target_tokens", budget.target_tokens, "must not be negative"
+        )
+
+
+def validate_roots(roots: Roots, field: str = "roots") -> None:
+    if roots.recent_turns < 0:
+        raise InvalidArgument(f"{field}.recent_turns", roots.recent_turns, "must not be negative")
+    for i, root_id in enumerate(roots.root_ids):
+        _check_id(root_id, f"{field}.root_ids[{i}]")
+
+
+def validate_weights(weights: Weights, field: str = "weights") -> None:
+    for name in ("bm25", "recency", "gc", "embedding", "boost"):
+        value = getattr(weights, name)
+        _check_finite(value, f"{field}.{name}")
+        if value < 0:
+            raise InvalidArgument(f"{field}.{name}", value, "must not be negative")
+
+
+def validate_query(query: str, config: Config, field: str = "query") -> None:
+    if len(query) > config.max_query_chars:
+        raise ResourceExhausted(
+            field, f"{len(query):,} characters", f"longer than {config.max_query_chars:,}"
+        )
+
+
+def validate_options(options: OptimizeOptions, config: Config) -> None:
+    """An Optimize / OptimizeContext request besides its chunks."""
+    validate_budget(options.budget)
+    validate_roots(options.roots)
+    validate_weights(options.weights)
+    validate_query(options.query, config)
+    _check_enum(options.strategy, Strategy, "strategy")
+    if len(options.query_embedding) > config.max_embedding_dim:
+        raise ResourceExhausted(
+            "query_embedding",
+            len(options.query_embedding),
+            f"more than {config.max_embedding_dim} dimensions",
+        )
+    for i, value in enumerate(options.query_embedding):
+        _check_finite(value, f"query_embedding[{i}]")
+    if options.max_chunks < 0:
+        raise InvalidArgument("max_chunks", options.max_chunks, "must not be negative")
+    if options.delete_ids:
+        validate_ids(options.delete_ids, "delete_ids")
+
+
+def validate_search(limit: int, offset: int) -> None:
+    if not 0 <= limit <= MAX_SEARCH_LIMIT:
+        raise InvalidArgument("limit", limit, f"must be within [0, {MAX_SEARCH_LIMIT}]")
+    if offset < 0:
+        raise InvalidArgument("page_token", offset, "must not be negative")
