@@ -14,7 +14,7 @@ TS_STAMP := ts-client/node_modules/.installed
 
 $(PY_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,quality]'
 	@touch $@
 
 $(TS_STAMP): ts-client/package.json ts-client/package-lock.json
