@@ -26,7 +26,8 @@ class Config:
     addr: str = "127.0.0.1:50051"
     workers: int = 16
     max_message_bytes: int = 64 * 1024 * 1024
-    grace_seconds: float = 5.0
+    grace_seconds: float = 5.0  # in-flight calls get this long to finish on shutdown
+    drain_notice_seconds: float = 0.5  # NOT_SERVING this long before refusing calls
     auth_token: str = ""
     tls_cert: str = ""
     tls_key: str = ""

@@ -36,9 +36,11 @@ every call here is short.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
+import os
 import re
 import sqlite3
 import sys
@@ -49,7 +51,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TextIO, TypeVar
 
 from ctxopt.errors import (
     FailedPrecondition,
@@ -72,6 +74,7 @@ from ctxopt.model import (
 logger = logging.getLogger(__name__)
 
 DB_FILE = "ctxopt.db"
+LOCK_FILE = "ctxopt.lock"
 SCHEMA_VERSION = 1
 EXPORT_FORMAT = "ctxopt-session/1"
 # Snippet markers: rare in code and logs, so a reader sees where the match is.
@@ -257,6 +260,26 @@ END;
 """
 
 
+def _lock_directory(path: Path) -> TextIO:
+    """One process per data directory: each keeps its sessions in memory, so a
+    second writer would diverge from the first. The kernel drops the lock when
+    the process dies, even by SIGKILL."""
+    handle = (path / LOCK_FILE).open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise FailedPrecondition(
+            "data_dir", str(path), f"in use by another ctxopt process (pid {holder})"
+        ) from None
+    handle.truncate(0)
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
 class Store:
     """Live sessions and the stash, durable in one SQLite database (see module doc)."""
 
@@ -277,10 +300,12 @@ class Store:
             raise InvalidArgument("stash_max_bytes", stash_max_bytes, "must be positive")
         self.stash_max_entries = stash_max_entries
         self.stash_max_bytes = stash_max_bytes
+        self._dir_lock: TextIO | None = None
         if path == ":memory:":
             self.db_path = ":memory:"
         else:
             Path(path).mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._dir_lock = _lock_directory(Path(path))
             self.db_path = str(Path(path) / DB_FILE)
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None)
@@ -315,6 +340,8 @@ class Store:
                 self._conn.execute("PRAGMA optimize")
                 self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._conn.close()
+            if self._dir_lock is not None:
+                self._dir_lock.close()  # releases the flock
 
     def integrity_check(self) -> str:
         """`PRAGMA integrity_check` ("ok" when the database is sound)."""

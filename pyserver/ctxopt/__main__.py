@@ -1,0 +1,7 @@
+"""`python -m ctxopt` is the `ctxopt` command."""
+
+import sys
+
+from ctxopt.cli import main
+
+sys.exit(main())

@@ -1,0 +1,104 @@
+"""`ctxopt`: serve gRPC, serve MCP over stdio, export or import a session.
+
+Every setting is a `CTXOPT_*` environment variable (config.py); the flags
+below override the ones people change at the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from ctxopt.config import Config
+from ctxopt.errors import CtxoptError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ctxopt", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the gRPC server in the foreground")
+    _data_dir(serve)
+    serve.add_argument("--addr", help="HOST:PORT, port 0 picks a free one (CTXOPT_ADDR)")
+    serve.add_argument("--workers", type=int, help="worker threads (CTXOPT_WORKERS)")
+    serve.add_argument(
+        "--max-message-bytes", type=int, help="request size cap (CTXOPT_MAX_MESSAGE_BYTES)"
+    )
+    serve.add_argument(
+        "--grace-seconds", type=float, help="drain time on shutdown (CTXOPT_GRACE_SECONDS)"
+    )
+    serve.add_argument("--tls-cert", help="PEM certificate chain (CTXOPT_TLS_CERT)")
+    serve.add_argument("--tls-key", help="PEM private key (CTXOPT_TLS_KEY)")
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="allow plaintext on a non-loopback address (CTXOPT_INSECURE)",
+    )
+
+    mcp = commands.add_parser("mcp", help="run the MCP server over stdio")
+    _data_dir(mcp)
+
+    export = commands.add_parser("export", help="print a session as JSON")
+    _data_dir(export)
+    export.add_argument("session_id")
+
+    load = commands.add_parser("import", help="load a session from a JSON export")
+    _data_dir(load)
+    load.add_argument("file", type=Path, help="the JSON file, - for stdin")
+    load.add_argument("--replace", action="store_true", help="overwrite an existing session")
+    return parser
+
+
+def _data_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", help="store directory (CTXOPT_DATA_DIR)")
+
+
+def _config(args: argparse.Namespace) -> Config:
+    """Environment first, then any flag given on the command line."""
+    config = Config.from_env()
+    overrides = {
+        name: value
+        for name, value in vars(args).items()
+        if name in Config.__dataclass_fields__ and value is not None
+    }
+    return replace(config, **overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    try:
+        config = _config(args)
+        if args.command == "serve":
+            from ctxopt.server import serve
+
+            serve(config)
+        elif args.command == "mcp":
+            from ctxopt.mcp_server import serve_stdio
+
+            serve_stdio(config)
+        else:
+            _export_or_import(args, config)
+    except (CtxoptError, ValueError) as e:
+        print(f"ctxopt: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _export_or_import(args: argparse.Namespace, config: Config) -> None:
+    from ctxopt.engine import Engine
+
+    engine = Engine(config)
+    try:
+        if args.command == "export":
+            print(engine.export_session("", args.session_id))
+        else:
+            data = sys.stdin.read() if str(args.file) == "-" else args.file.read_text()
+            session_id, count = engine.import_session("", data, args.replace)
+            print(f"imported {count} chunks into session {session_id}")
+    finally:
+        engine.close()

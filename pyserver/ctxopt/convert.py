@@ -1,0 +1,279 @@
+"""Proto messages <-> engine types, nothing else.
+
+Proto3 leaves unset scalars at zero, so the defaults live here: a zero
+percentage means the server's configured default, an unset `recent_turns` or
+weight means the model default. Enum numbers are checked on the way in
+(proto3 enums are open: a client may send any integer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import IntEnum
+from typing import Any, TypeVar, cast
+
+from ctxopt.config import Config
+from ctxopt.errors import InvalidArgument
+from ctxopt.model import (
+    DEFAULT_RECENT_TURNS,
+    Action,
+    AppendResult,
+    Breakdown,
+    Budget,
+    Chunk,
+    ChunkKind,
+    ChunkScore,
+    ChunkUpdate,
+    GcPolicy,
+    OptimizeOptions,
+    Plan,
+    Role,
+    Roots,
+    SessionStats,
+    StashFilter,
+    StashHit,
+    Strategy,
+    Weights,
+)
+from ctxopt.v1 import ctxopt_pb2 as pb
+
+E = TypeVar("E", bound=IntEnum)
+
+
+def _enum(kind: type[E], value: int, field: str) -> E:
+    try:
+        return kind(value)
+    except ValueError:
+        raise InvalidArgument(field, value, f"not a known {kind.__name__} value") from None
+
+
+# ---- requests -------------------------------------------------------------
+
+
+def chunk_from_pb(msg: pb.Chunk, field: str) -> Chunk:
+    return Chunk(
+        id=msg.id,
+        role=_enum(Role, msg.role, f"{field}.role"),
+        kind=_enum(ChunkKind, msg.kind, f"{field}.kind"),
+        text=msg.text,
+        tokens=msg.tokens,
+        created_at_ms=msg.created_at_ms,
+        turn=msg.turn,
+        pinned=msg.pinned,
+        policy=_enum(GcPolicy, msg.policy, f"{field}.policy"),
+        group_id=msg.group_id,
+        parent_id=msg.parent_id,
+        references=tuple(msg.references),
+        file_path=msg.file_path,
+        line_start=msg.line_start,
+        line_end=msg.line_end,
+        tags=tuple(msg.tags),
+        topic_id=msg.topic_id,
+        task_id=msg.task_id,
+        boost=msg.boost,
+        embedding=tuple(msg.embedding),
+        summary_of=tuple(msg.summary_of),
+        metadata=dict(msg.metadata),
+    )
+
+
+def chunks_from_pb(msgs: Sequence[pb.Chunk], field: str = "chunks") -> list[Chunk]:
+    return [chunk_from_pb(m, f"{field}[{i}]") for i, m in enumerate(msgs)]
+
+
+def update_from_pb(msg: pb.ChunkUpdate, field: str) -> ChunkUpdate:
+    return ChunkUpdate(
+        id=msg.id,
+        pinned=msg.pinned if msg.HasField("pinned") else None,
+        policy=_enum(GcPolicy, msg.policy, f"{field}.policy"),
+        touch=msg.touch,
+        references=tuple(msg.references) if msg.replace_references else None,
+        boost=msg.boost if msg.HasField("boost") else None,
+    )
+
+
+def budget_from_pb(msg: pb.Budget, config: Config) -> Budget:
+    return Budget(
+        context_limit_tokens=msg.context_limit_tokens,
+        threshold_percent=msg.threshold_percent or config.gc_threshold_percent,
+        target_percent=msg.target_percent or config.gc_target_percent,
+        pressure_percent=msg.pressure_percent or config.gc_pressure_percent,
+        target_tokens=msg.target_tokens,
+    )
+
+
+def roots_from_pb(msg: pb.Roots) -> Roots:
+    return Roots(
+        current_task_id=msg.current_task_id,
+        active_file_path=msg.active_file_path,
+        recent_turns=msg.recent_turns if msg.HasField("recent_turns") else DEFAULT_RECENT_TURNS,
+        root_ids=tuple(msg.root_ids),
+    )
+
+
+def weights_from_pb(msg: pb.Weights) -> Weights:
+    default = Weights()
+    return Weights(
+        **{
+            name: getattr(msg, name) if msg.HasField(name) else getattr(default, name)
+            for name in ("bm25", "recency", "gc", "embedding", "boost")
+        }
+    )
+
+
+def options_from_pb(msg: pb.OptimizeRequest, config: Config) -> OptimizeOptions:
+    return OptimizeOptions(
+        **_planning_fields(msg, config),
+        dry_run=msg.dry_run,
+        delete_ids=tuple(msg.delete_ids),
+        incremental=msg.incremental,
+    )
+
+
+def context_options_from_pb(msg: pb.OptimizeContextRequest, config: Config) -> OptimizeOptions:
+    return OptimizeOptions(**_planning_fields(msg, config))
+
+
+def _planning_fields(
+    msg: pb.OptimizeRequest | pb.OptimizeContextRequest, config: Config
+) -> dict[str, Any]:
+    """The fields both optimize requests share."""
+    return {
+        "budget": budget_from_pb(msg.budget, config),
+        "query": msg.query,
+        "query_embedding": tuple(msg.query_embedding),
+        "roots": roots_from_pb(msg.roots),
+        "weights": weights_from_pb(msg.weights),
+        "strategy": _enum(Strategy, msg.strategy, "strategy"),
+        "aggressive": msg.aggressive,
+        "force": msg.force,
+        "max_chunks": msg.max_chunks,
+    }
+
+
+def filters_from_pb(msg: pb.StashFilter) -> StashFilter:
+    return StashFilter(
+        kinds=tuple(_enum(ChunkKind, k, f"filters.kinds[{i}]") for i, k in enumerate(msg.kinds)),
+        tags=tuple(msg.tags),
+        file_path=msg.file_path,
+        task_id=msg.task_id,
+        from_ms=msg.from_ms,
+        to_ms=msg.to_ms,
+    )
+
+
+DEFAULT_SEARCH_LIMIT = 20  # hits per page when the request leaves `limit` at 0
+
+
+def page_offset(token: str) -> int:
+    """Page tokens are the decimal offset of the next hit (opaque to clients)."""
+    if not token:
+        return 0
+    if not token.isdigit() or len(token) > 12:
+        raise InvalidArgument("page_token", token, "not a token this server issued")
+    return int(token)
+
+
+# ---- responses ------------------------------------------------------------
+
+
+def breakdown_to_pb(b: Breakdown) -> pb.ScoreBreakdown:
+    return pb.ScoreBreakdown(
+        bm25=b.bm25,
+        recency=b.recency,
+        gc=b.gc,
+        embedding=b.embedding,
+        boost=b.boost,
+        reachable=b.reachable,
+        root=b.root,
+        total=b.total,
+    )
+
+
+def plan_to_pb(plan: Plan) -> pb.OptimizeResponse:
+    return pb.OptimizeResponse(
+        kept_ids=plan.kept_ids,
+        decisions=[
+            pb.Decision(
+                chunk_id=d.chunk_id,
+                action=_action(d.action),
+                tokens=d.tokens,
+                tokens_after=d.tokens_after,
+                score=d.score,
+                breakdown=breakdown_to_pb(d.breakdown),
+                reasons=d.reasons,
+                replacement_text=d.replacement_text,
+                stash_id=d.stash_id,
+            )
+            for d in plan.decisions
+        ],
+        tokens_before=plan.tokens_before,
+        tokens_after=plan.tokens_after,
+        target_tokens=plan.target_tokens,
+        triggered=plan.triggered,
+        feasible=plan.feasible,
+        repairs=[
+            pb.Repair(rule=r.rule, chunk_id=r.chunk_id, detail=r.detail) for r in plan.repairs
+        ],
+        server_ms=plan.server_ms,
+        explanation=plan.explanation,
+        mandatory_tokens=plan.mandatory_tokens,
+    )
+
+
+def _action(action: Action) -> pb.Action:
+    return cast(pb.Action, int(action))  # model enums carry the proto numbers
+
+
+def append_to_pb(result: AppendResult) -> pb.AppendChunksResponse:
+    return pb.AppendChunksResponse(
+        chunks=[
+            pb.ChunkTokens(id=c.id, tokens=c.tokens, status=cast(pb.UpsertStatus, int(c.status)))
+            for c in result.chunks
+        ],
+        session_tokens=result.session_tokens,
+        session_chunks=result.session_chunks,
+    )
+
+
+def scores_to_pb(scores: Sequence[ChunkScore]) -> pb.ScoreResponse:
+    return pb.ScoreResponse(
+        scores=[
+            pb.ChunkScore(
+                chunk_id=s.chunk_id, tokens=s.tokens, breakdown=breakdown_to_pb(s.breakdown)
+            )
+            for s in scores
+        ]
+    )
+
+
+def hits_to_pb(hits: Sequence[StashHit], next_offset: int | None) -> pb.SearchStashResponse:
+    return pb.SearchStashResponse(
+        hits=[
+            pb.StashHit(
+                stash_id=h.stash_id,
+                chunk_id=h.chunk_id,
+                session_id=h.session_id,
+                kind=cast(pb.ChunkKind, int(h.kind)),
+                score=h.score,
+                snippet=h.snippet,
+                tokens=h.tokens,
+                action=_action(h.action),
+                stashed_at_ms=h.stashed_at_ms,
+            )
+            for h in hits
+        ],
+        next_page_token="" if next_offset is None else str(next_offset),
+    )
+
+
+def stats_to_pb(stats: SessionStats) -> pb.GetSessionStatsResponse:
+    return pb.GetSessionStatsResponse(
+        chunk_count=stats.chunk_count,
+        tokens=stats.tokens,
+        stashed_count=stats.stashed_count,
+        stashed_tokens=stats.stashed_tokens,
+        collections=stats.collections,
+        tokens_by_policy=stats.tokens_by_policy,
+        old_generation_chunks=stats.old_generation_chunks,
+    )

@@ -1,0 +1,127 @@
+"""The gRPC server: ContextOptimizer plus standard health and reflection.
+
+Lifecycle: `start()` binds and marks every service SERVING; `stop()` marks
+them NOT_SERVING, gives load balancers `drain_notice_seconds` to notice, stops
+accepting calls, lets in-flight calls finish within `grace_seconds`, then
+flushes the store. `serve()` runs that from SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ctxopt.auth import Tokens
+from ctxopt.config import Config
+from ctxopt.engine import Engine
+from ctxopt.errors import FailedPrecondition
+from ctxopt.service import ContextOptimizerService
+from ctxopt.v1 import ctxopt_pb2 as pb
+from ctxopt.v1 import ctxopt_pb2_grpc as pb_grpc
+
+log = logging.getLogger("ctxopt.server")
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ContextOptimizer"].full_name
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "[::1]", "::1"}
+
+
+class Server:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.tokens = Tokens(config.auth_token)
+        credentials = _credentials(config)
+        self.engine = Engine(config)
+        self.health = health.HealthServicer(experimental_non_blocking=True)
+        self._grpc = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="ctxopt"),
+            options=[
+                ("grpc.max_receive_message_length", config.max_message_bytes),
+                ("grpc.max_send_message_length", config.max_message_bytes),
+                ("grpc.so_reuseport", 0),  # a busy port is an error, not a shared one
+            ],
+        )
+        # grpcio-tools writes no stubs for the *_grpc module, hence the ignore
+        pb_grpc.add_ContextOptimizerServicer_to_server(  # type: ignore[no-untyped-call]
+            ContextOptimizerService(self.engine, self.tokens), self._grpc
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._grpc
+        )
+        host = config.addr.rsplit(":", 1)[0]
+        try:
+            if credentials is None:
+                port = self._grpc.add_insecure_port(config.addr)
+            else:
+                port = self._grpc.add_secure_port(config.addr, credentials)
+        except RuntimeError as e:
+            self.engine.close()
+            raise FailedPrecondition("addr", config.addr, f"cannot bind: {e}") from None
+        self.address = f"{host}:{port}"
+        self._stopped = threading.Event()
+
+    def start(self) -> None:
+        self._grpc.start()
+        for service in ("", SERVICE_NAME):
+            self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+
+    def stop(self) -> None:
+        """Drain and stop; safe to call twice."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self.health.enter_graceful_shutdown()  # every service NOT_SERVING
+        time.sleep(self.config.drain_notice_seconds)
+        self._grpc.stop(self.config.grace_seconds).wait()
+        self.engine.close()
+
+
+def _credentials(config: Config) -> grpc.ServerCredentials | None:
+    """TLS when configured; plaintext only on loopback unless --insecure."""
+    if config.tls_cert or config.tls_key:
+        if not (config.tls_cert and config.tls_key):
+            raise FailedPrecondition("tls_cert", config.tls_cert, "TLS needs both cert and key")
+        pair = (Path(config.tls_key).read_bytes(), Path(config.tls_cert).read_bytes())
+        return grpc.ssl_server_credentials([pair])
+    host = config.addr.rsplit(":", 1)[0]
+    if host not in _LOOPBACK_HOSTS and not config.insecure:
+        raise FailedPrecondition(
+            "addr",
+            config.addr,
+            "plaintext off loopback: give --tls-cert/--tls-key, or --insecure to accept it",
+        )
+    return None
+
+
+def serve(config: Config) -> None:
+    """Run in the foreground until SIGTERM or SIGINT."""
+    started = time.perf_counter()
+    server = Server(config)
+    server.start()
+    requested = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: requested.set())
+    # the one stdout line: scripts and tests read the bound address from it
+    print(f"ctxopt listening on {server.address}", flush=True)
+    log.info(
+        "serving %s (data dir %s, %d workers, auth %s) in %.0f ms",
+        SERVICE_NAME,
+        config.resolved_data_dir,
+        config.workers,
+        "on" if server.tokens.required else "off",
+        (time.perf_counter() - started) * 1000,
+    )
+    requested.wait()
+    log.info("draining (grace %.1f s)", config.grace_seconds)
+    server.stop()
+    log.info("stopped")
+    sys.stdout.flush()

@@ -1,0 +1,239 @@
+"""The gRPC servicer: a thin layer over the engine.
+
+Each RPC converts its request (convert.py), calls one engine method and
+converts the answer back. Around every call, in one place (`_call`): the
+owner from the bearer token, the deadline, engine errors mapped to their
+status codes (the message names the field and value), unexpected errors
+contained as INTERNAL, and one structured log line with no chunk text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import grpc
+from google.protobuf.message import Message
+
+from ctxopt import convert
+from ctxopt.auth import Tokens, Unauthenticated
+from ctxopt.engine import Engine
+from ctxopt.errors import CtxoptError
+from ctxopt.v1 import ctxopt_pb2 as pb
+from ctxopt.v1 import ctxopt_pb2_grpc as pb_grpc
+
+log = logging.getLogger("ctxopt.calls")
+
+R = TypeVar("R", bound=Message)
+
+
+class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
+    def __init__(self, engine: Engine, tokens: Tokens) -> None:
+        self.engine = engine
+        self.tokens = tokens
+
+    # ---- session chunks ---------------------------------------------------
+
+    def AppendChunks(
+        self, request: pb.AppendChunksRequest, context: grpc.ServicerContext
+    ) -> pb.AppendChunksResponse:
+        def run(owner: str) -> pb.AppendChunksResponse:
+            chunks = convert.chunks_from_pb(request.chunks)
+            return convert.append_to_pb(self.engine.append(owner, request.session_id, chunks))
+
+        return self._call("AppendChunks", context, request.session_id, len(request.chunks), run)
+
+    def UpdateChunks(
+        self, request: pb.UpdateChunksRequest, context: grpc.ServicerContext
+    ) -> pb.UpdateChunksResponse:
+        def run(owner: str) -> pb.UpdateChunksResponse:
+            updates = [
+                convert.update_from_pb(u, f"updates[{i}]") for i, u in enumerate(request.updates)
+            ]
+            updated = self.engine.update(owner, request.session_id, updates)
+            return pb.UpdateChunksResponse(updated=updated)
+
+        return self._call("UpdateChunks", context, request.session_id, len(request.updates), run)
+
+    def RemoveChunks(
+        self, request: pb.RemoveChunksRequest, context: grpc.ServicerContext
+    ) -> pb.RemoveChunksResponse:
+        def run(owner: str) -> pb.RemoveChunksResponse:
+            removed, tokens = self.engine.remove(
+                owner, request.session_id, list(request.chunk_ids), request.stash
+            )
+            return pb.RemoveChunksResponse(removed=removed, session_tokens=tokens)
+
+        return self._call("RemoveChunks", context, request.session_id, len(request.chunk_ids), run)
+
+    # ---- planning -----------------------------------------------------------
+
+    def Optimize(
+        self, request: pb.OptimizeRequest, context: grpc.ServicerContext
+    ) -> pb.OptimizeResponse:
+        def run(owner: str) -> pb.OptimizeResponse:
+            options = convert.options_from_pb(request, self.engine.config)
+            return convert.plan_to_pb(self.engine.optimize(owner, request.session_id, options))
+
+        return self._call("Optimize", context, request.session_id, 0, run)
+
+    def Score(self, request: pb.ScoreRequest, context: grpc.ServicerContext) -> pb.ScoreResponse:
+        def run(owner: str) -> pb.ScoreResponse:
+            scores = self.engine.score(
+                owner,
+                request.session_id,
+                request.query,
+                tuple(request.query_embedding),
+                convert.roots_from_pb(request.roots),
+                convert.weights_from_pb(request.weights),
+            )
+            return convert.scores_to_pb(scores)
+
+        return self._call("Score", context, request.session_id, 0, run)
+
+    def OptimizeContext(
+        self, request: pb.OptimizeContextRequest, context: grpc.ServicerContext
+    ) -> pb.OptimizeContextResponse:
+        def run(_owner: str) -> pb.OptimizeContextResponse:
+            chunks = convert.chunks_from_pb(request.chunks)
+            options = convert.context_options_from_pb(request, self.engine.config)
+            plan = self.engine.optimize_context(chunks, options)
+            return pb.OptimizeContextResponse(result=convert.plan_to_pb(plan))
+
+        return self._call("OptimizeContext", context, "", len(request.chunks), run)
+
+    # ---- stash --------------------------------------------------------------
+
+    def SearchStash(
+        self, request: pb.SearchStashRequest, context: grpc.ServicerContext
+    ) -> pb.SearchStashResponse:
+        def run(owner: str) -> pb.SearchStashResponse:
+            hits, next_offset = self.engine.search_stash(
+                owner,
+                request.session_id,
+                request.query,
+                convert.filters_from_pb(request.filters),
+                request.limit or convert.DEFAULT_SEARCH_LIMIT,
+                convert.page_offset(request.page_token),
+            )
+            return convert.hits_to_pb(hits, next_offset)
+
+        return self._call("SearchStash", context, request.session_id, 0, run)
+
+    def Restore(
+        self, request: pb.RestoreRequest, context: grpc.ServicerContext
+    ) -> pb.RestoreResponse:
+        def run(owner: str) -> pb.RestoreResponse:
+            budget = (
+                convert.budget_from_pb(request.budget, self.engine.config)
+                if request.HasField("budget")
+                else None
+            )
+            restored, tokens = self.engine.restore(
+                owner, request.session_id, list(request.chunk_ids), budget, request.force
+            )
+            return pb.RestoreResponse(restored_ids=restored, session_tokens=tokens)
+
+        return self._call("Restore", context, request.session_id, len(request.chunk_ids), run)
+
+    # ---- sessions -----------------------------------------------------------
+
+    def GetSessionStats(
+        self, request: pb.GetSessionStatsRequest, context: grpc.ServicerContext
+    ) -> pb.GetSessionStatsResponse:
+        def run(owner: str) -> pb.GetSessionStatsResponse:
+            return convert.stats_to_pb(self.engine.stats(owner, request.session_id))
+
+        return self._call("GetSessionStats", context, request.session_id, 0, run)
+
+    def DeleteSession(
+        self, request: pb.DeleteSessionRequest, context: grpc.ServicerContext
+    ) -> pb.DeleteSessionResponse:
+        def run(owner: str) -> pb.DeleteSessionResponse:
+            deleted = self.engine.delete_session(owner, request.session_id, request.purge_stash)
+            return pb.DeleteSessionResponse(deleted=deleted)
+
+        return self._call("DeleteSession", context, request.session_id, 0, run)
+
+    def ExportSession(
+        self, request: pb.ExportSessionRequest, context: grpc.ServicerContext
+    ) -> pb.ExportSessionResponse:
+        def run(owner: str) -> pb.ExportSessionResponse:
+            return pb.ExportSessionResponse(
+                json=self.engine.export_session(owner, request.session_id)
+            )
+
+        return self._call("ExportSession", context, request.session_id, 0, run)
+
+    def ImportSession(
+        self, request: pb.ImportSessionRequest, context: grpc.ServicerContext
+    ) -> pb.ImportSessionResponse:
+        def run(owner: str) -> pb.ImportSessionResponse:
+            session_id, count = self.engine.import_session(owner, request.json, request.replace)
+            return pb.ImportSessionResponse(session_id=session_id, chunk_count=count)
+
+        return self._call("ImportSession", context, "", 0, run)
+
+    # ---- around every call --------------------------------------------------
+
+    def _call(
+        self,
+        method: str,
+        context: grpc.ServicerContext,
+        session_id: str,
+        chunk_count: int,
+        run: Callable[[str], R],
+    ) -> R:
+        started = time.perf_counter()
+        response: R | None = None
+        code, message = grpc.StatusCode.OK, ""
+        try:
+            owner = self.tokens.owner(context.invocation_metadata())
+            remaining = context.time_remaining()
+            if remaining is not None and remaining <= 0:
+                code, message = grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed before start"
+            else:
+                response = run(owner)
+        except Unauthenticated as e:
+            code, message = grpc.StatusCode.UNAUTHENTICATED, str(e)
+        except CtxoptError as e:
+            code, message = grpc.StatusCode[e.status], str(e)
+        except Exception:  # contained: a bad request must never take the server down
+            log.exception("%s failed", method)
+            code, message = grpc.StatusCode.INTERNAL, f"{method}: internal error (logged)"
+        _log_call(method, session_id, chunk_count, response, code, started)
+        if response is None:
+            context.abort(code, message)
+        return response
+
+
+_WITH_SESSION_TOKENS = (pb.AppendChunksResponse, pb.RemoveChunksResponse, pb.RestoreResponse)
+
+
+def _log_call(
+    method: str,
+    session_id: str,
+    chunk_count: int,
+    response: Message | None,
+    code: grpc.StatusCode,
+    started: float,
+) -> None:
+    record: dict[str, object] = {
+        "method": method,
+        "session": session_id,
+        "chunks": chunk_count,
+        "code": code.name,
+        "ms": round((time.perf_counter() - started) * 1000, 3),
+    }
+    plan = response.result if isinstance(response, pb.OptimizeContextResponse) else response
+    if isinstance(plan, pb.OptimizeResponse):
+        record["tokens_before"] = plan.tokens_before
+        record["tokens_after"] = plan.tokens_after
+    elif isinstance(
+        response, pb.AppendChunksResponse | pb.RemoveChunksResponse | pb.RestoreResponse
+    ):
+        record["tokens_after"] = response.session_tokens
+    log.info(json.dumps(record))

@@ -1,0 +1,340 @@
+"""Every RPC through the generated stubs against a real server on loopback."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from ctxopt.v1 import ctxopt_pb2 as pb
+from ctxopt.v1 import ctxopt_pb2_grpc as pb_grpc
+
+from tests.serverproc import ServerProcess, serving
+
+Stub = pb_grpc.ContextOptimizerStub
+TIMEOUT = 10.0
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with serving(tmp_path_factory.mktemp("service")) as running:
+        yield running
+
+
+@pytest.fixture
+def stub(server: ServerProcess) -> Iterator[Stub]:
+    with grpc.insecure_channel(server.address) as channel:
+        yield server.stub(channel)
+
+
+def message(i: int, text: str, role: int = pb.ROLE_USER, **fields: object) -> pb.Chunk:
+    return pb.Chunk(
+        id=f"m{i}", role=role, kind=pb.CHUNK_KIND_MESSAGE, text=text, turn=i, **fields
+    )
+
+
+def conversation(n: int = 12) -> list[pb.Chunk]:
+    """A user/model exchange with one long tool log in the middle."""
+    chunks = [pb.Chunk(id="sys", role=pb.ROLE_SYSTEM, kind=pb.CHUNK_KIND_SYSTEM, text="Be brief.")]
+    for i in range(n):
+        role = pb.ROLE_USER if i % 2 == 0 else pb.ROLE_MODEL
+        chunks.append(message(i, f"turn {i} about the parser cache and widget {i} " * 8, role))
+    chunks.append(
+        pb.Chunk(
+            id="log",
+            role=pb.ROLE_TOOL,
+            kind=pb.CHUNK_KIND_LOG,
+            text="\n".join(f"DEBUG line {k} retry connection pool" for k in range(300)),
+            turn=n // 2,
+        )
+    )
+    return chunks
+
+
+def append(stub: Stub, session: str, chunks: list[pb.Chunk]) -> pb.AppendChunksResponse:
+    request = pb.AppendChunksRequest(session_id=session, chunks=chunks)
+    return stub.AppendChunks(request, timeout=TIMEOUT)
+
+
+def status_of(call: object) -> grpc.RpcError:
+    assert isinstance(call, grpc.RpcError)
+    return call
+
+
+def expect_error(code: grpc.StatusCode, field: str, fn: object, *args: object) -> str:
+    with pytest.raises(grpc.RpcError) as raised:
+        fn(*args, timeout=TIMEOUT)  # type: ignore[operator]
+    error = raised.value
+    assert error.code() == code, error.details()
+    details = error.details() or ""
+    assert field in details, details
+    return details
+
+
+def test_append_upserts_by_id(stub: Stub) -> None:
+    first = append(stub, "append", conversation())
+    assert {c.status for c in first.chunks} == {pb.UPSERT_STATUS_ADDED}
+    assert all(c.tokens > 0 for c in first.chunks)
+    again = append(stub, "append", conversation())
+    assert {c.status for c in again.chunks} == {pb.UPSERT_STATUS_UNCHANGED}
+    assert again.session_tokens == first.session_tokens
+    changed = append(stub, "append", [message(0, "a new text for turn zero")])
+    assert changed.chunks[0].status == pb.UPSERT_STATUS_UPDATED
+    stats = stub.GetSessionStats(pb.GetSessionStatsRequest(session_id="append"), timeout=TIMEOUT)
+    assert stats.tokens == changed.session_tokens
+    assert stats.chunk_count == len(conversation()) == changed.session_chunks
+
+
+def test_client_token_counts_are_honoured(stub: Stub) -> None:
+    response = append(stub, "counted", [message(0, "hello", tokens=1234)])
+    assert response.chunks[0].tokens == 1234
+    assert response.session_tokens == 1234
+
+
+def test_optimize_lands_at_target_and_explains(stub: Stub) -> None:
+    before = append(stub, "optimize", conversation()).session_tokens
+    budget = pb.Budget(context_limit_tokens=before, target_percent=50, threshold_percent=60)
+    plan = stub.Optimize(
+        pb.OptimizeRequest(
+            session_id="optimize",
+            query="parser cache",
+            budget=budget,
+            roots=pb.Roots(recent_turns=2),
+        ),
+        timeout=TIMEOUT,
+    )
+    assert plan.triggered and plan.feasible
+    assert plan.tokens_before == before
+    assert plan.tokens_after <= plan.target_tokens == before // 2
+    assert "sys" in plan.kept_ids
+    for decision in plan.decisions:
+        assert decision.action != pb.ACTION_KEEP and decision.reasons
+        assert decision.breakdown.total == pytest.approx(decision.score)
+    log = next(d for d in plan.decisions if d.chunk_id == "log")
+    assert "ephemeral" in log.reasons
+    stats = stub.GetSessionStats(pb.GetSessionStatsRequest(session_id="optimize"), timeout=TIMEOUT)
+    assert stats.tokens == plan.tokens_after
+    assert stats.stashed_count >= 1
+
+
+def test_dry_run_changes_nothing(stub: Stub) -> None:
+    total = append(stub, "dry", conversation()).session_tokens
+    export = stub.ExportSession(pb.ExportSessionRequest(session_id="dry"), timeout=TIMEOUT).json
+    request = pb.OptimizeRequest(
+        session_id="dry", budget=pb.Budget(context_limit_tokens=total // 2), dry_run=True
+    )
+    plan = stub.Optimize(request, timeout=TIMEOUT)
+    assert plan.triggered and plan.decisions
+    after = stub.ExportSession(pb.ExportSessionRequest(session_id="dry"), timeout=TIMEOUT).json
+    assert json.loads(after) == json.loads(export)
+
+
+def test_below_threshold_is_not_triggered(stub: Stub) -> None:
+    total = append(stub, "calm", conversation()).session_tokens
+    request = pb.OptimizeRequest(session_id="calm", budget=pb.Budget(context_limit_tokens=total * 4))
+    plan = stub.Optimize(request, timeout=TIMEOUT)
+    assert not plan.triggered and not plan.decisions
+    assert len(plan.kept_ids) == len(conversation())
+
+
+def test_pinned_and_updates(stub: Stub) -> None:
+    total = append(stub, "pins", conversation()).session_tokens
+    update = pb.ChunkUpdate(id="m1", pinned=True)
+    response = stub.UpdateChunks(
+        pb.UpdateChunksRequest(session_id="pins", updates=[update]), timeout=TIMEOUT
+    )
+    assert response.updated == 1
+    request = pb.OptimizeRequest(
+        session_id="pins",
+        budget=pb.Budget(context_limit_tokens=total, target_tokens=total // 10),
+        roots=pb.Roots(recent_turns=0),
+    )
+    plan = stub.Optimize(request, timeout=TIMEOUT)
+    assert "m1" in plan.kept_ids
+    assert "m1" not in {d.chunk_id for d in plan.decisions}
+    expect_error(
+        grpc.StatusCode.NOT_FOUND,
+        "updates[0].id",
+        stub.UpdateChunks,
+        pb.UpdateChunksRequest(session_id="pins", updates=[pb.ChunkUpdate(id="nope")]),
+    )
+
+
+def test_score_covers_every_chunk(stub: Stub) -> None:
+    append(stub, "score", conversation())
+    response = stub.Score(
+        pb.ScoreRequest(session_id="score", query="widget 3", roots=pb.Roots(recent_turns=2)),
+        timeout=TIMEOUT,
+    )
+    by_id = {s.chunk_id: s for s in response.scores}
+    assert set(by_id) == {c.id for c in conversation()}
+    assert by_id["sys"].breakdown.root
+    assert by_id["m3"].breakdown.bm25 > by_id["m4"].breakdown.bm25
+
+
+def test_remove_search_restore_round_trip(stub: Stub) -> None:
+    chunks = conversation()
+    append(stub, "stash", chunks)
+    removed = stub.RemoveChunks(
+        pb.RemoveChunksRequest(session_id="stash", chunk_ids=["log", "m2"], stash=True),
+        timeout=TIMEOUT,
+    )
+    assert removed.removed == 2
+    hits = stub.SearchStash(
+        pb.SearchStashRequest(session_id="stash", query="retry connection", limit=5),
+        timeout=TIMEOUT,
+    ).hits
+    assert hits and hits[0].chunk_id == "log" and hits[0].stash_id
+    only_logs = stub.SearchStash(
+        pb.SearchStashRequest(
+            session_id="stash", query="", filters=pb.StashFilter(kinds=[pb.CHUNK_KIND_MESSAGE])
+        ),
+        timeout=TIMEOUT,
+    ).hits
+    assert [h.chunk_id for h in only_logs] == ["m2"]
+    restored = stub.Restore(
+        pb.RestoreRequest(session_id="stash", chunk_ids=["log", "m2"]), timeout=TIMEOUT
+    )
+    assert sorted(restored.restored_ids) == ["log", "m2"]
+    export = json.loads(
+        stub.ExportSession(pb.ExportSessionRequest(session_id="stash"), timeout=TIMEOUT).json
+    )
+    texts = {c["chunk"]["id"]: c["chunk"]["text"] for c in export["chunks"]}
+    original = {c.id: c.text for c in chunks}
+    assert texts["log"] == original["log"] and texts["m2"] == original["m2"]
+    expect_error(
+        grpc.StatusCode.NOT_FOUND,
+        "chunk_ids",
+        stub.Restore,
+        pb.RestoreRequest(session_id="stash", chunk_ids=["never-stashed"]),
+    )
+
+
+def test_search_pages(stub: Stub) -> None:
+    append(stub, "pages", conversation())
+    ids = [f"m{i}" for i in range(8)]
+    stub.RemoveChunks(
+        pb.RemoveChunksRequest(session_id="pages", chunk_ids=ids, stash=True), timeout=TIMEOUT
+    )
+    seen: list[str] = []
+    token = ""
+    for _ in range(10):
+        page = stub.SearchStash(
+            pb.SearchStashRequest(session_id="pages", query="parser", limit=3, page_token=token),
+            timeout=TIMEOUT,
+        )
+        seen += [h.chunk_id for h in page.hits]
+        token = page.next_page_token
+        if not token:
+            break
+    assert sorted(seen) == sorted(ids)
+    expect_error(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "page_token",
+        stub.SearchStash,
+        pb.SearchStashRequest(session_id="pages", query="parser", page_token="garbage"),
+    )
+
+
+def test_optimize_context_is_stateless_and_deterministic(stub: Stub) -> None:
+    chunks = conversation()
+    request = pb.OptimizeContextRequest(
+        chunks=chunks,
+        query="widget",
+        budget=pb.Budget(context_limit_tokens=900),
+        roots=pb.Roots(recent_turns=2),
+    )
+    first = stub.OptimizeContext(request, timeout=TIMEOUT).result
+    second = stub.OptimizeContext(request, timeout=TIMEOUT).result
+    assert first.triggered and first.tokens_after <= first.target_tokens
+    first.server_ms = second.server_ms = 0
+    assert first == second
+    expect_error(
+        grpc.StatusCode.NOT_FOUND,
+        "session_id",
+        stub.GetSessionStats,
+        pb.GetSessionStatsRequest(session_id="widget"),
+    )
+
+
+def test_strategies_differ(stub: Stub) -> None:
+    chunks = conversation()
+    kept: dict[int, list[str]] = {}
+    for strategy in (pb.STRATEGY_HYBRID, pb.STRATEGY_BUDGET, pb.STRATEGY_TRUNCATE):
+        request = pb.OptimizeContextRequest(
+            chunks=chunks,
+            query="widget 1",
+            budget=pb.Budget(context_limit_tokens=700),
+            strategy=strategy,
+            roots=pb.Roots(recent_turns=1),
+        )
+        kept[strategy] = list(stub.OptimizeContext(request, timeout=TIMEOUT).result.kept_ids)
+    assert kept[pb.STRATEGY_TRUNCATE] != kept[pb.STRATEGY_HYBRID]
+    assert "log" not in kept[pb.STRATEGY_BUDGET]  # EPHEMERAL goes first under the budget order
+
+
+def test_export_import_round_trip(stub: Stub, tmp_path: Path) -> None:
+    append(stub, "export", conversation())
+    stub.RemoveChunks(
+        pb.RemoveChunksRequest(session_id="export", chunk_ids=["m5"], stash=True), timeout=TIMEOUT
+    )
+    exported = stub.ExportSession(pb.ExportSessionRequest(session_id="export"), timeout=TIMEOUT)
+    expect_error(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "replace",
+        stub.ImportSession,
+        pb.ImportSessionRequest(json=exported.json),
+    )
+    stub.DeleteSession(
+        pb.DeleteSessionRequest(session_id="export", purge_stash=True), timeout=TIMEOUT
+    )
+    imported = stub.ImportSession(pb.ImportSessionRequest(json=exported.json), timeout=TIMEOUT)
+    assert imported.session_id == "export"
+    assert imported.chunk_count == len(conversation()) - 1
+    again = stub.ExportSession(pb.ExportSessionRequest(session_id="export"), timeout=TIMEOUT)
+    assert json.loads(again.json) == json.loads(exported.json)
+
+
+def test_delete_session(stub: Stub) -> None:
+    append(stub, "gone", conversation())
+    deleted = stub.DeleteSession(pb.DeleteSessionRequest(session_id="gone"), timeout=TIMEOUT)
+    assert deleted.deleted
+    expect_error(
+        grpc.StatusCode.NOT_FOUND,
+        "session_id",
+        stub.GetSessionStats,
+        pb.GetSessionStatsRequest(session_id="gone"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("request_", "method", "code", "field"),
+    [
+        (pb.AppendChunksRequest(session_id="", chunks=[message(0, "x")]), "AppendChunks",
+         grpc.StatusCode.INVALID_ARGUMENT, "session_id"),
+        (pb.AppendChunksRequest(session_id="bad", chunks=[pb.Chunk(id="a", role=99, text="x")]),
+         "AppendChunks", grpc.StatusCode.INVALID_ARGUMENT, "chunks[0].role"),
+        (pb.AppendChunksRequest(session_id="bad", chunks=[message(0, "x"), pb.Chunk(text="y")]),
+         "AppendChunks", grpc.StatusCode.INVALID_ARGUMENT, "chunks[1].id"),
+        (pb.OptimizeRequest(session_id="nobody", budget=pb.Budget(context_limit_tokens=10)),
+         "Optimize", grpc.StatusCode.NOT_FOUND, "session_id"),
+        (pb.OptimizeContextRequest(chunks=[message(0, "x")]), "OptimizeContext",
+         grpc.StatusCode.INVALID_ARGUMENT, "budget.context_limit_tokens"),
+        (pb.OptimizeContextRequest(
+            chunks=[message(0, "x")], budget=pb.Budget(context_limit_tokens=10, target_percent=101)
+         ), "OptimizeContext", grpc.StatusCode.INVALID_ARGUMENT, "budget.target_percent"),
+        (pb.OptimizeContextRequest(
+            chunks=[message(0, "x")], budget=pb.Budget(context_limit_tokens=10), strategy=7
+         ), "OptimizeContext", grpc.StatusCode.INVALID_ARGUMENT, "strategy"),
+        (pb.SearchStashRequest(query="x", limit=-1), "SearchStash",
+         grpc.StatusCode.INVALID_ARGUMENT, "limit"),
+        (pb.ImportSessionRequest(json="{not json"), "ImportSession",
+         grpc.StatusCode.INVALID_ARGUMENT, "json"),
+    ],
+)  # fmt: skip
+def test_bad_requests_name_the_field(
+    stub: Stub, request_: object, method: str, code: grpc.StatusCode, field: str
+) -> None:
+    expect_error(code, field, getattr(stub, method), request_)
