@@ -390,7 +390,7 @@ function fallbackReason(error: unknown): string {
   if (error instanceof CtxoptCallError) {
     if (error.code === GrpcStatus.DEADLINE_EXCEEDED) return `deadline missed in ${error.method}`;
     if (error.code === GrpcStatus.UNAVAILABLE) return `service unavailable in ${error.method}`;
-    return `${error.method} failed: ${GrpcStatus[error.code] ?? error.code}`;
+    return `${error.method} failed: ${GrpcStatus[error.code] ?? error.code}: ${error.details}`;
   }
   return error instanceof Error ? error.message : String(error);
 }
