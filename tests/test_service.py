@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import grpc
 import pytest
@@ -15,6 +16,8 @@ from tests.serverproc import ServerProcess, serving
 
 Stub = pb_grpc.ContextOptimizerStub
 TIMEOUT = 10.0
+UNKNOWN_ROLE = cast(pb.Role, 99)  # proto3 enums are open: any number can arrive
+UNKNOWN_STRATEGY = cast(pb.Strategy, 7)
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +32,9 @@ def stub(server: ServerProcess) -> Iterator[Stub]:
         yield server.stub(channel)
 
 
-def message(i: int, text: str, role: int = pb.ROLE_USER, **fields: object) -> pb.Chunk:
+def message(i: int, text: str, role: pb.Role = pb.ROLE_USER, tokens: int = 0) -> pb.Chunk:
     return pb.Chunk(
-        id=f"m{i}", role=role, kind=pb.CHUNK_KIND_MESSAGE, text=text, turn=i, **fields
+        id=f"m{i}", role=role, kind=pb.CHUNK_KIND_MESSAGE, text=text, turn=i, tokens=tokens
     )
 
 
@@ -55,7 +58,8 @@ def conversation(n: int = 12) -> list[pb.Chunk]:
 
 def append(stub: Stub, session: str, chunks: list[pb.Chunk]) -> pb.AppendChunksResponse:
     request = pb.AppendChunksRequest(session_id=session, chunks=chunks)
-    return stub.AppendChunks(request, timeout=TIMEOUT)
+    response: pb.AppendChunksResponse = stub.AppendChunks(request, timeout=TIMEOUT)
+    return response
 
 
 def status_of(call: object) -> grpc.RpcError:
@@ -133,7 +137,9 @@ def test_dry_run_changes_nothing(stub: Stub) -> None:
 
 def test_below_threshold_is_not_triggered(stub: Stub) -> None:
     total = append(stub, "calm", conversation()).session_tokens
-    request = pb.OptimizeRequest(session_id="calm", budget=pb.Budget(context_limit_tokens=total * 4))
+    request = pb.OptimizeRequest(
+        session_id="calm", budget=pb.Budget(context_limit_tokens=total * 4)
+    )
     plan = stub.Optimize(request, timeout=TIMEOUT)
     assert not plan.triggered and not plan.decisions
     assert len(plan.kept_ids) == len(conversation())
@@ -309,32 +315,43 @@ def test_delete_session(stub: Stub) -> None:
     )
 
 
-@pytest.mark.parametrize(
-    ("request_", "method", "code", "field"),
-    [
-        (pb.AppendChunksRequest(session_id="", chunks=[message(0, "x")]), "AppendChunks",
-         grpc.StatusCode.INVALID_ARGUMENT, "session_id"),
-        (pb.AppendChunksRequest(session_id="bad", chunks=[pb.Chunk(id="a", role=99, text="x")]),
-         "AppendChunks", grpc.StatusCode.INVALID_ARGUMENT, "chunks[0].role"),
-        (pb.AppendChunksRequest(session_id="bad", chunks=[message(0, "x"), pb.Chunk(text="y")]),
-         "AppendChunks", grpc.StatusCode.INVALID_ARGUMENT, "chunks[1].id"),
-        (pb.OptimizeRequest(session_id="nobody", budget=pb.Budget(context_limit_tokens=10)),
-         "Optimize", grpc.StatusCode.NOT_FOUND, "session_id"),
-        (pb.OptimizeContextRequest(chunks=[message(0, "x")]), "OptimizeContext",
-         grpc.StatusCode.INVALID_ARGUMENT, "budget.context_limit_tokens"),
-        (pb.OptimizeContextRequest(
-            chunks=[message(0, "x")], budget=pb.Budget(context_limit_tokens=10, target_percent=101)
-         ), "OptimizeContext", grpc.StatusCode.INVALID_ARGUMENT, "budget.target_percent"),
-        (pb.OptimizeContextRequest(
-            chunks=[message(0, "x")], budget=pb.Budget(context_limit_tokens=10), strategy=7
-         ), "OptimizeContext", grpc.StatusCode.INVALID_ARGUMENT, "strategy"),
-        (pb.SearchStashRequest(query="x", limit=-1), "SearchStash",
-         grpc.StatusCode.INVALID_ARGUMENT, "limit"),
-        (pb.ImportSessionRequest(json="{not json"), "ImportSession",
-         grpc.StatusCode.INVALID_ARGUMENT, "json"),
-    ],
-)  # fmt: skip
-def test_bad_requests_name_the_field(
-    stub: Stub, request_: object, method: str, code: grpc.StatusCode, field: str
-) -> None:
-    expect_error(code, field, getattr(stub, method), request_)
+TINY = pb.Budget(context_limit_tokens=10)
+BAD_REQUESTS = [
+    ("AppendChunks", pb.AppendChunksRequest(session_id="", chunks=[message(0, "x")]), "session_id"),
+    (
+        "AppendChunks",
+        pb.AppendChunksRequest(session_id="b", chunks=[pb.Chunk(id="a", role=UNKNOWN_ROLE)]),
+        "chunks[0].role",
+    ),
+    (
+        "AppendChunks",
+        pb.AppendChunksRequest(session_id="b", chunks=[message(0, "x"), pb.Chunk(text="y")]),
+        "chunks[1].id",
+    ),
+    ("OptimizeContext", pb.OptimizeContextRequest(chunks=[message(0, "x")]), "budget."),
+    (
+        "OptimizeContext",
+        pb.OptimizeContextRequest(
+            chunks=[message(0, "x")],
+            budget=pb.Budget(context_limit_tokens=10, target_percent=101),
+        ),
+        "budget.target_percent",
+    ),
+    (
+        "OptimizeContext",
+        pb.OptimizeContextRequest(chunks=[message(0, "x")], budget=TINY, strategy=UNKNOWN_STRATEGY),
+        "strategy",
+    ),
+    ("SearchStash", pb.SearchStashRequest(query="x", limit=-1), "limit"),
+    ("ImportSession", pb.ImportSessionRequest(json="{not json"), "json"),
+]
+
+
+@pytest.mark.parametrize(("method", "request_", "field"), BAD_REQUESTS)
+def test_bad_requests_name_the_field(stub: Stub, method: str, request_: object, field: str) -> None:
+    expect_error(grpc.StatusCode.INVALID_ARGUMENT, field, getattr(stub, method), request_)
+
+
+def test_unknown_session_is_not_found(stub: Stub) -> None:
+    request = pb.OptimizeRequest(session_id="nobody", budget=TINY)
+    expect_error(grpc.StatusCode.NOT_FOUND, "session_id", stub.Optimize, request)
