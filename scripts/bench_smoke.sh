@@ -19,4 +19,7 @@ run bench_index "$PY" -m benchmarks.bench_index --smoke --out "$out/bench_index.
 run analyzer_ablation "$PY" -m benchmarks.analyzer_ablation --smoke --out "$out/analyzer_ablation.json"
 run bench_grpc "$PY" -m benchmarks.bench_grpc --smoke --out "$out/bench_grpc.json"
 run quality "$PY" -m benchmarks.quality --smoke --out "$out/quality.json"
+echo "== smoke: bench_ts"
+(cd ts-client && npm run --silent bench -- --smoke)
+"$PY" -c 'import json,sys; json.load(open(sys.argv[1]))' benchmarks/results/smoke/bench_ts.json
 echo "all benchmark smokes wrote valid JSON"
