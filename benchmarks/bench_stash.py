@@ -23,8 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxopt.engine import stash_id_of
 from ctxopt.model import Action, Chunk, ChunkKind, Role, StashFilter
-from ctxopt.store import Fsync, StashEntry, Store, StoredChunk, stash_id_for
+from ctxopt.store import Fsync, StashEntry, Store, StoredChunk
 
 RESULTS = Path(__file__).parent / "results" / "bench_stash.json"
 OWNERS = ("alice", "bob")
@@ -112,7 +113,7 @@ def fill_stash(store: Store, corpus: Corpus, target_tokens: int) -> tuple[int, i
 
 def stash_entry(chunk: Chunk, session_id: str, owner: str, at_ms: int) -> StashEntry:
     return StashEntry(
-        stash_id=stash_id_for(chunk),
+        stash_id=stash_id_of(chunk),
         session_id=session_id,
         owner=owner,
         chunk=chunk,
@@ -186,7 +187,7 @@ def bench_writes(root: Path, corpus: Corpus, fsync: Fsync, commits: int) -> dict
                         id=f"c{n}-{i}", role=Role.TOOL, kind=ChunkKind.LOG, text=corpus.text(150)
                     ),
                     seq=n * PLAN_ENTRIES + i,
-                    survived=0,
+                    born=0,
                     last_touched_ms=n,
                 )
                 for i in range(PLAN_ENTRIES)
@@ -216,7 +217,7 @@ def bench_reopen(root: Path, corpus: Corpus, n_chunks: int) -> dict[str, float]:
             tags=("ci",) if n % 7 == 0 else (),
             references=(f"c{n - 1}",) if n else (),
         )
-        batch.append(StoredChunk(chunk, seq=n, survived=n % 4, last_touched_ms=n))
+        batch.append(StoredChunk(chunk, seq=n, born=n % 4, last_touched_ms=n))
         if len(batch) == 5_000:
             store.save_chunks("big", "alice", batch)
             batch = []

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from ctxopt.engine import stash_id_of
 from ctxopt.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -31,7 +32,6 @@ from ctxopt.store import (
     StoredChunk,
     StoredSession,
     fts_query,
-    stash_id_for,
 )
 
 OWNER = "alice"
@@ -45,8 +45,8 @@ def make_chunk(chunk_id: str, text: str = "", **fields: object) -> Chunk:
     return replace(base, **fields)  # type: ignore[arg-type]
 
 
-def live(chunk: Chunk, seq: int, survived: int = 0) -> StoredChunk:
-    return StoredChunk(chunk=chunk, seq=seq, survived=survived, last_touched_ms=1000 + seq)
+def live(chunk: Chunk, seq: int, born: int = 0) -> StoredChunk:
+    return StoredChunk(chunk=chunk, seq=seq, born=born, last_touched_ms=1000 + seq)
 
 
 def entry(
@@ -57,7 +57,7 @@ def entry(
     action: Action = Action.STASH,
 ) -> StashEntry:
     return StashEntry(
-        stash_id=stash_id_for(chunk),
+        stash_id=stash_id_of(chunk),
         session_id=session_id,
         owner=owner,
         chunk=chunk,
@@ -125,7 +125,7 @@ def hit_ids(store: Store, query: str, filters: StashFilter = NO_FILTER) -> list[
 
 
 def test_saved_chunk_loads_back_with_every_field(store: Store) -> None:
-    store.save_chunks("s1", OWNER, [live(RICH_CHUNK, seq=5, survived=2)])
+    store.save_chunks("s1", OWNER, [live(RICH_CHUNK, seq=5, born=2)])
     session = store.load_session("s1")
     assert session is not None
     assert session.chunks == [StoredChunk(RICH_CHUNK, 5, 2, 1005)]
@@ -160,10 +160,10 @@ def test_chunks_load_in_seq_order(store: Store) -> None:
 
 def test_save_chunks_upserts_by_id(store: Store) -> None:
     store.save_chunks("s1", OWNER, [live(make_chunk("a", "old"), 1)])
-    store.save_chunks("s1", OWNER, [live(make_chunk("a", "new"), 1, survived=4)])
+    store.save_chunks("s1", OWNER, [live(make_chunk("a", "new"), 1, born=4)])
     session = store.load_session("s1")
     assert session is not None
-    assert [(c.chunk.text, c.survived) for c in session.chunks] == [("new", 4)]
+    assert [(c.chunk.text, c.born) for c in session.chunks] == [("new", 4)]
 
 
 def test_delete_chunks_removes_only_those_ids(store: Store) -> None:
@@ -221,7 +221,7 @@ def test_delete_of_unknown_session_reports_false(store: Store) -> None:
 def test_restart_keeps_sessions_pins_generations_and_stash(data_dir: Path) -> None:
     first = Store(str(data_dir))
     pinned = make_chunk("a", pinned=True, policy=GcPolicy.LOCKED)
-    first.save_chunks("s1", OWNER, [live(pinned, 1, survived=3)])
+    first.save_chunks("s1", OWNER, [live(pinned, 1, born=3)])
     first.update_session("s1", 5)
     first.stash([entry(make_chunk("b", "stashed before restart"))])
     first.close()
@@ -246,12 +246,13 @@ def test_database_lives_in_the_data_directory_in_wal_mode(store: Store, data_dir
 _WRITE_FOREVER = """
 import sys
 from ctxopt.model import Action, Chunk, ChunkKind, Role
-from ctxopt.store import StashEntry, Store, StoredChunk, stash_id_for
+from ctxopt.engine import stash_id_of
+from ctxopt.store import StashEntry, Store, StoredChunk
 store = Store(sys.argv[1], fsync=sys.argv[2])
 for n in range(1_000_000):
     kept = Chunk(id=f"k{n}", role=Role.USER, kind=ChunkKind.MESSAGE, text=f"kept {n} ✓")
     gone = Chunk(id=f"g{n}", role=Role.MODEL, kind=ChunkKind.MESSAGE, text=f"stashed {n} 🚀" * 50)
-    stashed = StashEntry(stash_id_for(gone), "s1", "alice", gone, Action.STASH, (), 0.0, n, "p")
+    stashed = StashEntry(stash_id_of(gone), "s1", "alice", gone, Action.STASH, (), 0.0, n, "p")
     store.commit_plan("s1", "alice", [stashed], [], [StoredChunk(kept, n, 0, n)], n)
     print(n, flush=True)
 """
@@ -309,10 +310,11 @@ def test_bad_fsync_mode_is_refused(data_dir: Path) -> None:
 # Stash
 
 
-def test_stash_id_is_stable_and_covers_every_field() -> None:
-    assert stash_id_for(RICH_CHUNK) == stash_id_for(replace(RICH_CHUNK))
-    assert stash_id_for(RICH_CHUNK).startswith("rich@")
-    assert stash_id_for(RICH_CHUNK) != stash_id_for(replace(RICH_CHUNK, tags=("x",)))
+def test_stash_id_is_stable_and_follows_the_text() -> None:
+    """The same original stashes once; a re-stash with new metadata updates it."""
+    assert stash_id_of(RICH_CHUNK) == stash_id_of(replace(RICH_CHUNK, tags=("x",)))
+    assert stash_id_of(RICH_CHUNK).startswith("rich@")
+    assert stash_id_of(RICH_CHUNK) != stash_id_of(replace(RICH_CHUNK, text="other"))
 
 
 def test_stashed_original_comes_back_exactly(store: Store) -> None:
@@ -376,7 +378,7 @@ def test_stash_stats_count_entries_and_tokens(store: Store) -> None:
 def test_commit_plan_stashes_removes_and_rewrites(store: Store) -> None:
     a, b = make_chunk("a", "long original"), make_chunk("b", "removed")
     store.save_chunks("s1", OWNER, [live(a, 1), live(b, 2)])
-    trimmed = live(replace(a, text="long…"), 1, survived=1)
+    trimmed = live(replace(a, text="long…"), 1, born=1)
     store.commit_plan(
         "s1",
         OWNER,
@@ -426,7 +428,7 @@ def test_hits_carry_snippet_marking_the_match(store: Store) -> None:
     hits, _ = store.search(OWNER, "s1", "needle", StashFilter(), 10, 0)
     assert "«needle»" in hits[0].snippet
     assert (hits[0].chunk_id, hits[0].session_id, hits[0].action) == ("a", "s1", Action.STASH)
-    assert hits[0].stash_id == stash_id_for(make_chunk("a", "alpha beta gamma needle delta"))
+    assert hits[0].stash_id == stash_id_of(make_chunk("a", "alpha beta gamma needle delta"))
 
 
 def test_search_matches_word_forms(store: Store) -> None:
@@ -633,7 +635,7 @@ def test_refused_commit_plan_leaves_the_session_untouched(data_dir: Path) -> Non
 
 
 def test_export_import_round_trip_is_exact(store: Store, tmp_path: Path) -> None:
-    store.save_chunks("s1", OWNER, [live(RICH_CHUNK, 1, survived=2), live(make_chunk("plain"), 2)])
+    store.save_chunks("s1", OWNER, [live(RICH_CHUNK, 1, born=2), live(make_chunk("plain"), 2)])
     store.update_session("s1", 4)
     store.stash([entry(replace(RICH_CHUNK, id="gone", embedding=(1 / 3, 0.5)), action=Action.MASK)])
     exported = store.export_session("s1")

@@ -113,7 +113,7 @@ class Engine:
         session.collections = stored.collections
         for item in stored.chunks:
             session.restore_entry(
-                Entry(item.chunk, item.seq, item.chunk.tokens, item.survived, item.last_touched_ms)
+                Entry(item.chunk, item.seq, item.chunk.tokens, item.born, item.last_touched_ms)
             )
         return session
 

@@ -37,7 +37,6 @@ every call here is short.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -95,7 +94,7 @@ class StoredChunk:
 
     chunk: Chunk
     seq: int
-    survived: int
+    born: int  # the session's collection count when the chunk arrived (its generation)
     last_touched_ms: int
 
 
@@ -109,7 +108,8 @@ class StoredSession:
 
 @dataclass(frozen=True, slots=True)
 class StashEntry:
-    """An original moved out of the window (see `stash_id_for`)."""
+    """An original moved out of the window; `stash_id` is `shrink.stash_id`
+    (the chunk id and a hash of its text, so a placeholder naming it is stable)."""
 
     stash_id: str
     session_id: str
@@ -120,14 +120,6 @@ class StashEntry:
     score: float
     stashed_at_ms: int
     plan_id: str
-
-
-def stash_id_for(chunk: Chunk) -> str:
-    """Deterministic stash id: the chunk id and a hash of every field, so the
-    same original stashed twice is one entry and a placeholder naming it is stable."""
-    canonical = json.dumps(chunk_to_json(chunk), sort_keys=True, ensure_ascii=False)
-    digest = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
-    return f"{chunk.id}@{digest[:12]}"
 
 
 # Chunk columns, shared by the live `chunks` table and the `stash` table.
@@ -160,7 +152,7 @@ _CHUNK_DDL = ",\n  ".join(f"{name} {decl}" for name, decl in _CHUNK_COLUMNS)
 _CHUNK_SELECT = ", ".join(_CHUNK_NAMES)
 _EMBEDDING_COLUMN = _CHUNK_NAMES.index("embedding")
 
-_LIVE_NAMES = ("session_id", "seq", "survived", "last_touched_ms", *_CHUNK_NAMES)
+_LIVE_NAMES = ("session_id", "seq", "born", "last_touched_ms", *_CHUNK_NAMES)
 _STASH_META = (
     "stash_id",
     "session_id",
@@ -201,7 +193,7 @@ CREATE INDEX IF NOT EXISTS sessions_by_owner ON sessions (owner, session_id);
 CREATE TABLE IF NOT EXISTS chunks (
   session_id TEXT NOT NULL,
   seq INTEGER NOT NULL,
-  survived INTEGER NOT NULL,
+  born INTEGER NOT NULL,
   last_touched_ms INTEGER NOT NULL,
   {_CHUNK_DDL},
   UNIQUE (session_id, chunk_id)
@@ -581,7 +573,7 @@ class Store:
             "chunks": [
                 {
                     "seq": c.seq,
-                    "survived": c.survived,
+                    "born": c.born,
                     "last_touched_ms": c.last_touched_ms,
                     "chunk": chunk_to_json(c.chunk),
                 }
@@ -604,7 +596,7 @@ class Store:
             StoredChunk(
                 _chunk_from_json(item.obj("chunk")),
                 item.integer("seq"),
-                item.integer("survived"),
+                item.integer("born"),
                 item.integer("last_touched_ms"),
             )
             for item in doc.objs("chunks")
@@ -724,7 +716,7 @@ def _load_session(cur: sqlite3.Cursor, session_id: str) -> StoredSession | None:
     if head is None:
         return None
     rows = cur.execute(
-        f"SELECT seq, survived, last_touched_ms, {_CHUNK_SELECT} FROM chunks "
+        f"SELECT seq, born, last_touched_ms, {_CHUNK_SELECT} FROM chunks "
         "WHERE session_id = ? ORDER BY seq",
         (session_id,),
     ).fetchall()
@@ -743,7 +735,7 @@ def _upsert_live(cur: sqlite3.Cursor, session_id: str, chunks: Sequence[StoredCh
     cur.executemany(
         _UPSERT_LIVE,
         [
-            (session_id, c.seq, c.survived, c.last_touched_ms, *_chunk_values(c.chunk))
+            (session_id, c.seq, c.born, c.last_touched_ms, *_chunk_values(c.chunk))
             for c in chunks
         ],
     )
