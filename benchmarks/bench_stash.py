@@ -23,8 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxopt.engine import stash_id_of
-from ctxopt.model import Action, Chunk, ChunkKind, Role, StashFilter
+from ctxopt.config import Config
+from ctxopt.engine import Engine, stash_id_of
+from ctxopt.model import Action, Budget, Chunk, ChunkKind, OptimizeOptions, Role, StashFilter
 from ctxopt.store import Fsync, StashEntry, Store, StoredChunk
 
 RESULTS = Path(__file__).parent / "results" / "bench_stash.json"
@@ -42,10 +43,12 @@ class Scale:
     queries: int
     write_commits: int
     reopen_chunks: int
+    plan_sessions: int  # fresh sessions optimized per durability mode
+    plan_chunks: int
 
 
-FULL = Scale(stash_tokens=1_000_000, queries=400, write_commits=200, reopen_chunks=100_000)
-SMOKE = Scale(stash_tokens=20_000, queries=20, write_commits=10, reopen_chunks=2_000)
+FULL = Scale(1_000_000, 400, 200, 100_000, plan_sessions=30, plan_chunks=1_000)
+SMOKE = Scale(20_000, 20, 10, 2_000, plan_sessions=3, plan_chunks=100)
 
 
 class Corpus:
@@ -241,6 +244,43 @@ def bench_reopen(root: Path, corpus: Corpus, n_chunks: int) -> dict[str, float]:
     }
 
 
+def bench_durability(root: Path, corpus: Corpus, sessions: int, size: int) -> dict[str, object]:
+    """A stashing Optimize (plan applied, originals committed before it returns)
+    on an on-disk store against the same with no durability (`:memory:`)."""
+    modes = {"memory": ":memory:", "normal": str(root / "durable-normal")}
+    engines = {mode: Engine(Config(data_dir=path)) for mode, path in modes.items()}
+    samples: dict[str, list[float]] = {mode: [] for mode in modes}
+    try:
+        for n in range(sessions):
+            chunks = [
+                Chunk(
+                    id=f"c{i}",
+                    role=Role.MODEL if i % 2 else Role.USER,
+                    kind=KINDS[i % len(KINDS)],
+                    text=corpus.text(150),
+                    turn=i,
+                )
+                for i in range(size)
+            ]
+            for mode, engine in engines.items():  # interleaved: same machine noise
+                engine.append("", f"s{n}", chunks)
+                tokens = engine.stats("", f"s{n}").tokens
+                options = OptimizeOptions(
+                    budget=Budget(context_limit_tokens=tokens), query=corpus.text(8), force=True
+                )
+                samples[mode].append(timed_ms(engine.optimize, "", f"s{n}", options))
+    finally:
+        for engine in engines.values():
+            engine.close()
+    p50 = {mode: statistics.median(ms) for mode, ms in samples.items()}
+    return {
+        "chunks": size,
+        "sessions": sessions,
+        "optimize_p50_ms": {mode: round(ms, 2) for mode, ms in p50.items()},
+        "durable_over_memory": round(p50["normal"] / p50["memory"], 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny run (CI)")
@@ -265,9 +305,15 @@ def main() -> None:
             fsync: bench_writes(root, corpus, fsync, scale.write_commits) for fsync in modes
         }
         reopen = bench_reopen(root, corpus, scale.reopen_chunks)
+        durability = bench_durability(root, corpus, scale.plan_sessions, scale.plan_chunks)
 
     stash = {"entries": entries, "tokens": tokens, "fill_seconds": round(fill_s, 1)}
     print_table(stash, search, writes, reopen)
+    print(
+        f"optimize with stashing, {durability['chunks']} chunks: p50 ms "
+        f"{durability['optimize_p50_ms']}, durable / in-memory "
+        f"{durability['durable_over_memory']}x (target <= 1.5x)"
+    )
 
     results: dict[str, object] = {
         "scale": "smoke" if args.smoke else "full",
@@ -280,6 +326,7 @@ def main() -> None:
         "search": search,
         "writes": writes,
         "reopen": reopen,
+        "durability": durability,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")

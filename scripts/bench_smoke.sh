@@ -17,6 +17,7 @@ run() {  # run NAME COMMAND...: the command must write $out/NAME.json
 run bench_engine "$PY" -m benchmarks.bench_engine --smoke --out "$out/bench_engine.json"
 run bench_index "$PY" -m benchmarks.bench_index --smoke --out "$out/bench_index.json"
 run analyzer_ablation "$PY" -m benchmarks.analyzer_ablation --smoke --out "$out/analyzer_ablation.json"
+run bench_stash "$PY" -m benchmarks.bench_stash --smoke --out "$out/bench_stash.json"
 run bench_grpc "$PY" -m benchmarks.bench_grpc --smoke --out "$out/bench_grpc.json"
 run quality "$PY" -m benchmarks.quality --smoke --out "$out/quality.json"
 echo "== smoke: bench_ts"
