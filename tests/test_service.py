@@ -218,6 +218,37 @@ def test_remove_search_restore_round_trip(stub: Stub) -> None:
     )
 
 
+def test_restore_brings_back_the_group_and_respects_the_budget(stub: Stub) -> None:
+    call = pb.Chunk(
+        id="call", role=pb.ROLE_MODEL, kind=pb.CHUNK_KIND_TOOL_CALL, text="run tests", group_id="g"
+    )
+    result = pb.Chunk(
+        id="result",
+        role=pb.ROLE_TOOL,
+        kind=pb.CHUNK_KIND_TOOL_RESULT,
+        text="FAILED test_parser.py::test_empty_section " * 40,
+        group_id="g",
+    )
+    total = append(stub, "group", [*conversation(), call, result]).session_tokens
+    stub.RemoveChunks(
+        pb.RemoveChunksRequest(session_id="group", chunk_ids=["call", "result"], stash=True),
+        timeout=TIMEOUT,
+    )
+    tight = pb.Budget(context_limit_tokens=total, target_tokens=total // 2)
+    expect_error(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "budget",
+        stub.Restore,
+        pb.RestoreRequest(session_id="group", chunk_ids=["result"], budget=tight),
+    )
+    restored = stub.Restore(
+        pb.RestoreRequest(session_id="group", chunk_ids=["result"], budget=tight, force=True),
+        timeout=TIMEOUT,
+    )
+    assert sorted(restored.restored_ids) == ["call", "result"]
+    assert restored.session_tokens == total
+
+
 def test_search_pages(stub: Stub) -> None:
     append(stub, "pages", conversation())
     ids = [f"m{i}" for i in range(8)]

@@ -507,6 +507,8 @@ class Engine:
     ) -> tuple[list[str], int]:
         """Restore stashed chunks and their groups; returns (ids, session_tokens)."""
         validate.validate_ids(chunk_ids, "chunk_ids")
+        if budget is not None:
+            validate.validate_budget(budget)
         session = self._session(owner, session_id)
         with session.lock:
             found = self.store.get_stashed(session_id, chunk_ids)
