@@ -259,6 +259,14 @@ class Engine:
                 session.remove(chunk_id)
             return len(chunk_ids), session.tokens_total
 
+    def chunks(self, owner: str, session_id: str, chunk_ids: Sequence[str]) -> list[Chunk]:
+        """The live chunks of these ids, as registered (NotFound names unknown ids)."""
+        validate.validate_ids(chunk_ids, "chunk_ids")
+        session = self._session(owner, session_id)
+        with session.lock:
+            self._require_known(session, chunk_ids, "chunk_ids")
+            return [session.entries[i].chunk for i in chunk_ids]
+
     @staticmethod
     def _require_known(session: Session, chunk_ids: Sequence[str], field: str) -> None:
         unknown = [i for i in chunk_ids if i not in session.entries]
