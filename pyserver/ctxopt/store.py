@@ -734,10 +734,7 @@ def _ensure_session(cur: sqlite3.Cursor, session_id: str, owner: str) -> None:
 def _upsert_live(cur: sqlite3.Cursor, session_id: str, chunks: Sequence[StoredChunk]) -> None:
     cur.executemany(
         _UPSERT_LIVE,
-        [
-            (session_id, c.seq, c.born, c.last_touched_ms, *_chunk_values(c.chunk))
-            for c in chunks
-        ],
+        [(session_id, c.seq, c.born, c.last_touched_ms, *_chunk_values(c.chunk)) for c in chunks],
     )
 
 
