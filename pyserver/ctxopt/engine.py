@@ -46,7 +46,7 @@ from ctxopt.pruner import Outcome, Tuning, plan_session
 from ctxopt.registry import Entry, Registry, Session
 from ctxopt.scoring.analyzer import Analyzer
 from ctxopt.scoring.hybrid import Scores, score_session
-from ctxopt.shrink import stash_id
+from ctxopt.shrink import Trimmer, stash_id
 from ctxopt.store import StashEntry, Store, StoredChunk, StoredSession
 from ctxopt.tokens import TokenCounter
 
@@ -63,6 +63,7 @@ class Engine:
         self.tuning = tuning or Tuning()
         self.counter = TokenCounter(config.tokenizer, config.token_cache_size)
         self.analyzer = Analyzer()
+        self.trimmer = Trimmer(self.analyzer.terms)
         self.registry = Registry(self.analyzer)
         self.store = Store(
             config.data_dir or config.resolved_data_dir,
@@ -309,16 +310,16 @@ class Engine:
         _, scores, terms = self._marks_and_scores(
             session, options.query, options.query_embedding, options.roots, options.weights
         )
-        query_terms = set(terms)
+        query_terms = frozenset(terms)
 
-        def line_score(line: str) -> float:
-            return float(len(query_terms.intersection(self.analyzer.terms(line))))
+        def trim(chunk_id: str, text: str, stash: str, goal: int, tokens: int) -> str:
+            return self.trimmer.trim(chunk_id, text, stash, query_terms, goal, tokens)
 
         return plan_session(
             session,
             options,
             scores,
-            line_score,
+            trim,
             self.counter.count,
             self.tuning,
             self.config.incremental_batch,

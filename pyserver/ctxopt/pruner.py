@@ -39,7 +39,7 @@ from ctxopt.model import (
 )
 from ctxopt.registry import Session
 from ctxopt.scoring.hybrid import Scores
-from ctxopt.shrink import mask_text, stash_id, trim_text
+from ctxopt.shrink import mask_text, stash_id
 
 IntArray = npt.NDArray[np.intp]
 FloatArray = npt.NDArray[np.float64]
@@ -79,7 +79,8 @@ class Outcome:
     removed: dict[int, Action] = field(default_factory=dict)
 
 
-LineScorer = Callable[[str], float]
+# (chunk id, text, stash id, target tokens, tokens) -> the TRIM excerpt
+Trim = Callable[[str, str, str, int, int], str]
 TokenCount = Callable[[str], int]
 
 
@@ -136,7 +137,7 @@ def plan_session(
     session: Session,
     options: OptimizeOptions,
     scores: Scores,
-    line_scorer: LineScorer,
+    trim: Trim,
     count_tokens: TokenCount,
     tuning: Tuning = Tuning(),
     incremental_batch: int = 0,
@@ -324,7 +325,7 @@ def plan_session(
         repairs,
         covered_by_summary,
         shrink_action,
-        line_scorer,
+        trim,
         count_tokens,
         tuning,
         triggered,
@@ -559,7 +560,7 @@ def _outcome(
     repairs: list[Repair],
     covered_by_summary: npt.NDArray[np.bool_],
     shrink_action: npt.NDArray[np.int8],
-    line_scorer: LineScorer,
+    trim: Trim,
     count_tokens: TokenCount,
     tuning: Tuning,
     triggered: bool,
@@ -592,7 +593,7 @@ def _outcome(
         text, after = "", 0
         if action == Action.TRIM:
             goal = int(entry.tokens * tuning.trim_fraction)
-            text = trim_text(chunk.id, chunk.text, stash, line_scorer, goal, entry.tokens)
+            text = trim(chunk.id, chunk.text, stash, goal, entry.tokens)
             after = count_tokens(text)
         elif action == Action.MASK:
             text = mask_text(chunk.id, chunk.text, stash, entry.tokens)

@@ -8,7 +8,11 @@ stay warm). Both name the stash entry that holds the original.
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 TRIM_CONTEXT_LINES = 2
 MASK_EDGE_CHARS = 160
@@ -68,27 +72,96 @@ def select_lines(
     return sorted(chosen)
 
 
-def trim_text(
-    chunk_id: str,
-    text: str,
-    stash: str,
-    line_score: Callable[[str], float],
-    target_tokens: int,
-    total_tokens: int,
-) -> str:
-    """An excerpt of the query-relevant lines of `text`, about `target_tokens` long."""
-    lines = text.split("\n")
-    tokens_per_char = total_tokens / max(len(text), 1)
-    costs = [(len(line) + 1) * tokens_per_char for line in lines]
-    scores = [line_score(line) for line in lines]
-    kept = select_lines(scores, costs, target_tokens)
+class Trimmer:
+    """TRIM excerpts, fast on the second sight of a text.
+
+    A line's score is how many distinct query terms it holds. Each distinct
+    text is analysed once into term -> line postings, so a plan only looks up
+    the query's terms; and since the excerpt depends only on the query terms
+    present in the text, excerpts are cached under those (most chunks hold
+    none of a new query's terms and hit the cache turn after turn).
+    """
+
+    def __init__(self, terms: Callable[[str], list[str]], cache_size: int = 8192) -> None:
+        self._terms = terms
+        self._cache_size = cache_size
+        self._lines: OrderedDict[str, _Lines] = OrderedDict()
+        self._excerpts: OrderedDict[tuple[str, tuple[str, ...], int, int], str] = OrderedDict()
+        self._lock = threading.Lock()  # plans of different sessions run in parallel
+
+    def trim(
+        self,
+        chunk_id: str,
+        text: str,
+        stash: str,
+        query_terms: frozenset[str],
+        target_tokens: int,
+        total_tokens: int,
+    ) -> str:
+        """An excerpt of the query-relevant lines of `text`, about `target_tokens` long."""
+        indexed = self._indexed(stash, text)
+        present = tuple(sorted(t for t in query_terms if t in indexed.postings))
+        key = (stash, present, target_tokens, total_tokens)
+        with self._lock:
+            excerpt = self._excerpts.get(key)
+            if excerpt is not None:
+                self._excerpts.move_to_end(key)
+                return excerpt
+        scores = [0.0] * len(indexed.lines)
+        for term in present:
+            for line in indexed.postings[term]:
+                scores[line] += 1.0
+        tokens_per_char = total_tokens / max(len(text), 1)
+        costs = [length * tokens_per_char for length in indexed.lengths]
+        excerpt = _excerpt(
+            chunk_id, indexed.lines, select_lines(scores, costs, target_tokens), stash
+        )
+        with self._lock:
+            _remember(self._excerpts, key, excerpt, self._cache_size)
+        return excerpt
+
+    def _indexed(self, stash: str, text: str) -> _Lines:
+        with self._lock:
+            found = self._lines.get(stash)
+            if found is not None:
+                self._lines.move_to_end(stash)
+                return found
+        lines = text.split("\n")
+        postings: dict[str, list[int]] = {}
+        for number, line in enumerate(lines):
+            for term in set(self._terms(line)):
+                postings.setdefault(term, []).append(number)
+        indexed = _Lines(lines, postings, [len(line) + 1 for line in lines])
+        with self._lock:
+            _remember(self._lines, stash, indexed, self._cache_size)
+        return indexed
+
+
+@dataclass(frozen=True, slots=True)
+class _Lines:
+    lines: list[str]
+    postings: dict[str, list[int]]  # term -> numbers of the lines holding it
+    lengths: list[int]  # characters, newline included
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _remember(cache: OrderedDict[K, V], key: K, value: V, size: int) -> None:
+    cache[key] = value
+    if len(cache) > size:
+        cache.popitem(last=False)
+
+
+def _excerpt(chunk_id: str, lines: list[str], kept: list[int], stash: str) -> str:
     kept_set = set(kept)
     omitted = _ranges([i for i in range(len(lines)) if i not in kept_set])
     out = [
         f"[ctxopt: trimmed {chunk_id}; showing lines {_show(_ranges(kept))} of {len(lines)}; "
         f"full text in stash {stash}]"
     ]
-    omitted_at = {a: b for a, b in omitted}
+    omitted_at = dict(omitted)
     i = 0
     while i < len(lines):
         if i in omitted_at:

@@ -1,0 +1,55 @@
+"""TRIM excerpts and MASK placeholders: relevant lines, stable bytes."""
+
+from __future__ import annotations
+
+from ctxopt.scoring.analyzer import Analyzer
+from ctxopt.shrink import Trimmer, mask_text, stash_id
+
+LOG = "\n".join(
+    [f"line {i}: compiling module {i}" for i in range(40)]
+    + ["ERROR KeyError: 'section' in config parser"]
+    + [f"line {i}: ok" for i in range(41, 80)]
+)
+TOKENS = 800
+
+
+def trim(trimmer: Trimmer, query: str, goal: int = 120) -> str:
+    terms = frozenset(Analyzer().terms(query))
+    return trimmer.trim("log", LOG, stash_id("log", LOG), terms, goal, TOKENS)
+
+
+def test_trim_keeps_the_query_lines_and_names_what_it_left_out() -> None:
+    excerpt = trim(Trimmer(Analyzer().terms), "KeyError in the config parser")
+    assert "ERROR KeyError: 'section' in config parser" in excerpt
+    assert excerpt.startswith("[ctxopt: trimmed log; showing lines ")
+    assert f"full text in stash {stash_id('log', LOG)}" in excerpt
+    assert "[... lines 1-" in excerpt and "omitted ...]" in excerpt
+    assert len(excerpt) < len(LOG) / 2
+
+
+def test_without_query_terms_the_head_and_tail_stay() -> None:
+    excerpt = trim(Trimmer(Analyzer().terms), "")
+    body = excerpt.split("\n")[1:]
+    assert body[0] == "line 0: compiling module 0" and body[-1] == "line 79: ok"
+
+
+def test_same_state_same_bytes_cached_or_not() -> None:
+    warm = Trimmer(Analyzer().terms)
+    first = trim(warm, "config parser")
+    assert trim(warm, "config parser") == first == trim(Trimmer(Analyzer().terms), "config parser")
+    # terms the text lacks change nothing: the excerpt is the no-query one
+    assert trim(warm, "zebra quantum") == trim(Trimmer(Analyzer().terms), "")
+
+
+def test_caches_stay_bounded() -> None:
+    trimmer = Trimmer(Analyzer().terms, cache_size=3)
+    for goal in range(50, 60):
+        trim(trimmer, "parser", goal)
+    assert len(trimmer._excerpts) == 3 and len(trimmer._lines) == 1
+
+
+def test_mask_is_stable_and_names_the_stash() -> None:
+    masked = mask_text("log", LOG, "log@abc", TOKENS)
+    assert masked == mask_text("log", LOG, "log@abc", TOKENS)
+    assert masked.startswith("[ctxopt: masked log (800 tokens); full text in stash log@abc]")
+    assert "line 0" in masked and "line 79: ok" in masked and len(masked) < len(LOG)
