@@ -301,3 +301,34 @@ def test_max_chunks_caps_the_kept_count() -> None:
     e.append("", S, conversation(20, words=5))
     plan = e.optimize("", S, options(100_000, max_chunks=6))
     assert len(plan.kept_ids) <= 6
+
+
+def test_agent_trajectory_lands_at_the_target() -> None:
+    """Big multi-line tool calls with tiny results (an SWE-agent trajectory):
+    exact shrink sizes and dropping a reply with its parent (instead of
+    bringing a big parent back) keep every plan at or under its target."""
+    e = engine()
+    chunks = [chunk("sys", "Solve the issue.", role=Role.SYSTEM, kind=ChunkKind.SYSTEM)]
+    chunks.append(chunk("task", "fix the parser " + filler(200), turn=1))
+    for i in range(2, 40, 2):
+        code = "\n".join(f"line {k} " + filler(12, f"{i}x{k}") for k in range(30 + 3 * i))
+        chunks.append(chunk(f"m{i}", code, role=Role.MODEL, kind=ChunkKind.TOOL_CALL, turn=i))
+        chunks.append(
+            chunk(
+                f"m{i + 1}",
+                f"exit code {i}",
+                kind=ChunkKind.TOOL_RESULT,
+                turn=i + 1,
+                parent_id=f"m{i}",
+            )
+        )
+    total = e.append("", S, chunks).session_tokens
+    for share in (0.5, 0.3, 0.2):
+        target = int(total * share)
+        plan = e.optimize(
+            "", S, options(target, query="parser", roots=Roots(recent_turns=2), dry_run=True)
+        )
+        assert plan.feasible and plan.tokens_after <= target, (share, plan.explanation)
+        kept = set(plan.kept_ids)
+        for i in range(2, 40, 2):
+            assert f"m{i + 1}" not in kept or f"m{i}" in kept  # no reply without its call

@@ -4,7 +4,8 @@ Groups are atomic by construction (the pruner moves whole units), and the
 latest turn and pending calls are roots, so what is left to check is:
 
 - parent_kept: a kept reply keeps its parent when the parent is in the session
-  (this also means no tool result outlives the call it answers);
+  (this also means no tool result outlives the call it answers); an
+  unprotected reply goes instead of bringing a removed parent back;
 - first_user_turn: the first kept non-system chunk is a user turn.
 
 `violations` reports each broken rule with the fix that restores it; the
@@ -44,21 +45,20 @@ def violations(
     found: list[Violation] = []
     orphaned = (state[child_slots] != OUT) & (state[parent_slots] == OUT)
     for child, parent in zip(child_slots[orphaned], parent_slots[orphaned], strict=True):
-        found.append(
-            Violation(
-                "parent_kept",
-                int(parent),
-                True,
-                f"kept {session.slot_ids[int(child)]} replies to it",
-            )
-        )
+        child_id, parent_id = session.slot_ids[int(child)], session.slot_ids[int(parent)]
+        # the cheap fix first: a reply nothing protects goes with its parent
+        if protected[unit_of[child]]:
+            fix = Violation("parent_kept", int(parent), True, f"kept {child_id} replies to it")
+        else:
+            fix = Violation("parent_kept", int(child), False, f"its parent {parent_id} is out")
+        found.append(fix)
     if found:
         return found
     first = _first_kept_conversation_slot(session, live, state)
     if first is None or session.columns.role[first] == Role.USER:
         return found
-    # Prefer bringing back the user turn it answers; with none before it, drop
-    # the unprotected non-user turns that lead.
+    # Prefer bringing back the plain user turn it answers; with none before it,
+    # drop the unprotected non-user turns that lead.
     user = _previous_user_slot(session, live, first)
     if user is not None:
         found.append(
@@ -97,6 +97,11 @@ def _first_kept_conversation_slot(
 
 
 def _previous_user_slot(session: Session, live: npt.NDArray[np.intp], before: int) -> int | None:
+    """The latest plain user turn before `before`: a tool result (a reply)
+    would need its call back, and that call a user turn before it, and so on."""
     earlier = live[live < before]
     users = earlier[session.columns.role[earlier] == Role.USER]
-    return int(users[-1]) if len(users) else None
+    for slot in users[::-1].tolist():
+        if not session.entry_at(slot).chunk.parent_id:
+            return int(slot)
+    return None

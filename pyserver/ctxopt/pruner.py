@@ -178,7 +178,9 @@ def plan_session(
     value = scores.total.copy()
     covered_by_summary = _summary_covered(session)
     value[covered_by_summary] *= tuning.summary_discount
-    shrink_tokens, shrink_action = _shrink_options(session, options, tuning)
+    shrink_tokens, shrink_action, shrink_texts = _shrink_options(
+        session, options, tuning, trim, count_tokens
+    )
     retention = np.where(
         shrink_action == Action.MASK,
         tuning.mask_retention,
@@ -325,9 +327,7 @@ def plan_session(
         repairs,
         covered_by_summary,
         shrink_action,
-        trim,
-        count_tokens,
-        tuning,
+        shrink_texts,
         triggered,
     )
 
@@ -367,29 +367,49 @@ def _summary_covered(session: Session) -> npt.NDArray[np.bool_]:
 
 
 def _shrink_options(
-    session: Session, options: OptimizeOptions, tuning: Tuning
-) -> tuple[FloatArray, npt.NDArray[np.int8]]:
-    """Estimated tokens after shrinking each chunk, and how (TRIM, MASK or KEEP)."""
+    session: Session,
+    options: OptimizeOptions,
+    tuning: Tuning,
+    trim: Trim,
+    count_tokens: TokenCount,
+) -> tuple[FloatArray, npt.NDArray[np.int8], dict[int, tuple[str, int]]]:
+    """Each chunk's tokens once shrunk, how (TRIM, MASK or KEEP), and the shrunk
+    text with its exact count: the greedy plans with the real sizes, so a plan
+    lands at its target rather than near it."""
     n = session.n_slots
     cols = session.columns
     tokens = cols.tokens[:n].astype(np.float64)
     action = np.full(n, Action.KEEP, dtype=np.int8)
+    texts: dict[int, tuple[str, int]] = {}
     if options.strategy != Strategy.HYBRID or options.aggressive:
-        return tokens, action
-    trimmable = (cols.tokens[:n] >= tuning.trim_min_tokens) & (
-        cols.lines[:n] >= tuning.trim_min_lines
+        return tokens, action, texts
+    alive = cols.alive[:n]
+    trimmable = (
+        alive
+        & (cols.tokens[:n] >= tuning.trim_min_tokens)
+        & (cols.lines[:n] >= tuning.trim_min_lines)
     )
     maskable = (
-        ~trimmable
+        alive
+        & ~trimmable
         & (cols.kind[:n] == ChunkKind.TOOL_RESULT)
         & (cols.tokens[:n] >= 3 * tuning.mask_tokens)
     )
-    shrunk = tokens.copy()
-    shrunk[trimmable] = tokens[trimmable] * tuning.trim_fraction + tuning.trim_header_tokens
-    shrunk[maskable] = tuning.mask_tokens
     action[trimmable] = Action.TRIM
     action[maskable] = Action.MASK
-    return shrunk, action
+    shrunk = tokens.copy()
+    for slot in np.flatnonzero(trimmable | maskable).tolist():
+        entry = session.entry_at(slot)
+        chunk = entry.chunk
+        stash = stash_id(chunk.id, chunk.text)
+        if action[slot] == Action.TRIM:
+            goal = int(entry.tokens * tuning.trim_fraction)
+            text = trim(chunk.id, chunk.text, stash, goal, entry.tokens)
+        else:
+            text = mask_text(chunk.id, chunk.text, stash, entry.tokens)
+        texts[slot] = (text, count_tokens(text))
+        shrunk[slot] = texts[slot][1]
+    return shrunk, action, texts
 
 
 def _forced_out(sel: _Selection, options: OptimizeOptions) -> list[int]:
@@ -560,9 +580,7 @@ def _outcome(
     repairs: list[Repair],
     covered_by_summary: npt.NDArray[np.bool_],
     shrink_action: npt.NDArray[np.int8],
-    trim: Trim,
-    count_tokens: TokenCount,
-    tuning: Tuning,
+    shrink_texts: dict[int, tuple[str, int]],
     triggered: bool,
 ) -> Outcome:
     """Turn unit states into per-chunk decisions, texts and the plan."""
@@ -590,15 +608,9 @@ def _outcome(
             continue
         reasons = _reasons(sel, scores, slot, action, covered_by_summary, slot in delete_requested)
         stash = "" if action == Action.DELETE else stash_id(chunk.id, chunk.text)
-        text, after = "", 0
-        if action == Action.TRIM:
-            goal = int(entry.tokens * tuning.trim_fraction)
-            text = trim(chunk.id, chunk.text, stash, goal, entry.tokens)
-            after = count_tokens(text)
-        elif action == Action.MASK:
-            text = mask_text(chunk.id, chunk.text, stash, entry.tokens)
-            after = count_tokens(text)
-        if action in (Action.TRIM, Action.MASK):
+        shrunk = action in (Action.TRIM, Action.MASK)
+        text, after = shrink_texts[slot] if shrunk else ("", 0)
+        if shrunk:
             kept_ids.append(chunk.id)
             tokens_after += after
             outcome.shrunk[slot] = (action, text, after)
