@@ -20,12 +20,14 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ctxopt.config import Config
 from ctxopt.engine import Engine
-from ctxopt.model import Strategy
+from ctxopt.model import Strategy, Weights
+from ctxopt.pruner import Tuning
 
 from benchmarks.quality.datasets import (
     EVALUATED_CATEGORIES,
@@ -39,6 +41,7 @@ from benchmarks.quality.datasets import (
 )
 from benchmarks.quality.evaluate import Run, run_locomo, run_swe
 from benchmarks.quality.methods import (
+    DEFAULT_WEIGHTS,
     Bm25,
     EngineMethod,
     GeminiCli,
@@ -70,7 +73,27 @@ def method_factories(engine: Engine) -> dict[str, Callable[[], Method]]:
         "bm25": lambda: Bm25(engine.analyzer.terms),
         "gemini-cli": GeminiCli,
         "langchain": LangChainTrim,
+        # ablations: the default without one component each
+        "-reachability": lambda: ablation("-reachability", tuning=Tuning(reachability_first=False)),
+        "-neighbours": lambda: ablation("-neighbours", config=replace(MEMORY, neighbour_share=0.0)),
+        "-trim": lambda: ablation("-trim", tuning=Tuning(trim_min_tokens=2**31)),
+        "-value/token": lambda: ablation("-value/token", tuning=Tuning(density_exponent=0.0)),
+        "-recency": lambda: ablation("-recency", weights=replace(DEFAULT_WEIGHTS, recency=0.0)),
     }
+
+
+MEMORY = Config(data_dir=":memory:")
+
+
+def ablation(
+    name: str,
+    *,
+    tuning: Tuning | None = None,
+    config: Config = MEMORY,
+    weights: Weights = DEFAULT_WEIGHTS,
+) -> Method:
+    """The default method on an engine of its own with one component off."""
+    return EngineMethod(name, Engine(config, tuning), Strategy.HYBRID, weights)
 
 
 def fractions(text: str) -> list[float]:
@@ -181,7 +204,7 @@ def print_results(results: dict[str, Any], out: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    engine = Engine(Config(data_dir=":memory:"))
+    engine = Engine(MEMORY)
     factories = method_factories(engine)
     args = parse_args(argv, list(factories))
     names = args.methods or list(factories)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxopt.engine import Engine
-from ctxopt.model import Action, Budget, Chunk, OptimizeOptions, Role, Strategy
+from ctxopt.model import Action, Budget, Chunk, OptimizeOptions, Role, Strategy, Weights
 from rank_bm25 import BM25Okapi
 
 from benchmarks.quality.datasets import Case
@@ -115,13 +115,19 @@ def room_share(case: Case, budget: float) -> float:
 # ---- ctxopt ------------------------------------------------------------------
 
 
+DEFAULT_WEIGHTS = Weights()
+
+
 class EngineMethod(Method):
     """ctxopt's stateless `optimize_context`, one shared engine."""
 
-    def __init__(self, name: str, engine: Engine, strategy: Strategy) -> None:
+    def __init__(
+        self, name: str, engine: Engine, strategy: Strategy, weights: Weights = DEFAULT_WEIGHTS
+    ) -> None:
         self.name = name
         self.engine = engine
         self.strategy = strategy
+        self.weights = weights
 
     def select(self, case: Case, budget: float) -> Kept:
         options = OptimizeOptions(
@@ -131,6 +137,7 @@ class EngineMethod(Method):
             ),
             query=case.query,
             roots=case.roots,
+            weights=self.weights,
             strategy=self.strategy,
             force=True,
         )

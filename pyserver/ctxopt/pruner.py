@@ -57,17 +57,17 @@ MAX_REPAIR_ROUNDS = 8
 class Tuning:
     """Knobs of the hybrid strategy (tuned on ../shared/datasets)."""
 
-    density_exponent: float = 1.0  # value / tokens**exponent
+    density_exponent: float = 0.4  # value / tokens**exponent: 1 favours many small chunks too much
     trim_min_tokens: int = 160
     trim_min_lines: int = 6
-    trim_fraction: float = 0.25
-    trim_header_tokens: int = 40
+    trim_fraction: float = 0.5  # an excerpt of a quarter lost the code a fix needed (SWE)
     trim_retention: float = 0.8  # share of a relevant chunk's value its excerpt keeps
     trim_retention_irrelevant: float = 0.3
-    mask_tokens: int = 110
+    mask_min_tokens: int = 330  # a placeholder is ~110 tokens: mask only what it shrinks well
     mask_retention: float = 0.15
     summary_discount: float = 0.3  # value left to chunks a kept summary covers
     aggressive_target: float = 0.9
+    reachability_first: bool = True  # inside a tier, unreachable chunks go first
 
 
 @dataclass(slots=True)
@@ -239,6 +239,8 @@ def plan_session(
         step_saves = np.concatenate([(unit_tokens - unit_shrunk)[shrinking], step_saves])
     else:
         step_saves = unit_tokens[candidates].astype(np.float64)
+    if not tuning.reachability_first:
+        unit_reachable = np.ones_like(unit_reachable)
     order = _removal_order(
         options.strategy, step_unit, step_kind, step_density, unit_tier, unit_reachable
     )
@@ -393,7 +395,7 @@ def _shrink_options(
         alive
         & ~trimmable
         & (cols.kind[:n] == ChunkKind.TOOL_RESULT)
-        & (cols.tokens[:n] >= 3 * tuning.mask_tokens)
+        & (cols.tokens[:n] >= tuning.mask_min_tokens)
     )
     action[trimmable] = Action.TRIM
     action[maskable] = Action.MASK
