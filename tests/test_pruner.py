@@ -134,8 +134,8 @@ def test_preservable_goes_under_pressure() -> None:
 
 def test_long_relevant_output_is_trimmed_to_its_relevant_lines() -> None:
     e = engine()
-    lines = [f"step {i}: nothing to see {filler(8, str(i))}" for i in range(60)]
-    lines[41] = "ERROR: KeyError 'widget_factory' raised in build_widgets"
+    lines = [f"step {i}: nothing to see {filler(8, str(i))}" for i in range(120)]
+    lines[81] = "ERROR: KeyError 'widget_factory' raised in build_widgets"
     chunks = [
         chunk("q", "fix the widget_factory KeyError", turn=0),
         chunk("out", "\n".join(lines), role=Role.USER, kind=ChunkKind.TOOL_RESULT, turn=1),

@@ -58,7 +58,7 @@ class Tuning:
     """Knobs of the hybrid strategy (tuned on ../shared/datasets)."""
 
     density_exponent: float = 0.4  # value / tokens**exponent: 1 favours many small chunks too much
-    trim_min_tokens: int = 160
+    trim_min_tokens: int = 2000  # shorter ones are kept whole or stashed (excerpts lost hunks)
     trim_min_lines: int = 6
     trim_fraction: float = 0.5  # an excerpt of a quarter lost the code a fix needed (SWE)
     trim_retention: float = 0.8  # share of a relevant chunk's value its excerpt keeps
