@@ -12,12 +12,14 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TypeVar
 
 TRIM_CONTEXT_LINES = 2
 MASK_EDGE_CHARS = 160
 
 
+@lru_cache(maxsize=4096)  # every plan names the stash of each decision; texts hash once
 def stash_id(chunk_id: str, text: str) -> str:
     """Deterministic id of a stashed original: the same text stashes once."""
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=6).hexdigest()
