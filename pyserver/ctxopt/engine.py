@@ -435,9 +435,15 @@ class Engine:
         session = self._session(owner, session_id)
         with session.lock:
             _, scores, _ = self._marks_and_scores(session, query, query_embedding, roots, weights)
+            live = session.live_slots()
             return [
-                ChunkScore(session.slot_ids[s], int(session.columns.tokens[s]), scores.breakdown(s))
-                for s in session.live_slots().tolist()
+                ChunkScore(session.slot_ids[s], tokens, breakdown)
+                for s, tokens, breakdown in zip(
+                    live.tolist(),
+                    session.columns.tokens[live].tolist(),
+                    scores.breakdowns(live),
+                    strict=True,
+                )
             ]
 
     def optimize_context(self, chunks: Sequence[Chunk], options: OptimizeOptions) -> Plan:

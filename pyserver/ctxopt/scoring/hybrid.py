@@ -38,6 +38,20 @@ class Scores:
     total: FloatArray
     marks: Marks
 
+    def breakdowns(self, slots: npt.NDArray[np.intp]) -> list[Breakdown]:
+        """`breakdown` for many slots, column by column (one Python object each)."""
+        columns = (
+            self.bm25[slots].tolist(),
+            self.recency[slots].tolist(),
+            self.gc[slots].tolist(),
+            self.embedding[slots].tolist(),
+            self.boost[slots].tolist(),
+            self.marks.reachable[slots].tolist(),
+            self.marks.root[slots].tolist(),
+            self.total[slots].tolist(),
+        )
+        return [Breakdown(*row) for row in zip(*columns, strict=True)]
+
     def breakdown(self, slot: int) -> Breakdown:
         return Breakdown(
             bm25=float(self.bm25[slot]),
