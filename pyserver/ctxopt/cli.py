@@ -7,6 +7,7 @@ below override the ones people change at the command line.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 from dataclasses import replace
@@ -68,8 +69,15 @@ def _config(args: argparse.Namespace) -> Config:
     return replace(config, **overrides)
 
 
+# Sessions hold millions of long-lived objects and plans allocate one per chunk;
+# at the default gen-0 threshold (700) the cyclic collector rescans the whole
+# heap constantly (Score at 50,000 chunks: 299 -> 141 ms with this).
+GC_THRESHOLDS = (100_000, 50, 100)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    gc.set_threshold(*GC_THRESHOLDS)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     try:
         config = _config(args)
