@@ -19,6 +19,7 @@ run bench_index "$PY" -m benchmarks.bench_index --smoke --out "$out/bench_index.
 run analyzer_ablation "$PY" -m benchmarks.analyzer_ablation --smoke --out "$out/analyzer_ablation.json"
 run bench_stash "$PY" -m benchmarks.bench_stash --smoke --out "$out/bench_stash.json"
 run bench_grpc "$PY" -m benchmarks.bench_grpc --smoke --out "$out/bench_grpc.json"
+run latency "$PY" -m benchmarks.latency --smoke --out "$out/latency.json"
 run quality "$PY" -m benchmarks.quality --smoke --out "$out/quality.json"
 echo "== smoke: bench_ts"
 (cd ts-client && npm run --silent bench -- --smoke)

@@ -1,0 +1,1 @@
+"""Latency and scaling of every front: in-process, Python gRPC, TypeScript client."""
