@@ -165,6 +165,11 @@ def over_typescript(address: str, repeats: int, tokens: int) -> dict[str, float]
     }
 
 
+def fronts(row: Row, key: str) -> str:
+    """in-process/gRPC/TS values of one measure."""
+    return "/".join(f"{run[key]:.1f}" for run in (row.in_process, row.grpc, row.typescript))
+
+
 def growth_exponent(rows: list[Row], key: str) -> float:
     """Slope of log(ms) against log(chunks) over the sizes from 1,000 up."""
     points = [(r.chunks, r.in_process[key]) for r in rows if r.chunks >= 1000]
@@ -226,22 +231,7 @@ def main() -> None:
         f"{'search ms':>9} {'RSS MB/Mtok':>11} {'start ms':>8}"
     )
     for r in rows:
-        optimize = "/".join(
-            f"{x:.1f}"
-            for x in (
-                r.in_process["optimize_p50_ms"],
-                r.grpc["optimize_p50_ms"],
-                r.typescript["optimize_p50_ms"],
-            )
-        )
-        score = "/".join(
-            f"{x:.1f}"
-            for x in (
-                r.in_process["score_p50_ms"],
-                r.grpc["score_p50_ms"],
-                r.typescript["score_p50_ms"],
-            )
-        )
+        optimize, score = fronts(r, "optimize_p50_ms"), fronts(r, "score_p50_ms")
         print(
             f"{r.chunks:>7,} {r.tokens:>11,} {r.append_tokens_per_s:>12,.0f} {optimize:>24} "
             f"{score:>26} {r.stash_search_p50_ms:>9.2f} {r.rss_mb_per_million_tokens:>11.0f} "
