@@ -1,4 +1,4 @@
-"""Bearer tokens and the owner they stand for.
+"""Bearer tokens, the owner they stand for, and the interceptor that checks them.
 
 `CTXOPT_AUTH_TOKEN` holds comma-separated tokens, each `owner=secret` or a bare
 `secret` (owner ""). A session belongs to the owner that created it, so two
@@ -9,7 +9,10 @@ tokens configured every caller is owner "" (the loopback default).
 from __future__ import annotations
 
 import hmac
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import grpc
 
 from ctxopt.errors import InvalidArgument
 
@@ -49,3 +52,38 @@ class Tokens:
         if owner is None:
             raise Unauthenticated("unknown bearer token")
         return owner
+
+
+if TYPE_CHECKING:  # the stubs make the interceptor generic; the runtime class is not
+    _Interceptor = grpc.ServerInterceptor[Any, Any]
+else:
+    _Interceptor = grpc.ServerInterceptor
+
+
+class AuthInterceptor(_Interceptor):
+    """Refuses calls to `protected_prefix` methods without a known token before
+    any handler runs; health and reflection stay open for probes and tools."""
+
+    def __init__(self, tokens: Tokens, protected_prefix: str) -> None:
+        self._tokens = tokens
+        self._prefix = protected_prefix
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        details = handler_call_details
+        if self._tokens.required and details.method.startswith(self._prefix):
+            try:
+                self._tokens.owner(details.invocation_metadata)
+            except Unauthenticated as e:
+                return _refusal(str(e))
+        return continuation(details)
+
+
+def _refusal(message: str) -> grpc.RpcMethodHandler[Any, Any]:
+    def refuse(_request: Any, context: grpc.ServicerContext) -> None:
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    return grpc.unary_unary_rpc_method_handler(refuse)
