@@ -107,6 +107,7 @@ class _Selection:
                 idx = np.fromiter(members, dtype=np.intp, count=len(members))
                 unit_of[idx] = idx.min()
         self.unit_of = unit_of
+        self.unit_size = np.bincount(unit_of[self.live], minlength=n)  # members per unit
         self.state = np.full(n, FULL, dtype=np.int8)  # per unit leader slot
         mandatory = scores.marks.root
         # a unit is mandatory when any member is
@@ -118,12 +119,6 @@ class _Selection:
         self.tuning = tuning
         self.scores = scores
         self.options = options
-
-    def members(self, unit: int) -> IntArray:
-        group = self.session.entry_at(unit).chunk.group_id
-        if group and len(self.session.hubs.by_group.get(group, ())) > 1:
-            return np.asarray(sorted(self.session.hubs.by_group[group]), dtype=np.intp)
-        return np.asarray([unit], dtype=np.intp)
 
     def slot_state(self) -> npt.NDArray[np.int8]:
         return self.state[self.unit_of]
@@ -444,7 +439,7 @@ def _enforce_max_chunks(
         sel.state[unit] = OUT
         applied[i] = True
         total -= float(before)
-        kept -= len(sel.members(unit))
+        kept -= int(sel.unit_size[unit])
     return total
 
 
@@ -587,33 +582,34 @@ def _outcome(
 ) -> Outcome:
     """Turn unit states into per-chunk decisions, texts and the plan."""
     state = sel.slot_state()
-    kept_ids: list[str] = []
+    live = sel.live
+    live_state = state[live]
+    kept = live_state != OUT
+    changed = ~kept | ((live_state == SHRUNK) & (shrink_action[live] != Action.KEEP))
+    kept_ids = [session.slot_ids[slot] for slot in live[kept].tolist()]
+    tokens_after = int(session.columns.tokens[live[kept & ~changed]].sum())
     decisions: list[Decision] = []
     outcome = Outcome(Plan([], [], tokens_before, 0, target, triggered, True, repairs))
     delete_requested = {session.slot_of(i) for i in options.delete_ids}
-    tokens_after = 0
-    for slot in sel.live.tolist():
+    # only chunks that change get a decision: a Python object each, so the
+    # untouched majority stays in numpy
+    for slot in live[changed].tolist():
         entry = session.entry_at(slot)
         chunk = entry.chunk
-        slot_state = int(state[slot])
-        action = Action(int(shrink_action[slot])) if slot_state == SHRUNK else Action.KEEP
-        if slot_state == OUT:
+        if state[slot] == OUT:
             dead = (
                 chunk.gc_policy == GcPolicy.EPHEMERAL
                 and chunk.kind == ChunkKind.ENRICHMENT
                 and not scores.marks.reachable[slot]
             )
             action = Action.DELETE if slot in delete_requested or dead else Action.STASH
-        if action == Action.KEEP:
-            kept_ids.append(chunk.id)
-            tokens_after += entry.tokens
-            continue
+        else:
+            action = Action(int(shrink_action[slot]))
         reasons = _reasons(sel, scores, slot, action, covered_by_summary, slot in delete_requested)
         stash = "" if action == Action.DELETE else stash_id(chunk.id, chunk.text)
         shrunk = action in (Action.TRIM, Action.MASK)
         text, after = shrink_texts[slot] if shrunk else ("", 0)
         if shrunk:
-            kept_ids.append(chunk.id)
             tokens_after += after
             outcome.shrunk[slot] = (action, text, after)
         else:
@@ -673,9 +669,9 @@ def _reasons(
         reasons.append("trimmed_to_relevant_lines")
     elif action == Action.MASK:
         reasons.append("masked_tool_result")
-    unit = sel.unit_of[slot]
-    if unit != slot or len(sel.members(int(unit))) > 1:
-        reasons.append(f"group_with:{sel.session.slot_ids[int(unit)]}")
+    unit = int(sel.unit_of[slot])
+    if sel.unit_size[unit] > 1:
+        reasons.append(f"group_with:{sel.session.slot_ids[unit]}")
     return tuple(reasons)
 
 
