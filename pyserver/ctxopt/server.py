@@ -121,7 +121,11 @@ def serve(config: Config) -> None:
         "on" if server.tokens.required else "off",
         (time.perf_counter() - started) * 1000,
     )
-    requested.wait()
+    # Wake up now and then: the kernel may deliver SIGTERM to one of gRPC's
+    # threads, and Python runs handlers only when the main thread runs again
+    # (an untimed wait could sleep through it).
+    while not requested.wait(0.2):
+        pass
     log.info("draining (grace %.1f s)", config.grace_seconds)
     server.stop()
     log.info("stopped")
