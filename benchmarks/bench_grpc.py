@@ -107,6 +107,19 @@ def _options(tokens: int) -> OptimizeOptions:
     )
 
 
+def forced_dry_run(tokens: int) -> pb.OptimizeRequest:
+    """The Optimize every benchmark times: the whole planning cost to 60% of a
+    window the size of the session, which stays as it is."""
+    return pb.OptimizeRequest(
+        session_id="bench",
+        query=QUERY,
+        budget=pb.Budget(context_limit_tokens=tokens, target_percent=60.0),
+        roots=pb.Roots(recent_turns=10),
+        dry_run=True,
+        force=True,
+    )
+
+
 def over_grpc(base: list[Chunk], deltas: list[list[Chunk]], repeats: int) -> Run:
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
@@ -122,18 +135,13 @@ def over_grpc(base: list[Chunk], deltas: list[list[Chunk]], repeats: int) -> Run
                     pb.AppendChunksRequest(session_id="bench", chunks=base_pb), timeout=TIMEOUT
                 )
                 tokens = appended.session_tokens
-                budget = pb.Budget(context_limit_tokens=tokens, target_percent=60.0)
-                roots = pb.Roots(recent_turns=10)
-                optimize = pb.OptimizeRequest(
-                    session_id="bench",
-                    query=QUERY,
-                    budget=budget,
-                    roots=roots,
-                    dry_run=True,
-                    force=True,
-                )
+                optimize = forced_dry_run(tokens)
                 context = pb.OptimizeContextRequest(
-                    chunks=base_pb, query=QUERY, budget=budget, roots=roots, force=True
+                    chunks=base_pb,
+                    query=QUERY,
+                    budget=optimize.budget,
+                    roots=optimize.roots,
+                    force=True,
                 )
                 delta = iter([[to_pb(c) for c in d] for d in deltas])
                 calls = {

@@ -33,7 +33,7 @@ from ctxopt.v1 import ctxopt_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from benchmarks.bench_engine import measure, percentile
-from benchmarks.bench_grpc import samples, to_pb
+from benchmarks.bench_grpc import forced_dry_run, samples, to_pb
 from benchmarks.corpus import DEFAULT_DATA, QUERY, chunks, swe_texts
 from tests.serverproc import start_server
 
@@ -96,17 +96,8 @@ def over_grpc(size: int, batch: list[Chunk], repeats: int, work: Path) -> Row:
             cold_start_ms = (time.perf_counter() - started) * 1000
             stub = server.stub(channel)
             tokens, tokens_per_s = load(stub, batch)
-            roots = pb.Roots(recent_turns=10)
-            budget = pb.Budget(context_limit_tokens=tokens, target_percent=60.0)
-            score = pb.ScoreRequest(session_id="bench", query=QUERY, roots=roots)
-            optimize = pb.OptimizeRequest(
-                session_id="bench",
-                query=QUERY,
-                budget=budget,
-                roots=roots,
-                dry_run=True,
-                force=True,
-            )
+            optimize = forced_dry_run(tokens)
+            score = pb.ScoreRequest(session_id="bench", query=QUERY, roots=optimize.roots)
             grpc_ms = {
                 **p50_p99("score", samples(lambda: stub.Score(score, timeout=TIMEOUT), repeats)),
                 **p50_p99(
