@@ -6,19 +6,26 @@ of their own is the GC settings `context_gc_configure` changes (the defaults
 of later analyze, prune and restore calls in this process).
 
 Safety: removal stashes unless the agent asks for deletion, and LOCKED or
-pinned chunks are refused with a tool error that names them.
+pinned chunks are refused with a tool error that names them. The SDK runs
+tool calls concurrently, so one lock serialises them: a refusal check and the
+removal it guards see the same session.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Literal, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Annotated, Literal, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
+from ctxopt import validate
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.errors import CtxoptError
@@ -28,6 +35,7 @@ from ctxopt.model import (
     Chunk,
     ChunkKind,
     ChunkUpdate,
+    Decision,
     GcPolicy,
     OptimizeOptions,
     Plan,
@@ -40,6 +48,7 @@ from ctxopt.model import (
 T = TypeVar("T")
 OWNER = ""  # one agent per stdio process: every session is its own
 DEFAULT_SESSION = "default"
+DEFAULT_CONTEXT_LIMIT = 128_000
 RoleName = Literal["system", "user", "model", "tool"]
 KindName = Literal[
     "message",
@@ -57,6 +66,13 @@ KindName = Literal[
 ]
 PruneStrategy = Literal["delete", "stash", "auto"]
 PolicyName = Literal["auto", "locked", "preservable", "partial", "ephemeral"]
+ActionName = Literal["trim", "mask", "stash", "delete"]
+Percent = Annotated[float, Field(gt=0, le=100)]
+PositiveInt = Annotated[int, Field(gt=0)]
+Count = Annotated[int, Field(ge=0)]
+Weight = Annotated[float, Field(ge=0)]
+Query = Annotated[str, Field(description="the current task or question; relevance is scored on it")]
+SessionId = Annotated[str, Field(description="the conversation; one per agent session")]
 
 
 # ---- tool inputs and results (their JSON schemas are what agents see) ---------
@@ -69,6 +85,7 @@ class ChunkIn(BaseModel):
     text: str
     role: RoleName = "user"
     kind: KindName = "message"
+    tokens: int = Field(default=0, ge=0, description="0: the server counts")
     turn: int = 0
     pinned: bool = False
     policy: PolicyName = Field(default="auto", description="auto: derived from kind and role")
@@ -78,6 +95,39 @@ class ChunkIn(BaseModel):
     file_path: str = ""
     tags: list[str] = []
     task_id: str = ""
+    boost: float = 0.0
+
+
+class GcSettings(BaseModel):
+    """Defaults of this process's analyze, prune and restore calls (context_gc_configure
+    describes each)."""
+
+    context_limit_tokens: int
+    threshold_percent: float
+    target_percent: float
+    pressure_percent: float
+    recent_turns: int
+    batch_size: int
+    weight_bm25: float
+    weight_recency: float
+    weight_gc: float
+    weight_boost: float
+
+    def budget(self) -> Budget:
+        return Budget(
+            self.context_limit_tokens,
+            self.threshold_percent,
+            self.target_percent,
+            self.pressure_percent,
+        )
+
+    def weights(self) -> Weights:
+        return Weights(
+            bm25=self.weight_bm25,
+            recency=self.weight_recency,
+            gc=self.weight_gc,
+            boost=self.weight_boost,
+        )
 
 
 class Usage(BaseModel):
@@ -85,32 +135,48 @@ class Usage(BaseModel):
     soft_limit_tokens: int = Field(description="collection triggers here (threshold)")
     hard_limit_tokens: int = Field(description="the context window")
     target_tokens: int = Field(description="a collection lands here")
+    percent_of_limit: float
 
 
-class Candidate(BaseModel):
+class Change(BaseModel):
     id: str
-    kind: KindName
+    action: ActionName = Field(description="what the collection does with it")
     tokens: int
-    score: float
-    action: str = Field(description="what a collection would do: trim, mask, stash or delete")
+    tokens_after: int = Field(description="0 unless trimmed or masked")
+    score: float = Field(description="hybrid value: higher is kept first")
     reasons: list[str]
+
+
+class Candidate(Change):
+    kind: KindName
 
 
 class Analysis(BaseModel):
     usage: Usage
-    would_trigger: bool
-    tokens_after: int
-    candidates: list[Candidate]
+    would_trigger: bool = Field(description="current tokens reached the soft limit")
+    tokens_after: int = Field(description="what context_gc_prune strategy=auto would leave")
+    feasible: bool = Field(description="false: protected chunks alone exceed the target")
+    explanation: str
+    candidates: list[Candidate] = Field(description="what auto would change, in removal order")
 
 
 class PruneResult(BaseModel):
-    strategy: str
-    stashed: list[str]
+    strategy: PruneStrategy
+    stashed: list[str] = Field(description="restorable with context_stash_restore")
     deleted: list[str]
-    trimmed_or_masked: list[str]
+    trimmed_or_masked: list[str] = Field(description="shortened in place, originals stashed")
     tokens_before: int
     tokens_after: int
     tokens_saved: int
+    changes: list[Change] = Field(
+        description="auto: every change with its score and reasons; empty for explicit ids"
+    )
+    explanation: str
+
+
+class PinResult(BaseModel):
+    ids: list[str]
+    pinned: bool
 
 
 class AppendResult(BaseModel):
@@ -125,6 +191,7 @@ class StashHitOut(BaseModel):
     chunk_id: str
     stash_id: str
     kind: KindName
+    action: str = Field(description="how it left the context: trim, mask, stash")
     tokens: int
     score: float
     snippet: str
@@ -132,31 +199,12 @@ class StashHitOut(BaseModel):
 
 class SearchResult(BaseModel):
     hits: list[StashHitOut]
-    next_offset: int | None
+    next_offset: int | None = Field(description="pass as offset for the next page")
 
 
 class RestoreResult(BaseModel):
-    restored: list[str]
+    restored: list[str] = Field(description="the ids and the rest of their groups")
     session_tokens: int
-
-
-_WEIGHTS = Weights()
-
-
-class GcSettings(BaseModel):
-    """Defaults of this process's analyze, prune and restore calls."""
-
-    context_limit_tokens: int = Field(default=128_000, gt=0)
-    threshold_percent: float = Field(default=80.0, gt=0, le=100)
-    target_percent: float = Field(default=60.0, gt=0, le=100)
-    pressure_percent: float = Field(default=90.0, gt=0, le=100)
-    recent_turns: int = Field(default=DEFAULT_RECENT_TURNS, ge=0)
-    batch_size: int = Field(
-        default=64, ge=0, description="removal steps per incremental collection"
-    )
-    weight_bm25: float = Field(default=_WEIGHTS.bm25, ge=0)
-    weight_recency: float = Field(default=_WEIGHTS.recency, ge=0)
-    weight_gc: float = Field(default=_WEIGHTS.gc, ge=0)
 
 
 # ---- the adapters ---------------------------------------------------------
@@ -166,22 +214,37 @@ class GcSettings(BaseModel):
 class ContextTools:
     engine: Engine
     settings: GcSettings
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def budget(self) -> Budget:
-        s = self.settings
-        return Budget(
-            s.context_limit_tokens, s.threshold_percent, s.target_percent, s.pressure_percent
-        )
+    def call(self, action: Callable[[], T]) -> T:
+        """One tool call at a time; engine errors become tool errors naming the field."""
+        with self.lock:
+            try:
+                return action()
+            except CtxoptError as e:
+                raise ToolError(str(e)) from None
 
-    def options(self, query: str, *, dry_run: bool) -> OptimizeOptions:
+    def configure(self, changes: dict[str, float | int]) -> GcSettings:
+        settings = self.settings.model_copy(update=changes)
+        validate.validate_budget(settings.budget(), "settings")
+        validate.validate_roots(Roots(recent_turns=settings.recent_turns), "settings")
+        validate.validate_weights(settings.weights(), "settings")
+        # the planner reads the minor-collection batch from the engine's config
+        self.engine.config = replace(self.engine.config, incremental_batch=settings.batch_size)
+        self.settings = settings
+        return settings
+
+    def collection(self, query: str, *, dry_run: bool) -> OptimizeOptions:
+        """A forced collection to the target: what analyze shows is what auto does."""
         s = self.settings
         return OptimizeOptions(
-            budget=self.budget(),
+            budget=s.budget(),
             query=query,
             roots=Roots(recent_turns=s.recent_turns),
-            weights=Weights(bm25=s.weight_bm25, recency=s.weight_recency, gc=s.weight_gc),
+            weights=s.weights(),
             dry_run=dry_run,
             force=True,
+            incremental=s.batch_size > 0,
         )
 
     def append(self, session_id: str, chunks: list[ChunkIn]) -> AppendResult:
@@ -196,44 +259,31 @@ class ContextTools:
         )
 
     def analyze(self, session_id: str, query: str) -> Analysis:
-        plan = self.engine.optimize(OWNER, session_id, self.options(query, dry_run=True))
-        kinds = self._kinds(session_id, [d.chunk_id for d in plan.decisions])
-        budget = self.budget()
+        plan = self.engine.optimize(OWNER, session_id, self.collection(query, dry_run=True))
+        budget = self.settings.budget()
         return Analysis(
             usage=Usage(
                 current_tokens=plan.tokens_before,
                 soft_limit_tokens=budget.threshold,
                 hard_limit_tokens=budget.context_limit_tokens,
                 target_tokens=budget.target,
+                percent_of_limit=round(100 * plan.tokens_before / budget.context_limit_tokens, 2),
             ),
             would_trigger=plan.tokens_before >= budget.threshold,
             tokens_after=plan.tokens_after,
-            candidates=[
-                Candidate(
-                    id=d.chunk_id,
-                    kind=kinds[d.chunk_id],
-                    tokens=d.tokens,
-                    score=round(d.score, 4),
-                    action=d.action.name.lower(),
-                    reasons=list(d.reasons),
-                )
-                for d in plan.decisions
-            ],
+            feasible=plan.feasible,
+            explanation=plan.explanation,
+            candidates=self._candidates(session_id, plan.decisions),
         )
 
     def prune(
-        self,
-        session_id: str,
-        ids: list[str],
-        strategy: Literal["delete", "stash", "auto"],
-        query: str,
+        self, session_id: str, ids: list[str], strategy: PruneStrategy, query: str
     ) -> PruneResult:
-        before = self.engine.stats(OWNER, session_id).tokens
         if strategy == "auto":
-            batch = self.settings.batch_size
-            self.engine.config = replace(self.engine.config, incremental_batch=batch)
-            options = replace(self.options(query, dry_run=False), incremental=batch > 0)
-            return _prune_result(strategy, self.engine.optimize(OWNER, session_id, options))
+            if ids:
+                raise ToolError("ids: strategy 'auto' chooses the chunks itself; give no ids")
+            options = self.collection(query, dry_run=False)
+            return _auto_result(self.engine.optimize(OWNER, session_id, options))
         if not ids:
             raise ToolError("ids: give the chunk ids to prune (or strategy 'auto')")
         protected = [
@@ -246,26 +296,28 @@ class ContextTools:
                 f"ids: refused, protected chunks: {', '.join(protected)} "
                 "(LOCKED chunks are never pruned; pinned ones after context_gc_unpin)"
             )
+        before = self.engine.stats(OWNER, session_id).tokens
         _, after = self.engine.remove(OWNER, session_id, ids, stash=strategy == "stash")
-        stashed, deleted = (ids, []) if strategy == "stash" else ([], ids)
         return PruneResult(
             strategy=strategy,
-            stashed=stashed,
-            deleted=deleted,
+            stashed=ids if strategy == "stash" else [],
+            deleted=ids if strategy == "delete" else [],
             trimmed_or_masked=[],
             tokens_before=before,
             tokens_after=after,
             tokens_saved=before - after,
+            changes=[],
+            explanation=f"{len(ids)} chunks removed as asked"
+            + (", restorable from the stash" if strategy == "stash" else ", for good"),
         )
 
-    def pin(self, session_id: str, ids: list[str], pinned: bool) -> int:
-        updates = [ChunkUpdate(id=i, pinned=pinned) for i in ids]
-        return self.engine.update(OWNER, session_id, updates)
+    def pin(self, session_id: str, ids: list[str], pinned: bool) -> PinResult:
+        self.engine.update(OWNER, session_id, [ChunkUpdate(id=i, pinned=pinned) for i in ids])
+        return PinResult(ids=ids, pinned=pinned)
 
     def search(
-        self, session_id: str, query: str, kinds: list[KindName], limit: int, offset: int
+        self, session_id: str, query: str, filters: StashFilter, limit: int, offset: int
     ) -> SearchResult:
-        filters = StashFilter(kinds=tuple(ChunkKind[k.upper()] for k in kinds))
         hits, next_offset = self.engine.search_stash(
             OWNER, session_id, query, filters, limit, offset
         )
@@ -275,6 +327,7 @@ class ContextTools:
                     chunk_id=h.chunk_id,
                     stash_id=h.stash_id,
                     kind=_kind_name(h.kind),
+                    action=h.action.name.lower(),
                     tokens=h.tokens,
                     score=round(h.score, 4),
                     snippet=h.snippet,
@@ -285,13 +338,15 @@ class ContextTools:
         )
 
     def restore(self, session_id: str, ids: list[str], force: bool) -> RestoreResult:
-        restored, tokens = self.engine.restore(OWNER, session_id, ids, self.budget(), force)
+        budget = self.settings.budget()
+        restored, tokens = self.engine.restore(OWNER, session_id, ids, budget, force)
         return RestoreResult(restored=restored, session_tokens=tokens)
 
-    def _kinds(self, session_id: str, ids: list[str]) -> dict[str, KindName]:
-        if not ids:
-            return {}
-        return {c.id: _kind_name(c.kind) for c in self.engine.chunks(OWNER, session_id, ids)}
+    def _candidates(self, session_id: str, decisions: list[Decision]) -> list[Candidate]:
+        ids = [d.chunk_id for d in decisions]
+        chunks = self.engine.chunks(OWNER, session_id, ids) if ids else []
+        kinds = {c.id: _kind_name(c.kind) for c in chunks}
+        return [Candidate(**_change(d).model_dump(), kind=kinds[d.chunk_id]) for d in decisions]
 
 
 def _chunk(c: ChunkIn) -> Chunk:
@@ -300,6 +355,7 @@ def _chunk(c: ChunkIn) -> Chunk:
         role=Role[c.role.upper()],
         kind=ChunkKind[c.kind.upper()],
         text=c.text,
+        tokens=c.tokens,
         turn=c.turn,
         pinned=c.pinned,
         policy=GcPolicy.UNSPECIFIED if c.policy == "auto" else GcPolicy[c.policy.upper()],
@@ -309,6 +365,7 @@ def _chunk(c: ChunkIn) -> Chunk:
         file_path=c.file_path,
         tags=tuple(c.tags),
         task_id=c.task_id,
+        boost=c.boost,
     )
 
 
@@ -316,18 +373,34 @@ def _kind_name(kind: ChunkKind) -> KindName:
     return kind.name.lower()  # type: ignore[return-value]  # KindName lists every kind
 
 
-def _prune_result(strategy: str, plan: Plan) -> PruneResult:
-    def ids(*actions: str) -> list[str]:
-        return [d.chunk_id for d in plan.decisions if d.action.name in actions]
+def _change(decision: Decision) -> Change:
+    return Change(
+        id=decision.chunk_id,
+        action=decision.action.name.lower(),  # type: ignore[arg-type]  # plans never list KEEP
+        tokens=decision.tokens,
+        tokens_after=decision.tokens_after,
+        score=round(decision.score, 4),
+        reasons=list(decision.reasons),
+    )
+
+
+def _auto_result(plan: Plan) -> PruneResult:
+    changes = [_change(d) for d in plan.decisions]
+
+    def ids(*actions: ActionName) -> list[str]:
+        return [c.id for c in changes if c.action in actions]
 
     return PruneResult(
-        strategy=strategy,
-        stashed=ids("STASH"),
-        deleted=ids("DELETE"),
-        trimmed_or_masked=ids("TRIM", "MASK"),
+        strategy="auto",
+        stashed=ids("stash"),
+        deleted=ids("delete"),
+        trimmed_or_masked=ids("trim", "mask"),
         tokens_before=plan.tokens_before,
         tokens_after=plan.tokens_after,
         tokens_saved=plan.tokens_before - plan.tokens_after,
+        changes=changes,
+        explanation=plan.explanation
+        or f"collected to {plan.tokens_after} tokens (target {plan.target_tokens})",
     )
 
 
@@ -344,85 +417,174 @@ def build_server(tools: ContextTools) -> MCPServer:
         ),
     )
 
-    def guarded(call: Callable[[], T]) -> T:
-        try:
-            return call()
-        except CtxoptError as e:
-            raise ToolError(str(e)) from None
+    @server.tool()
+    def context_append(
+        chunks: list[ChunkIn], session_id: SessionId = DEFAULT_SESSION
+    ) -> AppendResult:
+        """Register chunks of the agent's context (upsert by id; the session is
+        created on first use)."""
+        return tools.call(lambda: tools.append(session_id, chunks))
 
     @server.tool()
-    def context_append(chunks: list[ChunkIn], session_id: str = DEFAULT_SESSION) -> AppendResult:
-        """Register chunks of the agent's context (upsert by id)."""
-        return guarded(lambda: tools.append(session_id, chunks))
-
-    @server.tool()
-    def context_gc_analyze(query: str = "", session_id: str = DEFAULT_SESSION) -> Analysis:
-        """Usage against the limits and what a collection would remove, with
-        scores and reasons; changes nothing."""
-        return guarded(lambda: tools.analyze(session_id, query))
+    def context_gc_analyze(query: Query = "", session_id: SessionId = DEFAULT_SESSION) -> Analysis:
+        """Usage against the soft (threshold) and hard (context window) limits, and
+        the chunks a collection to the target would change, with kind, tokens,
+        score and reasons. Changes nothing."""
+        return tools.call(lambda: tools.analyze(session_id, query))
 
     @server.tool()
     def context_gc_prune(
-        ids: list[str] | None = None,
+        ids: Annotated[list[str] | None, Field(description="for stash and delete")] = None,
         strategy: PruneStrategy = "stash",
-        query: str = "",
-        session_id: str = DEFAULT_SESSION,
+        query: Query = "",
+        session_id: SessionId = DEFAULT_SESSION,
     ) -> PruneResult:
-        """Remove chunks: `stash` (default, restorable) or `delete` the given ids,
-        or `auto`: run a collection to the target. LOCKED and pinned chunks are refused."""
-        return guarded(lambda: tools.prune(session_id, ids or [], strategy, query))
+        """Remove chunks: `stash` (default, restorable) or `delete` (gone for good)
+        the given ids, or `auto`: run the collection context_gc_analyze shows
+        (query steers relevance). LOCKED and pinned chunks are refused."""
+        return tools.call(lambda: tools.prune(session_id, ids or [], strategy, query))
 
     @server.tool()
-    def context_gc_pin(ids: list[str], session_id: str = DEFAULT_SESSION) -> int:
-        """Pin chunks: no collection touches them. Returns how many changed."""
-        return guarded(lambda: tools.pin(session_id, ids, True))
+    def context_gc_pin(ids: list[str], session_id: SessionId = DEFAULT_SESSION) -> PinResult:
+        """Pin chunks: no collection or prune touches them until unpinned."""
+        return tools.call(lambda: tools.pin(session_id, ids, True))
 
     @server.tool()
-    def context_gc_unpin(ids: list[str], session_id: str = DEFAULT_SESSION) -> int:
-        """Unpin chunks. Returns how many changed."""
-        return guarded(lambda: tools.pin(session_id, ids, False))
+    def context_gc_unpin(ids: list[str], session_id: SessionId = DEFAULT_SESSION) -> PinResult:
+        """Unpin chunks: collections may remove them again."""
+        return tools.call(lambda: tools.pin(session_id, ids, False))
 
     @server.tool()
-    def context_gc_configure(settings: GcSettings) -> GcSettings:
-        """Set the limits, thresholds, recency window, batch size and weights
-        later calls use; returns the settings now in force."""
-        if settings.target_percent > settings.threshold_percent:
-            raise ToolError("target_percent: must not exceed threshold_percent")
-        tools.settings = settings
-        return settings
+    def context_gc_configure(
+        context_limit_tokens: Annotated[
+            PositiveInt | None, Field(description="the hard limit: the context window")
+        ] = None,
+        threshold_percent: Annotated[
+            Percent | None, Field(description="the soft limit: a collection triggers here")
+        ] = None,
+        target_percent: Annotated[
+            Percent | None, Field(description="a collection lands here")
+        ] = None,
+        pressure_percent: Annotated[
+            Percent | None, Field(description="PRESERVABLE chunks go only above this")
+        ] = None,
+        recent_turns: Annotated[
+            Count | None, Field(description="the latest turns are roots, never removed")
+        ] = None,
+        batch_size: Annotated[
+            Count | None,
+            Field(description="0: auto is a full collection; N: a minor one of at most N steps"),
+        ] = None,
+        weight_bm25: Annotated[Weight | None, Field(description="relevance to the query")] = None,
+        weight_recency: Annotated[Weight | None, Field(description="how recent")] = None,
+        weight_gc: Annotated[
+            Weight | None, Field(description="structure: kind, references, generation")
+        ] = None,
+        weight_boost: Annotated[Weight | None, Field(description="the chunks' own boost")] = None,
+    ) -> GcSettings:
+        """Change the limits, thresholds, recency window, batch size and weights
+        that later analyze, prune and restore calls of this process use (for every
+        session). Omitted settings keep their value; returns the settings in force."""
+        given = {
+            "context_limit_tokens": context_limit_tokens,
+            "threshold_percent": threshold_percent,
+            "target_percent": target_percent,
+            "pressure_percent": pressure_percent,
+            "recent_turns": recent_turns,
+            "batch_size": batch_size,
+            "weight_bm25": weight_bm25,
+            "weight_recency": weight_recency,
+            "weight_gc": weight_gc,
+            "weight_boost": weight_boost,
+        }
+        changes = {name: value for name, value in given.items() if value is not None}
+        return tools.call(lambda: tools.configure(changes))
 
     @server.tool()
     def context_stash_search(
         query: str = "",
         kinds: list[KindName] | None = None,
-        limit: int = 10,
-        offset: int = 0,
-        session_id: str = DEFAULT_SESSION,
+        tags: list[str] | None = None,
+        file_path: str = "",
+        task_id: str = "",
+        limit: Annotated[int, Field(ge=0, le=validate.MAX_SEARCH_LIMIT)] = 10,
+        offset: Annotated[int, Field(ge=0)] = 0,
+        session_id: SessionId = DEFAULT_SESSION,
     ) -> SearchResult:
-        """Full-text search of what was stashed, best first, with snippets."""
-        return guarded(lambda: tools.search(session_id, query, kinds or [], limit, offset))
+        """Full-text search of what was stashed, trimmed or masked, best first,
+        with snippets; filters narrow it."""
+        filters = StashFilter(
+            kinds=tuple(ChunkKind[k.upper()] for k in kinds or []),
+            tags=tuple(tags or []),
+            file_path=file_path,
+            task_id=task_id,
+        )
+        return tools.call(lambda: tools.search(session_id, query, filters, limit, offset))
 
     @server.tool()
     def context_stash_restore(
-        ids: list[str], force: bool = False, session_id: str = DEFAULT_SESSION
+        ids: list[str], force: bool = False, session_id: SessionId = DEFAULT_SESSION
     ) -> RestoreResult:
-        """Bring stashed chunks (and their groups) back; refused when that would
-        pass the target unless `force`."""
-        return guarded(lambda: tools.restore(session_id, ids, force))
+        """Bring stashed chunks (and the rest of their groups) back byte for byte;
+        refused when that would pass the target unless `force`."""
+        return tools.call(lambda: tools.restore(session_id, ids, force))
 
     return server
 
 
+def initial_settings(config: Config) -> GcSettings:
+    """The configured GC percentages, the engine's default weights, full collections."""
+    weights = Weights()
+    return GcSettings(
+        context_limit_tokens=DEFAULT_CONTEXT_LIMIT,
+        threshold_percent=config.gc_threshold_percent,
+        target_percent=config.gc_target_percent,
+        pressure_percent=config.gc_pressure_percent,
+        recent_turns=DEFAULT_RECENT_TURNS,
+        batch_size=0,
+        weight_bm25=weights.bm25,
+        weight_recency=weights.recency,
+        weight_gc=weights.gc,
+        weight_boost=weights.boost,
+    )
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _close_on_signal(tools: ContextTools) -> None:
+    """SIGTERM/SIGINT: let the running tool call finish, close the store, exit 0.
+
+    Unwinding the server instead would wait for the SDK's stdin reader, a worker
+    thread blocked in read() that no cancellation reaches, until the host closed
+    the pipe; so this exits the process once the store is closed."""
+
+    def handler(_signum: int, _frame: object) -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        with tools.lock:
+            tools.engine.close()
+        sys.stderr.flush()
+        os._exit(0)
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, handler)
+
+
 def serve_stdio(config: Config) -> None:
-    """Run over stdin/stdout until the host closes the stream; flush the store."""
+    """Run the MCP tools over stdin/stdout on the configured data directory.
+
+    Returns when the host closes stdin; exits on SIGTERM/SIGINT. Either way the
+    store is flushed and closed first, which releases the data directory.
+    Raises FailedPrecondition when another ctxopt process holds the directory.
+    """
     engine = Engine(config)
+    tools = ContextTools(engine, initial_settings(config))
+    _close_on_signal(tools)
     try:
-        settings = GcSettings(
-            threshold_percent=config.gc_threshold_percent,
-            target_percent=config.gc_target_percent,
-            pressure_percent=config.gc_pressure_percent,
-            batch_size=config.incremental_batch,
-        )
-        build_server(ContextTools(engine, settings)).run("stdio")
+        build_server(tools).run("stdio")
     finally:
-        engine.close()
+        for sig in STOP_SIGNALS:  # closing now: a late signal must not close twice
+            signal.signal(sig, signal.SIG_IGN)
+        with tools.lock:
+            engine.close()
