@@ -47,12 +47,19 @@ from benchmarks.quality.methods import (
     GeminiCli,
     LangChainTrim,
     Method,
+    ObsMask,
     PeerUnavailable,
     RandomChoice,
     Recent,
 )
 from benchmarks.quality.plot import plot_recall
-from benchmarks.quality.report import KEPT_COLUMNS, QUALITY_COLUMNS, results_json, table
+from benchmarks.quality.report import (
+    KEPT_COLUMNS,
+    QUALITY_COLUMNS,
+    loss_table,
+    results_json,
+    table,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = REPO.parent / "shared" / "datasets"
@@ -73,6 +80,7 @@ def method_factories(engine: Engine) -> dict[str, Callable[[], Method]]:
         "bm25": lambda: Bm25(engine.analyzer.terms),
         "gemini-cli": GeminiCli,
         "langchain": LangChainTrim,
+        "obs-mask": lambda: ObsMask(engine.counter.count),
         # ablations: the default without one component each
         "-reachability": lambda: ablation("-reachability", tuning=Tuning(reachability_first=False)),
         "-neighbours": lambda: ablation("-neighbours", config=replace(MEMORY, neighbour_share=0.0)),
@@ -195,6 +203,9 @@ def print_results(results: dict[str, Any], out: Path) -> None:
     print()
     print("share of the prompt's tokens kept")
     print(table(results, KEPT_COLUMNS, timing=False))
+    print()
+    print("default: lost evidence turns (LoCoMo) and hunks (SWE) by cause")
+    print(loss_table(results, "default"))
     for note in results["notes"]:
         print(f"- {note}")
     for name, reason in results["unavailable"].items():
@@ -216,7 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = Run(build_methods(factories, names, args.smoke, unavailable), budgets)
     run.unavailable.update(unavailable)
     one_per_history = [c.case(q) for c in conversations for q in c.questions[:1]]
-    run.prepare(one_per_history + [t.case for t in swe.trajectories])
+    steps = [s.case for t in swe.trajectories for s in t.steps]
+    run.prepare(one_per_history + [t.case for t in swe.trajectories] + steps)
     run_locomo(run, conversations)
     run_swe(run, swe.trajectories)
     engine.close()

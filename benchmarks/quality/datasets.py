@@ -4,7 +4,8 @@ LoCoMo: one chunk per dialogue turn, `[<session date>] <speaker>: <text>`, the
 two speakers alternating as USER and MODEL; one case per category 1-4 question.
 
 SWE-agent: the history is every message before the final assistant message
-(the submission); system -> SYSTEM, the task -> USER message of task "task",
+(the submission); for needed-later recall, also the history before each step
+at 25, 50, 75 and 100% of the trajectory; system -> SYSTEM, the task -> USER message of task "task",
 assistant -> MODEL (a TOOL_CALL when a tool output answers it), tool outputs
 (user messages with `<returncode>`) -> USER TOOL_RESULT whose parent is the
 call. The query is the task plus the last two messages, and the system prompt,
@@ -24,7 +25,7 @@ from typing import Any
 
 from ctxopt.model import Chunk, ChunkKind, Role, Roots
 
-from benchmarks.quality.metrics import grounded, hunk_lines
+from benchmarks.quality.metrics import grounded, hunk_lines, needed_lines
 
 LOCOMO_FILE = "locomo-dev.json"
 SWE_FILE = "swe-agent-gemini3-dev.jsonl.gz"
@@ -34,6 +35,7 @@ SESSION_KEY = re.compile(r"session_(\d+)")
 LOCOMO_DATE = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023"
 TASK_ID = "task"
 RECENT_MESSAGES = 2  # SWE: the last two messages are roots and mandatory
+STEP_POINTS = (0.25, 0.5, 0.75, 1.0)  # needed-later recall: where in the trajectory
 LOCOMO_ROOTS = Roots(recent_turns=RECENT_MESSAGES)
 SWE_ROOTS = Roots(current_task_id=TASK_ID, recent_turns=RECENT_MESSAGES)
 
@@ -76,13 +78,24 @@ class Conversation:
 
 
 @dataclass(frozen=True, slots=True)
+class Step:
+    """A point of a trajectory for needed-later recall: the history so far as
+    a case, and the earlier tool-output lines a later step or the patch needs."""
+
+    case: Case
+    needed: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Trajectory:
     """An evaluable trajectory: `hunks` holds, per hunk of the submitted patch,
-    the original lines that count as evidence of it (metrics.hunk_lines)."""
+    the original lines that count as evidence of it (metrics.hunk_lines);
+    `steps` the needed-later points that need at least one line."""
 
     instance_id: str
     case: Case
     hunks: tuple[tuple[str, ...], ...]
+    steps: tuple[Step, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,11 +225,39 @@ def message_chunk(history: Sequence[dict[str, Any]], index: int) -> Chunk:
 def trajectory_case(
     instance_id: str, history: Sequence[dict[str, Any]], count: CountTokens
 ) -> Case:
-    chunks = with_tokens([message_chunk(history, i) for i in range(len(history))], count)
+    return case_of(instance_id, with_tokens(history_chunks(history), count))
+
+
+def history_chunks(history: Sequence[dict[str, Any]]) -> list[Chunk]:
+    return [message_chunk(history, i) for i in range(len(history))]
+
+
+def case_of(key: str, chunks: Sequence[Chunk]) -> Case:
+    chunks = tuple(chunks)
     latest = chunks[-RECENT_MESSAGES:]
     query = "\n".join([chunks[1].text, *(c.text for c in latest)])
     mandatory = frozenset([chunks[0].id, chunks[1].id, *(c.id for c in latest)])
-    return Case(instance_id, chunks, query, SWE_ROOTS, mandatory)
+    return Case(key, chunks, query, SWE_ROOTS, mandatory)
+
+
+def trajectory_steps(
+    instance_id: str, messages: Sequence[dict[str, Any]], submission: str, count: CountTokens
+) -> tuple[Step, ...]:
+    """The needed-later points: at each share of STEP_POINTS, the messages
+    before it (100% is the history before the final assistant message) and the
+    earlier tool-output lines an assistant message after it or the patch holds."""
+    last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    steps = []
+    for point in STEP_POINTS:
+        t = max(3, round(point * last))
+        outputs = [str(m["content"]) for m in messages[2:t] if is_tool_output(m)]
+        later = [str(m["content"]) for m in messages[t:] if m["role"] == "assistant"]
+        needed = needed_lines(outputs, [*later, submission])
+        if not needed:
+            continue
+        chunks = with_tokens(history_chunks(messages[:t]), count)
+        steps.append(Step(case_of(f"{instance_id}@{point}", chunks), needed))
+    return tuple(steps)
 
 
 def read_trajectories(path: Path) -> Iterator[dict[str, Any]]:
@@ -239,7 +280,9 @@ def load_swe(path: Path, count: CountTokens, limit: int = 0) -> SweData:
         if not hunks or not grounded(hunks, after_task):
             skipped.append(instance_id)
             continue
-        kept.append(Trajectory(instance_id, trajectory_case(instance_id, history, count), hunks))
+        case = trajectory_case(instance_id, history, count)
+        steps = trajectory_steps(instance_id, record["messages"], str(record["submission"]), count)
+        kept.append(Trajectory(instance_id, case, hunks, steps))
         if limit and len(kept) >= limit:
             break
     return SweData(tuple(kept), tuple(skipped))

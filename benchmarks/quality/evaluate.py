@@ -8,12 +8,28 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from benchmarks.quality.datasets import Case, Conversation, Trajectory
-from benchmarks.quality.methods import Kept, Method, PeerUnavailable
-from benchmarks.quality.metrics import all_evidence_kept, evidence_recall, hunk_covered
+from benchmarks.quality.methods import (
+    CAUSE_GROUP,
+    CAUSE_MASK,
+    CAUSE_NOT_CHOSEN,
+    CAUSE_REPAIR,
+    CAUSE_TRIM,
+    CAUSE_VALUE,
+    Kept,
+    Method,
+    PeerUnavailable,
+)
+from benchmarks.quality.metrics import (
+    all_evidence_kept,
+    evidence_recall,
+    hunk_covered,
+    needed_recall,
+)
 
 
 @dataclass(slots=True)
@@ -26,6 +42,8 @@ class Tally:
     kept_share: list[float] = field(default_factory=list)
     covered: int = 0  # SWE: hunks covered, pooled over trajectories
     hunks: int = 0
+    needed: list[float] = field(default_factory=list)  # SWE: recall per step
+    losses: Counter[str] = field(default_factory=Counter)  # lost item -> cause
 
 
 @dataclass(slots=True)
@@ -34,6 +52,16 @@ class Series:
 
     tallies: dict[float, Tally]
     ms: list[float] = field(default_factory=list)  # per plan actually computed
+
+
+RANKED_CAUSES = (
+    CAUSE_TRIM,
+    CAUSE_MASK,
+    CAUSE_REPAIR,
+    CAUSE_GROUP,
+    CAUSE_VALUE,
+    CAUSE_NOT_CHOSEN,
+)
 
 
 class Run:
@@ -96,6 +124,16 @@ class Run:
         self._memo.clear()
 
 
+def cause(kept: Kept, holders: Iterable[str]) -> str:
+    """Why a lost item is lost: the decision on the chunk that held it that
+    came closest to keeping it (an excerpt, then a placeholder, then removal)."""
+    causes = {kept.causes.get(i, CAUSE_NOT_CHOSEN) for i in holders}
+    for label in RANKED_CAUSES:
+        if label in causes:
+            return label
+    return CAUSE_NOT_CHOSEN
+
+
 def run_locomo(run: Run, conversations: Sequence[Conversation]) -> None:
     for conversation in conversations:
         for question in conversation.questions:
@@ -105,6 +143,8 @@ def run_locomo(run: Run, conversations: Sequence[Conversation]) -> None:
                 tally.scores.append(evidence_recall(question.evidence, present))
                 tally.complete.append(all_evidence_kept(question.evidence, present))
                 tally.kept_share.append(kept.tokens / case.prompt_tokens)
+                for turn in question.evidence - present:
+                    tally.losses[cause(kept, [turn])] += 1
         run.forget_history()
 
 
@@ -119,4 +159,29 @@ def run_swe(run: Run, trajectories: Sequence[Trajectory]) -> None:
             tally.kept_share.append(kept.tokens / case.prompt_tokens)
             tally.covered += covered
             tally.hunks += len(trajectory.hunks)
+            for lines in trajectory.hunks:
+                if not hunk_covered(lines, text):
+                    holders = [c.id for c in case.chunks if hunk_covered(lines, c.text)]
+                    tally.losses[cause(kept, holders)] += 1
         run.forget_history()
+        run_needed(run, trajectory)
+
+
+def run_needed(run: Run, trajectory: Trajectory) -> None:
+    """Needed-later recall: the trajectory's steps in order, each method fed
+    step by step; a step's recall goes to the tally of its budget."""
+    for method in list(run.methods):
+        recalls: list[tuple[float, float]] = []
+        try:
+            for budget in run.budgets:
+                for step in trajectory.steps:
+                    kept = method.select_step(trajectory.instance_id, step.case, budget)
+                    recalls.append((budget, needed_recall(step.needed, kept.text(step.case))))
+            method.end_trajectory(trajectory.instance_id)
+        except Exception as err:
+            if not method.peer:
+                raise
+            run.drop(method, f"failed on {trajectory.instance_id}: {type(err).__name__}: {err}")
+            continue
+        for budget, recall in recalls:
+            run.swe[method.name].tallies[budget].needed.append(recall)

@@ -11,7 +11,16 @@ with what is left of the budget:
 - `gemini-cli`: Gemini CLI's `findCompressSplitPoint` with its preserve
   fraction set to the budget; what follows the split stays verbatim (the CLI
   would summarise the rest with an LLM, which is not counted here);
-- `langchain`: langchain-core `trim_messages(strategy="last")`.
+- `langchain`: langchain-core `trim_messages(strategy="last")`;
+- `obs-mask`: observation masking ("The Complexity Trap", arXiv 2508.21433):
+  every turn stays, tool outputs other than the newest are replaced by a short
+  placeholder, as many of the newest outputs verbatim as the budget allows;
+  if still over budget, the oldest turns go.
+
+For needed-later recall every method sees each trajectory's steps in order;
+the engine's `optimize_context` keeps the conversation warm between calls, so
+each step adds only the new messages to its session and indexes, as an agent
+that sends its growing history would.
 """
 
 from __future__ import annotations
@@ -27,7 +36,17 @@ from pathlib import Path
 from typing import Any
 
 from ctxopt.engine import Engine
-from ctxopt.model import Action, Budget, Chunk, OptimizeOptions, Role, Strategy, Weights
+from ctxopt.model import (
+    Action,
+    Budget,
+    Chunk,
+    ChunkKind,
+    OptimizeOptions,
+    Plan,
+    Role,
+    Strategy,
+    Weights,
+)
 from rank_bm25 import BM25Okapi
 
 from benchmarks.quality.datasets import Case
@@ -37,6 +56,15 @@ GEMINI_CORE = PEERS_DIR / "node_modules" / "@google" / "gemini-cli-core" / "pack
 RANDOM_SEED = 20240607
 NPM_TIMEOUT_S = 600
 NODE_TIMEOUT_S = 600
+OBS_MASK_PLACEHOLDER = "[Old environment observation omitted for brevity.]"
+
+# Why a chunk is not in the prompt as is (the loss-by-cause table).
+CAUSE_TRIM = "TRIM excerpt"
+CAUSE_MASK = "MASK placeholder"
+CAUSE_REPAIR = "coherence repair"
+CAUSE_GROUP = "removed with its group"
+CAUSE_VALUE = "STASH by value per token"
+CAUSE_NOT_CHOSEN = "not chosen"
 
 
 class PeerUnavailable(Exception):
@@ -48,13 +76,15 @@ class Kept:
     """A method's prompt: kept ids in prompt order, the prompt's tokens, the
     text that replaced a kept chunk (TRIM excerpt or MASK placeholder), the ids
     masked (their content is gone), and, for a choice made ahead in `prepare`,
-    the ms it took (otherwise the runner times `select`)."""
+    the ms it took (otherwise the runner times `select`), and per chunk not
+    kept as is, why (one of the CAUSE_* labels; engine methods only)."""
 
     ids: tuple[str, ...]
     tokens: int
     replacements: Mapping[str, str] = field(default_factory=dict)
     masked: frozenset[str] = frozenset()
     ms: float | None = None
+    causes: Mapping[str, str] = field(default_factory=dict)
 
     def content_ids(self) -> frozenset[str]:
         """Chunks whose content is still in the prompt (verbatim or excerpted)."""
@@ -79,6 +109,13 @@ class Method(ABC):
 
     @abstractmethod
     def select(self, case: Case, budget: float) -> Kept: ...
+
+    def select_step(self, trajectory: str, case: Case, budget: float) -> Kept:
+        """A step of a trajectory, steps in order (needed-later recall)."""
+        return self.select(case, budget)
+
+    def end_trajectory(self, trajectory: str) -> None:  # noqa: B027
+        """Forget what `select_step` kept of a trajectory."""
 
 
 def budget_tokens(case: Case, budget: float) -> int:
@@ -129,8 +166,8 @@ class EngineMethod(Method):
         self.strategy = strategy
         self.weights = weights
 
-    def select(self, case: Case, budget: float) -> Kept:
-        options = OptimizeOptions(
+    def options(self, case: Case, budget: float) -> OptimizeOptions:
+        return OptimizeOptions(
             budget=Budget(
                 context_limit_tokens=case.prompt_tokens,
                 target_tokens=max(1, budget_tokens(case, budget)),
@@ -141,14 +178,33 @@ class EngineMethod(Method):
             strategy=self.strategy,
             force=True,
         )
-        plan = self.engine.optimize_context(case.chunks, options)
-        shrunk = [d for d in plan.decisions if d.action in (Action.TRIM, Action.MASK)]
-        return Kept(
-            tuple(plan.kept_ids),
-            plan.tokens_after,
-            {d.chunk_id: d.replacement_text for d in shrunk},
-            frozenset(d.chunk_id for d in shrunk if d.action == Action.MASK),
-        )
+
+    def select(self, case: Case, budget: float) -> Kept:
+        return kept_of(self.engine.optimize_context(case.chunks, self.options(case, budget)))
+
+
+def kept_of(plan: Plan) -> Kept:
+    shrunk = [d for d in plan.decisions if d.action in (Action.TRIM, Action.MASK)]
+    repaired = {r.chunk_id for r in plan.repairs}
+    causes = {}
+    for d in plan.decisions:
+        if d.action == Action.TRIM:
+            causes[d.chunk_id] = CAUSE_TRIM
+        elif d.action == Action.MASK:
+            causes[d.chunk_id] = CAUSE_MASK
+        elif d.chunk_id in repaired:
+            causes[d.chunk_id] = CAUSE_REPAIR
+        elif any(r.startswith("group_with:") for r in d.reasons):
+            causes[d.chunk_id] = CAUSE_GROUP
+        else:
+            causes[d.chunk_id] = CAUSE_VALUE
+    return Kept(
+        tuple(plan.kept_ids),
+        plan.tokens_after,
+        {d.chunk_id: d.replacement_text for d in shrunk},
+        frozenset(d.chunk_id for d in shrunk if d.action == Action.MASK),
+        causes=causes,
+    )
 
 
 # ---- baselines ---------------------------------------------------------------
@@ -170,6 +226,44 @@ class RandomChoice(Method):
         order = [c.id for c in case.chunks]
         random.Random(f"{RANDOM_SEED}:{case.key}:{budget}").shuffle(order)
         return fill(case, order, budget)
+
+
+class ObsMask(Method):
+    """Observation masking (arXiv 2508.21433): every turn stays; tool outputs
+    but the newest are a placeholder; then the oldest turns go if needed."""
+
+    name = "obs-mask"
+    query_dependent = False
+
+    def __init__(self, count: Callable[[str], int]) -> None:
+        self.placeholder_tokens = count(OBS_MASK_PLACEHOLDER)
+
+    def select(self, case: Case, budget: float) -> Kept:
+        room = budget_tokens(case, budget)
+        outputs = [
+            c
+            for c in optional_chunks(case)
+            if c.kind == ChunkKind.TOOL_RESULT and c.role != Role.SYSTEM
+        ]
+        masked = {c.id for c in outputs}
+        size = {c.id: self.placeholder_tokens if c.id in masked else c.tokens for c in case.chunks}
+        total = sum(size.values())
+        for chunk in reversed(outputs):  # the newest outputs verbatim while they fit
+            grown = total + chunk.tokens - self.placeholder_tokens
+            if grown > room:
+                break
+            masked.discard(chunk.id)
+            size[chunk.id] = chunk.tokens
+            total = grown
+        kept = [c.id for c in case.chunks]
+        for chunk in optional_chunks(case):  # still over: the oldest turns go
+            if total <= room:
+                break
+            kept.remove(chunk.id)
+            masked.discard(chunk.id)
+            total -= size[chunk.id]
+        replacements = {i: OBS_MASK_PLACEHOLDER for i in masked}
+        return Kept(tuple(kept), total, replacements, frozenset(masked))
 
 
 class Bm25(Method):

@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Collection, Iterable, Sequence
 
 MIN_LINE_CHARS = 20  # shorter lines (`return x`, `}`) occur everywhere and prove nothing
+MIN_NEEDED_CHARS = 25  # needed-later recall: ../shared/datasets/README.md
 HUNK_HEADER = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -54,6 +55,24 @@ def grounded(hunks: Iterable[Sequence[str]], messages: Sequence[str]) -> bool:
 
 def hunk_coverage(hunks: Sequence[Sequence[str]], text: str) -> float:
     return sum(hunk_covered(lines, text) for lines in hunks) / len(hunks)
+
+
+def needed_lines(outputs: Iterable[str], later: Sequence[str]) -> tuple[str, ...]:
+    """Lines of earlier tool outputs (stripped, at least MIN_NEEDED_CHARS) that
+    a later text (an assistant message after the step, or the patch) holds
+    verbatim; each distinct line once, in first-seen order."""
+    seen: dict[str, None] = {}
+    for output in outputs:
+        for line in output.splitlines():
+            line = line.strip()
+            if len(line) >= MIN_NEEDED_CHARS and line not in seen:
+                seen[line] = None
+    return tuple(line for line in seen if any(line in text for text in later))
+
+
+def needed_recall(needed: Sequence[str], text: str) -> float:
+    """The share of the needed lines the pruned prompt still holds verbatim."""
+    return sum(1 for line in needed if line in text) / len(needed)
 
 
 def evidence_recall(evidence: Collection[str], kept: Collection[str]) -> float:

@@ -16,6 +16,13 @@ NOTES = (
     "does not count).",
     "SWE: hunk coverage pooled over all hunks of the evaluable trajectories; the "
     "system prompt, the task and the last two messages are kept by every method.",
+    "SWE needed-later recall: at 25/50/75/100% of each trajectory, the share of earlier "
+    "tool-output lines (>= 25 chars) that a later assistant message or the patch holds "
+    "and the pruned prompt still holds verbatim; mean over steps. Steps run in "
+    "trajectory order; the engine keeps the conversation warm and indexes only new messages.",
+    "Loss by cause: each lost evidence turn or hunk is charged to the decision on the "
+    "chunk that held it which came closest to keeping it (TRIM excerpt, then MASK "
+    "placeholder, then removal: coherence repair, with its group, by value per token).",
     "gemini-cli counts only what Gemini CLI keeps verbatim: it would summarise the "
     "part before its split point with an LLM, which is not run here.",
     "Budgets are shares of the prompt's cl100k tokens; kept_share is what each method "
@@ -36,9 +43,12 @@ def tally_json(tally: Tally, swe: bool) -> dict[str, float | int]:
         data["coverage"] = tally.covered / tally.hunks if tally.hunks else float("nan")
         data["mean_trajectory_coverage"] = mean(tally.scores)
         data["all_hunks_share"] = mean([float(c) for c in tally.complete])
+        data["needed_later_recall"] = mean(tally.needed)
+        data["needed_later_steps"] = len(tally.needed)
     else:
         data["recall"] = mean(tally.scores)
         data["all_evidence_share"] = mean([float(c) for c in tally.complete])
+    data["lost_by_cause"] = dict(tally.losses.most_common())
     return data
 
 
@@ -90,6 +100,7 @@ QUALITY_COLUMNS = (
     ("LoCoMo recall", "locomo", "recall"),
     ("LoCoMo all-evidence", "locomo", "all_evidence_share"),
     ("SWE hunk coverage", "swe", "coverage"),
+    ("SWE needed-later recall", "swe", "needed_later_recall"),
 )
 KEPT_COLUMNS = (
     ("LoCoMo kept tokens", "locomo", "kept_share"),
@@ -119,6 +130,32 @@ def table(results: dict[str, Any], columns: Sequence[tuple[str, str, str]], timi
     shown += [[cell.rjust(w) for cell, w in zip(r, widths, strict=True)] for r in rows[1:]]
     lines = ["  ".join(r) for r in shown]
     lines.insert(2, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def loss_table(results: dict[str, Any], method: str) -> str:
+    """Lost evidence turns and hunks of one method, by cause, per budget."""
+    budgets: list[float] = results["budgets"]
+    data = results["methods"].get(method)
+    if not data:
+        return f"(no results for {method})"
+    columns = [(d, b) for d in ("locomo", "swe") if data[d] for b in budgets]
+    counts = {(d, b): data[d]["budgets"][label(b)]["lost_by_cause"] for d, b in columns}
+    causes = sorted({c for found in counts.values() for c in found})
+    header = ["cause", *(f"{'LoCoMo' if d == 'locomo' else 'SWE'} {label(b)}" for d, b in columns)]
+    rows = [header]
+    for name in causes:
+        rows.append([name, *(str(counts[col].get(name, 0)) for col in columns)])
+    rows.append(["lost in all", *(str(sum(counts[col].values())) for col in columns)])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
