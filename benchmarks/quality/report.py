@@ -34,8 +34,8 @@ def label(budget: float) -> str:
     return f"{round(budget * 100)}%"
 
 
-def tally_json(tally: Tally, swe: bool) -> dict[str, float | int]:
-    data: dict[str, float | int] = {
+def tally_json(tally: Tally, swe: bool) -> dict[str, Any]:
+    data: dict[str, Any] = {
         "items": len(tally.scores),
         "kept_share": mean(tally.kept_share),
     }
