@@ -2,7 +2,7 @@
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import type { Content } from "@google/genai";
+import type { Content } from "./gemini/types.js";
 import { readFlags } from "./flags.js";
 import { PromptBuilder } from "./promptBuilder.js";
 

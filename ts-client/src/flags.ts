@@ -19,6 +19,12 @@ export interface Flags {
   readonly address: string;
   /** CTXOPT_DEADLINE_MS, default 1500: time the service gets per prompt build before the local fallback. */
   readonly deadlineMs: number;
+  /** CTXOPT_BREAKER_MS, default 30000: after a failed call the service is skipped this long (circuit breaker). */
+  readonly breakerMs: number;
+  /** GEMINI_CONTEXT_THRESHOLD_PERCENT: usage that engages the hook (unset: the builder's default). */
+  readonly thresholdPercent?: number;
+  /** GEMINI_CONTEXT_TARGET_PERCENT: where an optimization lands (unset: the builder's default). */
+  readonly targetPercent?: number;
 }
 
 export const DEFAULT_FLAGS: Flags = {
@@ -29,6 +35,7 @@ export const DEFAULT_FLAGS: Flags = {
   aggressive: false,
   address: "127.0.0.1:50051",
   deadlineMs: 1500,
+  breakerMs: 30_000,
 };
 
 type Env = Readonly<Record<string, string | undefined>>;
@@ -43,6 +50,9 @@ export function readFlags(env: Env = process.env): Flags {
     aggressive: readBoolean(env, "GEMINI_PRUNING_AGGRESSIVE", DEFAULT_FLAGS.aggressive),
     address: readAddress(env),
     deadlineMs: readInteger(env, "CTXOPT_DEADLINE_MS", DEFAULT_FLAGS.deadlineMs, 1, 600_000),
+    breakerMs: readInteger(env, "CTXOPT_BREAKER_MS", DEFAULT_FLAGS.breakerMs, 0, 86_400_000),
+    ...optionalPercent(env, "GEMINI_CONTEXT_THRESHOLD_PERCENT", "thresholdPercent"),
+    ...optionalPercent(env, "GEMINI_CONTEXT_TARGET_PERCENT", "targetPercent"),
   };
 }
 
@@ -63,19 +73,33 @@ function raw(env: Env, name: string): string | undefined {
   return value === undefined || value === "" ? undefined : value;
 }
 
+const TRUE_WORDS = ["1", "true", "yes", "on"];
+const FALSE_WORDS = ["0", "false", "no", "off"];
+
+/** `shadow`, or any boolean word the other flags accept. */
 function readMode(env: Env): OptimizationMode {
   const value = raw(env, "GEMINI_CONTEXT_OPTIMIZATION")?.toLowerCase();
   if (value === undefined) return DEFAULT_FLAGS.mode;
-  if (value === "false" || value === "true" || value === "shadow") return value;
-  throw new Error(`GEMINI_CONTEXT_OPTIMIZATION: expected false, true or shadow (got ${JSON.stringify(value)})`);
+  if (value === "shadow") return value;
+  if (TRUE_WORDS.includes(value)) return "true";
+  if (FALSE_WORDS.includes(value)) return "false";
+  throw new Error(`GEMINI_CONTEXT_OPTIMIZATION: expected true, false or shadow (or 1/0, yes/no, on/off) (got ${JSON.stringify(value)})`);
 }
 
 function readBoolean(env: Env, name: string, fallback: boolean): boolean {
   const value = raw(env, name)?.toLowerCase();
   if (value === undefined) return fallback;
-  if (["1", "true", "yes", "on"].includes(value)) return true;
-  if (["0", "false", "no", "off"].includes(value)) return false;
+  if (TRUE_WORDS.includes(value)) return true;
+  if (FALSE_WORDS.includes(value)) return false;
   throw new Error(`${name}: expected true or false (got ${JSON.stringify(value)})`);
+}
+
+function optionalPercent<K extends "thresholdPercent" | "targetPercent">(env: Env, name: string, key: K): Partial<Record<K, number>> {
+  if (raw(env, name) === undefined) return {};
+  const value = readInteger(env, name, 0, 1, 100);
+  const result: Partial<Record<K, number>> = {};
+  result[key] = value;
+  return result;
 }
 
 function readInteger(env: Env, name: string, fallback: number, min: number, max: number): number {

@@ -1,4 +1,4 @@
-import type { Content, GenerateContentParameters, Part } from "@google/genai";
+import type { Content, Part } from "./gemini/types.js";
 import { type CallSettings, CtxoptCallError, CtxoptClient, GrpcStatus, ServingStatus } from "./client.js";
 import { type Flags, inRollout, readFlags } from "./flags.js";
 import { Action, type Chunk, type OptimizeResponse, Strategy } from "./generated/ctxopt/v1/ctxopt.js";
@@ -61,9 +61,16 @@ export interface PromptInput {
   readonly environmentContext?: boolean;
 }
 
+/** A generateContent request as Gemini CLI builds one (model, contents, system instruction). */
+export interface PromptRequest {
+  model: string;
+  contents: Content[];
+  config?: { systemInstruction?: string };
+}
+
 export interface BuiltPrompt {
   /** What to send to generateContent. */
-  readonly request: GenerateContentParameters;
+  readonly request: PromptRequest;
   /** `request.contents`, typed. */
   readonly contents: Content[];
   /**
@@ -346,7 +353,7 @@ export class PromptBuilder {
     return vectors[0] ?? [];
   }
 
-  private request(input: PromptInput, contents: Content[]): GenerateContentParameters {
+  private request(input: PromptInput, contents: Content[]): PromptRequest {
     const system = [input.systemInstruction, input.memory].filter(Boolean).join("\n\n");
     return { model: input.model, contents, ...(system ? { config: { systemInstruction: system } } : {}) };
   }

@@ -94,3 +94,23 @@ test("a 30% rollout admits roughly 30% of sessions", () => {
   const admitted = Array.from({ length: 2000 }, (_, i) => inRollout(`session-${i}`, 30)).filter(Boolean).length;
   assert.ok(admitted > 500 && admitted < 700, `admitted ${admitted} of 2000`);
 });
+
+for (const [word, mode] of [["1", "true"], ["on", "true"], ["yes", "true"], ["0", "false"], ["off", "false"], ["no", "false"]] as const) {
+  test(`GEMINI_CONTEXT_OPTIMIZATION=${word} reads as ${mode}, like the other boolean flags`, () => {
+    assert.equal(readFlags({ GEMINI_CONTEXT_OPTIMIZATION: word }).mode, mode);
+  });
+}
+
+test("CTXOPT_BREAKER_MS defaults to 30 s and reads an integer", () => {
+  assert.equal(readFlags({}).breakerMs, 30_000);
+  assert.equal(readFlags({ CTXOPT_BREAKER_MS: "0" }).breakerMs, 0);
+  assert.throws(() => readFlags({ CTXOPT_BREAKER_MS: "soon" }), /CTXOPT_BREAKER_MS.*"soon"/);
+});
+
+test("threshold and target percentages are unset by default and read when given", () => {
+  assert.equal(readFlags({}).thresholdPercent, undefined);
+  const flags = readFlags({ GEMINI_CONTEXT_THRESHOLD_PERCENT: "45", GEMINI_CONTEXT_TARGET_PERCENT: "30" });
+  assert.equal(flags.thresholdPercent, 45);
+  assert.equal(flags.targetPercent, 30);
+  assert.throws(() => readFlags({ GEMINI_CONTEXT_TARGET_PERCENT: "120" }), /GEMINI_CONTEXT_TARGET_PERCENT/);
+});

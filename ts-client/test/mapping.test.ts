@@ -43,8 +43,23 @@ test("a call and its response share a group, matched by call id", () => {
   const [, callA, callB, respB, respA] = chunks;
   assert.equal(respA!.groupId, callA!.groupId);
   assert.equal(respB!.groupId, callB!.groupId);
-  assert.notEqual(callA!.groupId, callB!.groupId);
   assert.equal(respA!.parentId, callA!.id);
+  assert.equal(respB!.parentId, callB!.id);
+});
+
+test("a parallel step (its calls and their responses) is one group, so the signed first call moves with its siblings", () => {
+  const signed = { ...call("read_file", "a"), thoughtSignature: "sig" };
+  const chunks = chunksOf(mapContents([user(text("go")), model(signed, call("read_file", "b")), user(response("read_file", "a", "A"), response("read_file", "b", "B"))]));
+  const [, callA, callB, respA, respB] = chunks;
+  assert.notEqual(callA!.groupId, "");
+  assert.deepEqual([callB!.groupId, respA!.groupId, respB!.groupId], [callA!.groupId, callA!.groupId, callA!.groupId]);
+});
+
+test("steps in different model turns are different groups", () => {
+  const chunks = chunksOf(
+    mapContents([user(text("go")), model(call("ls", "1")), user(response("ls", "1", "x")), model(call("ls", "2")), user(response("ls", "2", "y"))]),
+  );
+  assert.notEqual(chunks[1]!.groupId, chunks[3]!.groupId);
 });
 
 test("without ids, calls and responses pair by name in order", () => {
@@ -73,7 +88,8 @@ test("a read_file call's path is the file path of the call and of its response",
 
 test("tool output keeps its line breaks in the chunk text so it can be trimmed by line", () => {
   const [, , result] = chunksOf(mapContents([user(text("go")), model(call("run", "r")), user(response("run", "r", "line 1\nline 2"))]));
-  assert.equal(result!.text, "run: line 1\nline 2");
+  assert.equal(result!.text, "line 1\nline 2");
+  assert.equal(result!.metadata["tool_name"], "run");
 });
 
 test("Gemini CLI's environment-context turn and its acknowledgement are LOCKED", () => {

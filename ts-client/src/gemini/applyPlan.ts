@@ -1,4 +1,4 @@
-import type { Part } from "@google/genai";
+import type { Part } from "./types.js";
 import { Action, type Decision, type OptimizeResponse } from "../generated/ctxopt/v1/ctxopt.js";
 import { type MappedContent, type MappedPart, remapPart } from "./mapping.js";
 import { isVerbatimPart } from "./parts.js";
@@ -60,9 +60,15 @@ export function applyPlan(turns: readonly MappedContent[], plan: Pick<OptimizeRe
 function rewritePart(part: Part, replacement: string): Part {
   const response = part.functionResponse;
   if (response !== undefined) {
-    // Multimodal response parts belong to the payload being replaced.
-    const { parts: _payloadParts, ...kept } = response;
-    return { functionResponse: { ...kept, response: { output: replacement } } };
+    // Name and id stay (they pair the response with its call); multimodal
+    // response parts belong to the payload being replaced.
+    return {
+      functionResponse: {
+        ...(response.id === undefined ? {} : { id: response.id }),
+        ...(response.name === undefined ? {} : { name: response.name }),
+        response: { output: replacement },
+      },
+    };
   }
   const call = part.functionCall;
   if (call !== undefined) return { functionCall: { ...call, args: { ctxopt_masked: replacement } } };

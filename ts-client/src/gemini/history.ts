@@ -1,4 +1,4 @@
-import type { Content, Part } from "@google/genai";
+import type { Content, Part } from "./types.js";
 import { Chunk, GcPolicy, Role } from "../generated/ctxopt/v1/ctxopt.js";
 import { estimateTextTokens } from "../tokens.js";
 import { type MappedContent, type MappedPart, toContents } from "./mapping.js";

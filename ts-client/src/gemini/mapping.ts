@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import type { Content, Part } from "@google/genai";
+import type { Content, Part } from "./types.js";
 import { Chunk, ChunkKind, GcPolicy, Role } from "../generated/ctxopt/v1/ctxopt.js";
 import { estimatePartTokens, estimateTextTokens } from "../tokens.js";
 import { callFilePath, canonicalJson, fencedCodeShare, partChunkText, partShape } from "./parts.js";
@@ -36,9 +36,10 @@ const CODE_SHARE = 0.5;
  *
  * Ids hash the turn number, the part index, the role and the part, so the same
  * history maps to the same ids and appending turns never changes earlier ids.
- * A functionCall and the functionResponse answering it in the next turn share
- * the group id `g-<call chunk id>` (matched by call id, else by name in
- * order). Kinds: TOOL_CALL, TOOL_RESULT, CODE when fenced code dominates a
+ * The functionCalls of one model turn (a step, parallel or not) and the
+ * functionResponses answering them in the next turn share the group id
+ * `g-<first call chunk id>` (responses matched by call id, else by name in
+ * order), so a step moves as one. Kinds: TOOL_CALL, TOOL_RESULT, CODE when fenced code dominates a
  * text, MESSAGE otherwise. Tokens use the Gemini CLI estimate of the part.
  */
 export function mapContents(contents: readonly Content[], options: MapOptions = {}): MappedContent[] {
@@ -92,8 +93,13 @@ function mapContent(content: Content, turn: number, locked: boolean, previous: M
   const role = geminiRole(content, turn);
   const parts = content.parts ?? [];
   const callPartners = role === "user" && previous?.role === "model" ? matchCalls(previous, parts) : new Map<number, MappedPart>();
+  const ids = parts.map((part, partIndex) => `t${turn}.${partIndex}-${digest(`${role}\n${canonicalJson(part)}`)}`);
+  // A parallel step (several calls in one model turn) is one group: Gemini 3
+  // signs only its first call, so the step must be kept or removed as a whole.
+  const firstCall = parts.findIndex((p) => p.functionCall !== undefined);
+  const stepGroup = firstCall < 0 ? "" : `g-${ids[firstCall]!}`;
   const mappedParts = parts.map((part, partIndex): MappedPart => {
-    const id = `t${turn}.${partIndex}-${digest(`${role}\n${canonicalJson(part)}`)}`;
+    const id = ids[partIndex]!;
     const shape = partShape(part);
     const call = callPartners.get(partIndex);
     const text = partChunkText(part);
@@ -105,14 +111,19 @@ function mapContent(content: Content, turn: number, locked: boolean, previous: M
       tokens: estimatePartTokens(part),
       turn,
       policy: locked ? GcPolicy.GC_POLICY_LOCKED : GcPolicy.GC_POLICY_UNSPECIFIED,
-      groupId: shape === "functionCall" ? `g-${id}` : (call?.chunk.groupId ?? ""),
+      groupId: shape === "functionCall" ? stepGroup : (call?.chunk.groupId ?? ""),
       parentId: call?.chunk.id ?? "",
       filePath: shape === "functionCall" ? callFilePath(part) : (call?.chunk.filePath ?? ""),
-      metadata: { gemini_part: shape },
+      metadata: { gemini_part: shape, ...toolName(part) },
     });
     return { part, chunk };
   });
   return { role, turn, parts: mappedParts };
+}
+
+function toolName(part: Part): Record<string, string> {
+  const name = part.functionCall?.name ?? part.functionResponse?.name;
+  return name === undefined ? {} : { tool_name: name };
 }
 
 function kindOf(shape: ReturnType<typeof partShape>, text: string): ChunkKind {

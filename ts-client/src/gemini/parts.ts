@@ -1,4 +1,4 @@
-import type { Part } from "@google/genai";
+import type { Part } from "./types.js";
 
 /** What a Gemini part carries, in the order the mapping checks it. */
 export type PartShape = "functionCall" | "functionResponse" | "inlineData" | "thought" | "text" | "other";
@@ -51,7 +51,9 @@ export function partChunkText(part: Part): string {
   const call = part.functionCall;
   if (call !== undefined) return `${call.name ?? ""}(${JSON.stringify(call.args ?? {})})`;
   const response = part.functionResponse;
-  if (response !== undefined) return `${response.name ?? ""}: ${responseText(response.response ?? {})}`;
+  // The tool name travels in metadata, not in the text: a TRIM excerpt of this
+  // text becomes the response's output, which must not gain a name prefix.
+  if (response !== undefined) return responseText(response.response ?? {});
   const data = part.inlineData;
   if (data !== undefined) {
     const bytes = Math.floor(((data.data ?? "").length * 3) / 4);
