@@ -1,0 +1,284 @@
+"""Session replay: what a whole agent session costs with prompt caching, and
+what the agent still has at every step.
+
+    scripts/replay.sh [--swe FILE] [--limit N] [--out PATH]
+        [--cache-price-ratio R] [--smoke]
+
+Replays each SWE-agent trajectory call by call. At every model call each
+method builds the prompt from the history so far under the window W (40% of
+the session's final size; and 128k for sessions that grow past it). Per call:
+prompt tokens (cl100k), the tokens of the prefix shared byte for byte with the
+same method's previous prompt (cacheable), billed input tokens = uncached +
+R x cached, needed-later recall (../shared/datasets/README.md), and the
+latency the method adds. Methods: `none`, `gemini-cli-native`, `obs-mask`,
+`langchain`, `ctxopt`; then ctxopt's threshold/target gap swept at 40%.
+Prints a table per window, writes JSON to --out and the cumulative billed
+tokens of a typical session beside it (.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ctxopt.tokens import TokenCounter
+
+from benchmarks.replay.methods import python_methods
+from benchmarks.replay.node import (
+    SUMMARY_CHARS,
+    Job,
+    NodeUnavailable,
+    check_node,
+    ctxopt_server,
+    run_jobs,
+)
+from benchmarks.replay.plot import plot_cumulative
+from benchmarks.replay.report import Tally, table
+from benchmarks.replay.sessions import FIXED_WINDOW, SHARE_WINDOW, Session, load_sessions
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_SWE = REPO.parent / "shared" / "datasets" / "swe-agent-gemini3-dev.jsonl.gz"
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "replay.json"
+DEFAULT_RATIO = 0.25  # Gemini 2.5 and later: cached input at 25% (or less) of the input price
+OTHER_RATIO = 0.1  # Anthropic: cache reads at 10% of the input price
+METHODS = ("none", "gemini-cli-native", "obs-mask", "langchain", "ctxopt")
+NODE_METHODS = ("gemini-cli-native", "ctxopt")
+DEFAULT_SETTING = (80.0, 60.0)  # the server's CTXOPT_GC_THRESHOLD_PERCENT / _TARGET_PERCENT
+SWEEP = (
+    (80.0, 75.0),
+    (80.0, 70.0),
+    (80.0, 60.0),
+    (80.0, 50.0),
+    (90.0, 70.0),
+    (90.0, 60.0),
+    (70.0, 60.0),
+)
+SMOKE_SWEEP = ((80.0, 70.0), (80.0, 60.0))
+SMOKE_SESSIONS = 2
+NOTES = (
+    "Tokens are cl100k. A message is cached when it and every message before it equal the "
+    "previous prompt's of the same method and session (cache-write surcharges, TTL and minimum "
+    "cacheable sizes not modelled).",
+    "gemini-cli-native runs @google/gemini-cli-core 0.61.0's ChatCompressionService and "
+    "ToolOutputMaskingService at their defaults, in GeminiClient's order; the LLM summary is "
+    f"replaced by a fixed placeholder of {SUMMARY_CHARS:,} characters (a typical "
+    "<state_snapshot>'s length), which holds none of the needed lines a real summary might keep.",
+    "none sends the full history: a call over the window would be refused by the provider and "
+    "counts as an over-window call; its tokens are still summed.",
+    "Latency is what the method adds per call: the prompt build (ctxopt: the TS builder, gRPC "
+    "and the server).",
+)
+
+
+def ratio_arg(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"--cache-price-ratio must be in [0, 1], got {text!r}")
+    return value
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="scripts/replay.sh",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--swe", type=Path, default=DEFAULT_SWE, help="trajectories (.jsonl.gz)")
+    parser.add_argument("--limit", type=int, default=0, help="replay the first N sessions (0: all)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON path; PNG beside it")
+    parser.add_argument(
+        "--cache-price-ratio",
+        type=ratio_arg,
+        default=DEFAULT_RATIO,
+        help=f"price of a cached input token / an uncached one (default {DEFAULT_RATIO}; "
+        f"{OTHER_RATIO} is reported too)",
+    )
+    parser.add_argument("--smoke", action="store_true", help="two sessions, small sweep (CI)")
+    args = parser.parse_args(argv)
+    if not args.swe.is_file():
+        parser.error(f"--swe {args.swe}: no such file")
+    if args.limit < 0:
+        parser.error(f"--limit must be >= 0, got {args.limit}")
+    return args
+
+
+def label_of(setting: tuple[float, float]) -> str:
+    return "ctxopt" if setting == DEFAULT_SETTING else f"ctxopt {setting[0]:g}/{setting[1]:g}"
+
+
+def node_jobs(sessions: Sequence[Session], sweep: Sequence[tuple[float, float]]) -> list[Job]:
+    jobs = []
+    for session in sessions:
+        for window_label, window in session.windows().items():
+            jobs.append(
+                Job("gemini-cli-native", "gemini-cli-native", window_label, session, window)
+            )
+            jobs.append(Job("ctxopt", "ctxopt", window_label, session, window, *DEFAULT_SETTING))
+        for setting in sweep:
+            if setting != DEFAULT_SETTING:
+                window = session.windows()[SHARE_WINDOW]
+                jobs.append(
+                    Job("ctxopt", label_of(setting), SHARE_WINDOW, session, window, *setting)
+                )
+    return jobs
+
+
+Tallies = dict[str, dict[str, Tally]]  # window label -> method or setting label -> tally
+
+
+def replay(
+    sessions: Sequence[Session],
+    sweep: Sequence[tuple[float, float]],
+    counter: TokenCounter,
+    unavailable: dict[str, str],
+) -> Tallies:
+    tallies: Tallies = {SHARE_WINDOW: {}, FIXED_WINDOW: {}}
+    for method in python_methods(counter).values():
+        for session in sessions:
+            for window_label, window in session.windows().items():
+                built = [method.prompt(session, call, window) for call in session.calls]
+                tally = tallies[window_label].setdefault(method.name, Tally())
+                tally.add(
+                    session,
+                    window,
+                    [p for p, _ in built],
+                    [ms for _, ms in built],
+                    counter.count_many,
+                )
+        print(f"[{method.name}] replayed", file=sys.stderr)
+    try:
+        check_node()
+    except NodeUnavailable as err:
+        for name in NODE_METHODS:
+            unavailable[name] = str(err)
+        return tallies
+    with ctxopt_server() as address:
+        for job, result in run_jobs(node_jobs(sessions, sweep), address):
+            tally = tallies[job.window_label].setdefault(job.label, Tally())
+            tally.add(job.session, job.window, result.prompts, result.ms, counter.count_many)
+            for outcome, n in result.outcomes.items():
+                tally.outcomes[outcome] = tally.outcomes.get(outcome, 0) + n
+    print("[node] replayed", file=sys.stderr)
+    return tallies
+
+
+def typical(sessions: Sequence[Session]) -> Session:
+    """The session of median final size."""
+    ordered = sorted(sessions, key=lambda s: s.final_tokens)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def results_json(
+    tallies: Tallies,
+    sweep: Sequence[tuple[float, float]],
+    ratio: float,
+    meta: dict[str, Any],
+) -> dict[str, Any]:
+    ratios = sorted({ratio, DEFAULT_RATIO, OTHER_RATIO}, reverse=True)
+    windows = {
+        label: {
+            name: tallies[label][name].summary(ratio, ratios)
+            for name in METHODS
+            if name in tallies[label]
+        }
+        for label in (SHARE_WINDOW, FIXED_WINDOW)
+    }
+    gaps = []
+    for setting in sweep:
+        tally = tallies[SHARE_WINDOW].get(label_of(setting))
+        if tally is not None:
+            threshold, target = setting
+            gaps.append(
+                {
+                    "threshold_percent": threshold,
+                    "target_percent": target,
+                    "gap": threshold - target,
+                }
+                | tally.summary(ratio, ratios)
+            )
+    return {**meta, "cache_price_ratio": ratio, "windows": windows, "threshold_target": gaps}
+
+
+def print_results(results: dict[str, Any], other: float) -> None:
+    ratio = results["cache_price_ratio"]
+    for label, entries in results["windows"].items():
+        sessions = max((e["sessions"] for e in entries.values()), default=0)
+        print(f"\nwindow {label} ({sessions} sessions)")
+        if entries and sessions:
+            print(table(entries, ratio, other))
+        else:
+            print("(no session reaches this window)")
+    if results["threshold_target"]:
+        print(f"\nctxopt threshold/target gap, window {SHARE_WINDOW}")
+        print(
+            table(
+                {
+                    f"{g['threshold_percent']:g}/{g['target_percent']:g}": g
+                    for g in results["threshold_target"]
+                },
+                ratio,
+                other,
+            )
+        )
+    for note in results["notes"]:
+        print(f"- {note}")
+    for name, reason in results["unavailable"].items():
+        print(f"- {name} not measured: {reason}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    started = time.perf_counter()
+    counter = TokenCounter("cl100k")
+    limit = SMOKE_SESSIONS if args.smoke else args.limit
+    sessions = load_sessions(args.swe, counter.count_many, limit)
+    sweep = SMOKE_SWEEP if args.smoke else SWEEP
+    unavailable: dict[str, str] = {}
+    tallies = replay(sessions, sweep, counter, unavailable)
+    other = OTHER_RATIO if args.cache_price_ratio != OTHER_RATIO else DEFAULT_RATIO
+    meta = {
+        "command": " ".join(["scripts/replay.sh", *argv]),
+        "swe": str(args.swe),
+        "smoke": args.smoke,
+        "sessions": len(sessions),
+        "calls": sum(len(s.calls) for s in sessions),
+        "final_tokens_median": statistics.median(s.final_tokens for s in sessions),
+        "final_tokens_max": max(s.final_tokens for s in sessions),
+        "notes": list(NOTES),
+        "unavailable": unavailable,
+    }
+    results = results_json(tallies, sweep, args.cache_price_ratio, meta)
+    session = typical(sessions)
+    window = session.windows()[SHARE_WINDOW]
+    billed = {
+        name: tallies[SHARE_WINDOW][name].billed_by_session[session.instance_id]
+        for name in METHODS
+        if name in tallies[SHARE_WINDOW]
+    }
+    results["plot"] = {
+        "session": session.instance_id,
+        "window": window,
+        "calls": len(session.calls),
+    }
+    results["seconds"] = round(time.perf_counter() - started, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    title = (
+        f"{session.instance_id}: {len(session.calls)} calls, "
+        f"final size {session.final_tokens:,} tokens"
+    )
+    plot_cumulative(billed, args.cache_price_ratio, window, title, args.out.with_suffix(".png"))
+    print_results(results, other)
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')} in {results['seconds']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

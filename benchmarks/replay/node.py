@@ -1,0 +1,145 @@
+"""The Node legs (benchmarks/replay/replay.mjs): Gemini CLI 0.61's own path
+from @google/gemini-cli-core, and ctxopt through the TypeScript prompt builder
+against a real `ctxopt serve` on 127.0.0.1 port 0. Both packages come from
+ts-client/ (gemini-cli-core is its dev dependency); the client is rebuilt when
+its build is missing or older than its sources."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.latency.typescript import TS_CLIENT, ensure_built
+from benchmarks.replay.sessions import Prompt, Session
+from tests.serverproc import start_server
+
+SCRIPT = Path(__file__).with_name("replay.mjs")
+GEMINI_CORE = TS_CLIENT / "node_modules" / "@google" / "gemini-cli-core" / "package.json"
+MODEL = "gemini-2.5-pro"
+NODE_TIMEOUT_S = 7_200
+# Gemini CLI's summary (a <state_snapshot>) replaced by a fixed text of a typical summary's length.
+SUMMARY_CHARS = 4_000
+SUMMARY_TEXT = (
+    "<state_snapshot>\n"
+    + ("placeholder for the LLM summary of the compressed history; " * 80)[: SUMMARY_CHARS - 36]
+    + "\n</state_snapshot>"
+)
+
+
+class NodeUnavailable(Exception):
+    """Node, the built client or gemini-cli-core is missing; the message says what."""
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One session replayed by one Node method under one window."""
+
+    method: str  # "gemini-cli-native" or "ctxopt"
+    label: str  # where its figures go: the method's name, or a ctxopt setting of the sweep
+    window_label: str
+    session: Session
+    window: int
+    threshold_percent: float = 80.0
+    target_percent: float = 60.0
+
+    def request(self, index: int) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "session": f"replay-{index}-{self.session.instance_id}",
+            "trajectory": self.session.instance_id,
+            "window": self.window,
+            "calls": list(self.session.calls),
+            "thresholdPercent": self.threshold_percent,
+            "targetPercent": self.target_percent,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NodeResult:
+    prompts: list[Prompt]
+    ms: list[float]
+    outcomes: dict[str, int]
+
+
+def check_node() -> None:
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        raise NodeUnavailable("node and npm are not on PATH")
+    if not GEMINI_CORE.exists():
+        raise NodeUnavailable(
+            f"{GEMINI_CORE} is missing: run `make install` (ts-client npm install)"
+        )
+    ensure_built()
+
+
+@contextmanager
+def ctxopt_server() -> Iterator[str]:
+    """A real server as a user starts it: `ctxopt serve --addr 127.0.0.1:0`,
+    its own data directory; yields its address."""
+    with tempfile.TemporaryDirectory(prefix="ctxopt-replay-") as work:
+        server = start_server(Path(work) / "data", Path(work) / "server.log")
+        try:
+            yield server.address
+        finally:
+            try:
+                server.terminate()
+            except subprocess.TimeoutExpired:
+                server.process.kill()
+
+
+def run_jobs(jobs: Sequence[Job], address: str) -> Iterator[tuple[Job, NodeResult]]:
+    """Every job in one Node process; results as they arrive."""
+    if not jobs:
+        return
+    trajectories = {j.session.instance_id: j.session.raw() for j in jobs}
+    request = {
+        "address": address,
+        "model": MODEL,
+        "summaryText": SUMMARY_TEXT,
+        "trajectories": trajectories,
+        "jobs": [job.request(i) for i, job in enumerate(jobs)],
+    }
+    with tempfile.TemporaryDirectory(prefix="ctxopt-replay-gemini-") as home:
+        env = {**os.environ, "GEMINI_CLI_HOME": home, "NO_COLOR": "1"}
+        with (
+            tempfile.TemporaryFile("w+", encoding="utf-8") as stdin,
+            tempfile.TemporaryFile("w+", encoding="utf-8") as stderr,
+        ):
+            json.dump(request, stdin)
+            stdin.seek(0)
+            process = subprocess.Popen(
+                ["node", str(SCRIPT)],
+                cwd=home,
+                stdin=stdin,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                env=env,
+            )
+            assert process.stdout is not None
+            try:
+                for line in process.stdout:
+                    answer = json.loads(line)
+                    yield jobs[answer["job"]], result_of(answer)
+                if process.wait(NODE_TIMEOUT_S) != 0:
+                    stderr.seek(0)
+                    raise RuntimeError(
+                        f"node {SCRIPT.name} failed: {stderr.read().strip()[-2000:]}"
+                    )
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+
+
+def result_of(answer: dict[str, Any]) -> NodeResult:
+    texts = [(str(role), str(text)) for role, text in answer["texts"]]
+    prompts = [tuple(texts[i] for i in ids) for ids in answer["prompts"]]
+    return NodeResult(prompts, [float(ms) for ms in answer["ms"]], dict(answer["outcomes"]))

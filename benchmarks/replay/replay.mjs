@@ -1,0 +1,217 @@
+// The Node legs of the session replay (benchmarks/replay): Gemini CLI 0.61's
+// own context management, and ctxopt through the TypeScript prompt builder
+// against a real server.
+//
+// stdin:  {"address", "model", "summaryText", "trajectories": {key: [{role, content}]},
+//          "jobs": [{"method", "session", "trajectory", "window", "calls": [index...],
+//                    "thresholdPercent"?, "targetPercent"?}]}
+// stdout: one JSON line per job, in order:
+//         {"job", "texts": [[role, text]...], "prompts": [[text index...]...],
+//          "ms": [...], "outcomes": {name: count}}
+//
+// A trajectory is mini-swe-agent's message list (system, task, then assistant
+// and tool-output turns). Both legs see it as Gemini CLI would: the system
+// prompt as the system instruction, each assistant turn as a model turn with
+// its text and a `run_shell_command` functionCall when a tool output answers
+// it, each tool output as that call's functionResponse `{output}`. A call at
+// message index i builds the prompt from the messages before i; the model's
+// reply (message i) then joins the history. Every prompt goes back as
+// [role, text] messages (system first; functionCall parts are not rendered
+// because the turn's text already holds the command), deduplicated per job.
+//
+// gemini-cli-native: per call, as GeminiClient.sendMessageStream does it,
+// ChatCompressionService.compress (threshold 0.5 of the window, preserve 0.3,
+// function-response budget 50k: its defaults) then
+// ToolOutputMaskingService.mask (protection 50k tokens, 30k prunable: its
+// defaults), both from @google/gemini-cli-core 0.61.0 with a real Config. The
+// LLM that writes the summary is replaced by a fixed placeholder
+// (`summaryText`); the window enters through the compression threshold
+// (0.5 x window / the model's table limit), and the last prompt's token count,
+// which the CLI takes from the API, is Gemini CLI's own estimate.
+//
+// ctxopt: PromptBuilder in `true` mode with the window as contextLimitTokens,
+// the history it returns kept for the next call, as a host would.
+import path from "node:path";
+
+// Gemini CLI logs to stdout; stdout carries the results.
+console.log = (...args) => console.error(...args);
+console.info = console.log;
+console.debug = console.log;
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const tsClient = path.resolve(here, "../../ts-client");
+const core = path.join(tsClient, "node_modules/@google/gemini-cli-core/dist/src");
+
+const { PromptBuilder, CtxoptClient, DEFAULT_FLAGS } = await import(path.join(tsClient, "dist/src/index.js"));
+const { Config } = await import(path.join(core, "config/config.js"));
+const { ChatCompressionService } = await import(path.join(core, "context/chatCompressionService.js"));
+const { ToolOutputMaskingService } = await import(path.join(core, "context/toolOutputMaskingService.js"));
+const { CompressionStatus } = await import(path.join(core, "core/turn.js"));
+const { tokenLimit } = await import(path.join(core, "core/tokenLimits.js"));
+const { estimateTokenCountSync } = await import(path.join(core, "utils/tokenCalculation.js"));
+
+const SHELL = "run_shell_command";
+const GEMINI_CLI_COMPRESSION_THRESHOLD = 0.5; // chatCompressionService.ts DEFAULT_COMPRESSION_TOKEN_THRESHOLD
+const DEADLINE_MS = 5_000; // generous: a missed deadline would measure the fallback, not ctxopt
+
+const isToolOutput = (m) => m.role === "user" && m.content.includes("<returncode>");
+const bashCommand = (text) => /```bash\s*\n([\s\S]*?)\n```/.exec(text)?.[1] ?? "";
+
+/** Every message as Gemini CLI would hold it (index 0, the system prompt, is not a turn). */
+function contentsOf(messages) {
+  return messages.map((m, i) => {
+    if (m.role === "assistant") {
+      const answered = i + 1 < messages.length && isToolOutput(messages[i + 1]);
+      const parts = [{ text: m.content }];
+      if (answered) parts.push({ functionCall: { id: `call_${i}`, name: SHELL, args: { command: bashCommand(m.content) } } });
+      return { role: "model", parts };
+    }
+    if (i > 1 && isToolOutput(m) && messages[i - 1].role === "assistant") {
+      return { role: "user", parts: [{ functionResponse: { id: `call_${i - 1}`, name: SHELL, response: { output: m.content } } }] };
+    }
+    return { role: "user", parts: [{ text: m.content }] };
+  });
+}
+
+function partText(part) {
+  if (typeof part.text === "string") return part.text;
+  const response = part.functionResponse?.response;
+  if (response !== undefined) return typeof response.output === "string" ? response.output : JSON.stringify(response, null, 2);
+  return undefined;
+}
+
+function render(content) {
+  const parts = content.parts ?? [];
+  const texts = parts.map(partText).filter((t) => t !== undefined);
+  if (texts.length > 0) return [content.role, texts.join("\n")];
+  const calls = parts.filter((p) => p.functionCall).map((p) => `${p.functionCall.name}(${JSON.stringify(p.functionCall.args ?? {})})`);
+  return [content.role, calls.join("\n")];
+}
+
+/** Deduplicated prompt texts of one job. */
+class Prompts {
+  texts = [];
+  index = new Map();
+  prompts = [];
+
+  add(system, contents) {
+    const ids = [["system", system], ...contents.map(render)].map(([role, text]) => {
+      const key = `${role}\u0000${text}`;
+      let id = this.index.get(key);
+      if (id === undefined) {
+        id = this.texts.length;
+        this.texts.push([role, text]);
+        this.index.set(key, id);
+      }
+      return id;
+    });
+    this.prompts.push(ids);
+  }
+}
+
+/** Each call's new turns: the messages since the previous call, the last one as the request. */
+function* callsOf(job, messages, contents) {
+  let start = 1;
+  for (const call of job.calls) {
+    yield { call, earlier: contents.slice(start, call - 1), request: contents[call - 1], reply: contents[call] };
+    start = call + 1;
+  }
+}
+
+async function geminiCliNative(job, messages, request, config) {
+  const contents = contentsOf(messages);
+  const system = messages[0].content;
+  const compression = new ChatCompressionService();
+  const masking = new ToolOutputMaskingService();
+  config.compressionThreshold = (GEMINI_CLI_COMPRESSION_THRESHOLD * job.window) / tokenLimit(request.model);
+  const out = new Prompts();
+  const ms = [];
+  const outcomes = {};
+  let history = [];
+  let lastPromptTokens = 0;
+  let failedCompression = false;
+  for (const { call, earlier, request: next, reply } of callsOf(job, messages, contents)) {
+    history = [...history, ...earlier];
+    const started = performance.now();
+    const chat = { getHistory: () => history, getLastPromptTokenCount: () => lastPromptTokens };
+    const { newHistory, info } = await compression.compress(chat, `${job.session}-${call}`, false, request.model, config, failedCompression);
+    const status = CompressionStatus[info.compressionStatus];
+    outcomes[status] = (outcomes[status] ?? 0) + 1;
+    if (info.compressionStatus === CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT) failedCompression = true;
+    if (newHistory && info.compressionStatus === CompressionStatus.COMPRESSED) failedCompression = false;
+    if (newHistory) history = newHistory;
+    const masked = await masking.mask(history, config);
+    if (masked.maskedCount > 0) {
+      history = masked.newHistory;
+      outcomes.masked = (outcomes.masked ?? 0) + masked.maskedCount;
+    }
+    ms.push(performance.now() - started);
+    const sent = [...history, next];
+    out.add(system, sent);
+    lastPromptTokens = estimateTokenCountSync([{ text: system }, ...sent.flatMap((c) => c.parts ?? [])]);
+    history = [...sent, reply];
+  }
+  return { texts: out.texts, prompts: out.prompts, ms, outcomes };
+}
+
+async function ctxopt(job, messages, request, client) {
+  const contents = contentsOf(messages);
+  const system = messages[0].content;
+  const builder = new PromptBuilder({
+    flags: { ...DEFAULT_FLAGS, mode: "true", address: request.address, deadlineMs: DEADLINE_MS },
+    client,
+    budget: { contextLimitTokens: job.window, thresholdPercent: job.thresholdPercent, targetPercent: job.targetPercent },
+  });
+  const out = new Prompts();
+  const ms = [];
+  const outcomes = {};
+  let history = [];
+  for (const { earlier, request: next, reply } of callsOf(job, messages, contents)) {
+    history = [...history, ...earlier];
+    const started = performance.now();
+    const built = await builder.build({
+      sessionId: job.session,
+      model: request.model,
+      systemInstruction: system,
+      history,
+      message: next.parts,
+      activeTask: messages[1].content,
+    });
+    ms.push(performance.now() - started);
+    outcomes[built.summary.outcome] = (outcomes[built.summary.outcome] ?? 0) + 1;
+    out.add(system, built.contents);
+    history = [...built.history, next, reply];
+  }
+  builder.close();
+  return { texts: out.texts, prompts: out.prompts, ms, outcomes };
+}
+
+async function main() {
+  const chunks = [];
+  for await (const chunk of process.stdin) chunks.push(chunk);
+  const request = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+  const workspace = process.env.GEMINI_CLI_HOME ?? process.cwd();
+  const config = new Config({
+    sessionId: "replay",
+    targetDir: workspace,
+    cwd: workspace,
+    debugMode: false,
+    model: request.model,
+    usageStatisticsEnabled: false,
+  });
+  await config.storage.initialize();
+  const summary = request.summaryText;
+  config.getBaseLlmClient = () => ({
+    generateContent: async () => ({ candidates: [{ content: { role: "model", parts: [{ text: summary }] } }] }),
+  });
+  const client = request.address ? new CtxoptClient(request.address, { deadlineMs: DEADLINE_MS }) : undefined;
+  for (const [index, job] of request.jobs.entries()) {
+    const messages = request.trajectories[job.trajectory];
+    const result = job.method === "ctxopt" ? await ctxopt(job, messages, request, client) : await geminiCliNative(job, messages, request, config);
+    process.stdout.write(`${JSON.stringify({ job: index, ...result })}\n`);
+  }
+  client?.close();
+}
+
+await main();

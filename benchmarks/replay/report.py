@@ -1,0 +1,122 @@
+"""Per-call figures of a replay, their totals per method and window, the
+tables and the JSON."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from benchmarks.quality.datasets import CountTokens
+from benchmarks.quality.metrics import needed_recall
+from benchmarks.replay.ledger import Billing, bill_calls
+from benchmarks.replay.sessions import Prompt, Session
+
+
+@dataclass(slots=True)
+class Tally:
+    """One method under one window, over every replayed session."""
+
+    billings: list[Billing] = field(default_factory=list)
+    recalls: list[float] = field(default_factory=list)  # calls with a needed line
+    ms: list[float] = field(default_factory=list)
+    over_window: int = 0
+    sessions: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    # per session: billed tokens at each call, for the plot
+    billed_by_session: dict[str, list[Billing]] = field(default_factory=dict)
+
+    def add(
+        self,
+        session: Session,
+        window: int,
+        prompts: Sequence[Prompt],
+        ms: Sequence[float],
+        count: CountTokens,
+    ) -> None:
+        if len(prompts) != len(session.calls) or len(ms) != len(session.calls):
+            raise ValueError(
+                f"{session.instance_id}: {len(prompts)} prompts, {len(ms)} times "
+                f"for {len(session.calls)} calls"
+            )
+        billings = bill_calls(prompts, count)
+        for call, prompt, billing in zip(session.calls, prompts, billings, strict=True):
+            needed = session.needed(call)
+            if needed:
+                self.recalls.append(needed_recall(needed, "\n".join(text for _, text in prompt)))
+            self.over_window += billing.prompt_tokens > window
+        self.billings += billings
+        self.ms += ms
+        self.sessions += 1
+        self.billed_by_session[session.instance_id] = billings
+
+    def summary(self, ratio: float, ratios: Sequence[float]) -> dict[str, Any]:
+        prompt = sum(b.prompt_tokens for b in self.billings)
+        cached = sum(b.cached_tokens for b in self.billings)
+        calls = len(self.billings)
+        return {
+            "billed_tokens": round(sum(b.billed(ratio) for b in self.billings)),
+            "billed_tokens_by_ratio": {
+                str(r): round(sum(b.billed(r) for b in self.billings)) for r in ratios
+            },
+            "prompt_tokens": prompt,
+            "mean_prompt_tokens": round(prompt / calls, 1) if calls else math.nan,
+            "cached_tokens": cached,
+            "cache_hit_share": round(cached / prompt, 4) if prompt else math.nan,
+            "needed_later_recall": round(float(np.mean(self.recalls)), 4)
+            if self.recalls
+            else math.nan,
+            "needed_later_recall_min": round(min(self.recalls), 4) if self.recalls else math.nan,
+            "recall_calls": len(self.recalls),
+            "over_window_calls": self.over_window,
+            "calls": calls,
+            "sessions": self.sessions,
+            "p50_ms": percentile(self.ms, 50),
+            "p99_ms": percentile(self.ms, 99),
+            **({"outcomes": dict(sorted(self.outcomes.items()))} if self.outcomes else {}),
+        }
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    return round(float(np.percentile(values, q)), 3) if values else math.nan
+
+
+COLUMNS = (
+    "method",
+    "billed (r={ratio})",
+    "billed (r={other})",
+    "mean prompt",
+    "cache hits",
+    "recall mean",
+    "recall min",
+    "p50 ms",
+    "p99 ms",
+    "over-window calls",
+)
+
+
+def table(entries: dict[str, dict[str, Any]], ratio: float, other: float) -> str:
+    """A Markdown table of one window's methods."""
+    header = [c.format(ratio=ratio, other=other) for c in COLUMNS]
+    rows = [
+        "| " + " | ".join(header) + " |",
+        "| " + " | ".join("---" for _ in header) + " |",
+    ]
+    for name, e in entries.items():
+        cells = [
+            name,
+            f"{e['billed_tokens']:,}",
+            f"{e['billed_tokens_by_ratio'][str(other)]:,}",
+            f"{e['mean_prompt_tokens']:,.0f}",
+            f"{e['cache_hit_share']:.1%}",
+            f"{e['needed_later_recall']:.3f}",
+            f"{e['needed_later_recall_min']:.3f}",
+            f"{e['p50_ms']:.2f}",
+            f"{e['p99_ms']:.2f}",
+            f"{e['over_window_calls']} / {e['calls']}",
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
