@@ -29,6 +29,7 @@ from typing import Any
 
 from ctxopt.tokens import TokenCounter
 
+from benchmarks.latency.typescript import TS_CLIENT
 from benchmarks.replay.methods import python_methods
 from benchmarks.replay.node import (
     SUMMARY_CHARS,
@@ -99,6 +100,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help=f"price of a cached input token / an uncached one (default {DEFAULT_RATIO}; "
         f"{OTHER_RATIO} is reported too)",
     )
+    parser.add_argument(
+        "--ts-client",
+        type=Path,
+        default=TS_CLIENT,
+        help="a built ctxopt-client checkout to replay through (default: ts-client/)",
+    )
     parser.add_argument("--smoke", action="store_true", help="two sessions, small sweep (CI)")
     args = parser.parse_args(argv)
     if not args.swe.is_file():
@@ -136,6 +143,7 @@ def replay(
     sessions: Sequence[Session],
     sweep: Sequence[tuple[float, float]],
     counter: TokenCounter,
+    ts_client: Path,
     unavailable: dict[str, str],
 ) -> Tallies:
     tallies: Tallies = {SHARE_WINDOW: {}, FIXED_WINDOW: {}}
@@ -153,13 +161,13 @@ def replay(
                 )
         print(f"[{method.name}] replayed", file=sys.stderr)
     try:
-        check_node()
+        check_node(ts_client)
     except NodeUnavailable as err:
         for name in NODE_METHODS:
             unavailable[name] = str(err)
         return tallies
     with ctxopt_server() as address:
-        for job, result in run_jobs(node_jobs(sessions, sweep), address):
+        for job, result in run_jobs(node_jobs(sessions, sweep), address, ts_client):
             tally = tallies[job.window_label].setdefault(job.label, Tally())
             tally.add(job.session, job.window, result.prompts, result.ms, counter.count_many)
             for outcome, n in result.outcomes.items():
@@ -241,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sessions = load_sessions(args.swe, counter.count_many, limit)
     sweep = SMOKE_SWEEP if args.smoke else SWEEP
     unavailable: dict[str, str] = {}
-    tallies = replay(sessions, sweep, counter, unavailable)
+    tallies = replay(sessions, sweep, counter, args.ts_client, unavailable)
     other = OTHER_RATIO if args.cache_price_ratio != OTHER_RATIO else DEFAULT_RATIO
     meta = {
         "command": " ".join(["scripts/replay.sh", *argv]),

@@ -69,14 +69,18 @@ class NodeResult:
     outcomes: dict[str, int]
 
 
-def check_node() -> None:
+def check_node(ts_client: Path) -> None:
+    """Node is there and `ts_client` is a built client with gemini-cli-core
+    installed; the repository's own client is rebuilt when stale."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         raise NodeUnavailable("node and npm are not on PATH")
-    if not GEMINI_CORE.exists():
-        raise NodeUnavailable(
-            f"{GEMINI_CORE} is missing: run `make install` (ts-client npm install)"
-        )
-    ensure_built()
+    core = ts_client / GEMINI_CORE.relative_to(TS_CLIENT)
+    if not core.exists():
+        raise NodeUnavailable(f"{core} is missing: run `make install` (ts-client npm install)")
+    if ts_client.resolve() == TS_CLIENT.resolve():
+        ensure_built()
+    elif not (ts_client / "dist" / "src" / "index.js").exists():
+        raise NodeUnavailable(f"{ts_client} is not built: run `npm run build` there")
 
 
 @contextmanager
@@ -94,13 +98,17 @@ def ctxopt_server() -> Iterator[str]:
                 server.process.kill()
 
 
-def run_jobs(jobs: Sequence[Job], address: str) -> Iterator[tuple[Job, NodeResult]]:
-    """Every job in one Node process; results as they arrive."""
+def run_jobs(
+    jobs: Sequence[Job], address: str, ts_client: Path = TS_CLIENT
+) -> Iterator[tuple[Job, NodeResult]]:
+    """Every job in one Node process, through the client at `ts_client`;
+    results as they arrive."""
     if not jobs:
         return
     trajectories = {j.session.instance_id: j.session.raw() for j in jobs}
     request = {
         "address": address,
+        "tsClient": str(ts_client.resolve()),
         "model": MODEL,
         "summaryText": SUMMARY_TEXT,
         "trajectories": trajectories,

@@ -2,7 +2,7 @@
 // own context management, and ctxopt through the TypeScript prompt builder
 // against a real server.
 //
-// stdin:  {"address", "model", "summaryText", "trajectories": {key: [{role, content}]},
+// stdin:  {"address", "tsClient", "model", "summaryText", "trajectories": {key: [{role, content}]},
 //          "jobs": [{"method", "session", "trajectory", "window", "calls": [index...],
 //                    "thresholdPercent"?, "targetPercent"?}]}
 // stdout: one JSON line per job, in order:
@@ -39,10 +39,13 @@ console.info = console.log;
 console.debug = console.log;
 import { fileURLToPath } from "node:url";
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const tsClient = path.resolve(here, "../../ts-client");
-const core = path.join(tsClient, "node_modules/@google/gemini-cli-core/dist/src");
+const chunks = [];
+for await (const chunk of process.stdin) chunks.push(chunk);
+const request = JSON.parse(Buffer.concat(chunks).toString("utf8"));
 
+// The built client (default: the repository's ts-client) and the gemini-cli-core it installs.
+const tsClient = request.tsClient ?? path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../ts-client");
+const core = path.join(tsClient, "node_modules/@google/gemini-cli-core/dist/src");
 const { PromptBuilder, CtxoptClient, DEFAULT_FLAGS } = await import(path.join(tsClient, "dist/src/index.js"));
 const { Config } = await import(path.join(core, "config/config.js"));
 const { ChatCompressionService } = await import(path.join(core, "context/chatCompressionService.js"));
@@ -188,9 +191,6 @@ async function ctxopt(job, messages, request, client) {
 }
 
 async function main() {
-  const chunks = [];
-  for await (const chunk of process.stdin) chunks.push(chunk);
-  const request = JSON.parse(Buffer.concat(chunks).toString("utf8"));
   const workspace = process.env.GEMINI_CLI_HOME ?? process.cwd();
   const config = new Config({
     sessionId: "replay",
