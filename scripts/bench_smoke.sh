@@ -21,6 +21,7 @@ run bench_stash "$PY" -m benchmarks.bench_stash --smoke --out "$out/bench_stash.
 run bench_grpc "$PY" -m benchmarks.bench_grpc --smoke --out "$out/bench_grpc.json"
 run latency "$PY" -m benchmarks.latency --smoke --out "$out/latency.json"
 run quality "$PY" -m benchmarks.quality --smoke --out "$out/quality.json"
+run replay scripts/replay.sh --smoke --out "$out/replay.json"
 echo "== smoke: bench_ts"
 (cd ts-client && npm run --silent bench -- --smoke)
 "$PY" -c 'import json,sys; json.load(open(sys.argv[1]))' benchmarks/results/smoke/bench_ts.json
