@@ -1,7 +1,8 @@
 import type { Content, Part } from "./gemini/types.js";
-import { type CallSettings, CtxoptCallError, CtxoptClient, GrpcStatus, ServingStatus } from "./client.js";
+import { type CallSettings, CtxoptClient, ServingStatus } from "./client.js";
+import { countActions, fallbackReason, ServiceUnhealthy } from "./serviceErrors.js";
 import { type Flags, inRollout, readFlags } from "./flags.js";
-import { Action, type Chunk, type OptimizeResponse, Strategy } from "./generated/ctxopt/v1/ctxopt.js";
+import { type Chunk, type OptimizeResponse, Strategy } from "./generated/ctxopt/v1/ctxopt.js";
 import { environmentContextTurns } from "./gemini/environment.js";
 import { findViolations } from "./gemini/history.js";
 import { judgePlan, tokensOf } from "./gemini/judgePlan.js";
@@ -141,6 +142,8 @@ export class PromptBuilder {
   private readonly embedder: Embedder | undefined;
   private readonly sessions = new Map<string, SessionState>();
   private healthyUntil = 0;
+  private breakerUntil = 0;
+  private lastFailure = "";
 
   constructor(options: PromptBuilderOptions = {}) {
     this.flags = options.flags ?? readFlags();
@@ -168,12 +171,18 @@ export class PromptBuilder {
     const threshold = prompt.windowTokens * ((this.budget.thresholdPercent ?? 80) / 100);
     const tooManyChunks = this.flags.maxChunks > 0 && prompt.chunks.length > this.flags.maxChunks;
     if (prompt.tokensBefore < threshold && !tooManyChunks) return this.finish(prompt, "below-threshold", prompt.turns);
+    if (Date.now() < this.breakerUntil) {
+      const seconds = Math.ceil((this.breakerUntil - Date.now()) / 1000);
+      return this.withoutService(prompt, `service skipped for ${seconds} s after a failure (${this.lastFailure}; circuit open)`);
+    }
     let answer: ServiceAnswer;
     try {
       answer = await this.askService(prompt);
     } catch (error) {
       this.healthyUntil = 0;
-      return this.withoutService(prompt, fallbackReason(error));
+      this.lastFailure = fallbackReason(error);
+      this.breakerUntil = Date.now() + this.flags.breakerMs;
+      return this.withoutService(prompt, this.lastFailure);
     }
     return this.usePlan(prompt, answer);
   }
@@ -230,6 +239,12 @@ export class PromptBuilder {
       return this.finish(prompt, "shadow", prompt.turns, { ...counts, tokensAfter, note: verdict.reason }, plan, sync);
     }
     if (!verdict.accepted) return this.finish(prompt, "kept-original", prompt.turns, { note: verdict.reason }, plan, sync);
+    const tokensAfter = prompt.fixedTokens + verdict.tokensAfter;
+    if (tokensAfter > prompt.windowTokens) {
+      // Never over the window: an infeasible plan falls back to local truncation.
+      const why = `plan ${plan.feasible ? "" : "infeasible, "}${tokensAfter.toLocaleString("en-US")} tokens over the ${prompt.windowTokens.toLocaleString("en-US")}-token window`;
+      return this.withoutService(prompt, why);
+    }
     prompt.state.turns = verdict.turns;
     return this.finish(prompt, "optimized", verdict.turns, counts, plan, sync);
   }
@@ -370,34 +385,8 @@ export class PromptBuilder {
   }
 }
 
-class ServiceUnhealthy extends Error {
-  constructor() {
-    super("service not serving");
-  }
-}
-
 function sameContent(content: Content, previous: Content | undefined, mapped: MappedContent): boolean {
   if (content === previous) return true;
   if (content.role !== mapped.role) return false;
   return canonicalJson(content.parts ?? []) === canonicalJson(mapped.parts.map((p) => p.part));
-}
-
-function countActions(plan: OptimizeResponse): Pick<ContextSummary, "stashed" | "trimmed" | "masked" | "deleted"> {
-  const count = (action: Action) => plan.decisions.filter((d) => d.action === action).length;
-  return {
-    stashed: count(Action.ACTION_STASH),
-    trimmed: count(Action.ACTION_TRIM),
-    masked: count(Action.ACTION_MASK),
-    deleted: count(Action.ACTION_DELETE),
-  };
-}
-
-function fallbackReason(error: unknown): string {
-  if (error instanceof ServiceUnhealthy) return "service not serving";
-  if (error instanceof CtxoptCallError) {
-    if (error.code === GrpcStatus.DEADLINE_EXCEEDED) return `deadline missed in ${error.method}`;
-    if (error.code === GrpcStatus.UNAVAILABLE) return `service unavailable in ${error.method}`;
-    return `${error.method} failed: ${GrpcStatus[error.code] ?? error.code}: ${error.details}`;
-  }
-  return error instanceof Error ? error.message : String(error);
 }

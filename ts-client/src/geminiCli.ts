@@ -1,0 +1,72 @@
+import type { ContentGenerator } from "@google/gemini-cli-core";
+import { type Content, type Part } from "./gemini/types.js";
+import { HostHistoryOptimizer, type HostOptimizerOptions } from "./hostOptimizer.js";
+
+export { HOST_PRESSURE_PERCENT, HOST_TARGET_PERCENT, HOST_THRESHOLD_PERCENT, HostHistoryOptimizer } from "./hostOptimizer.js";
+export type { HostOptimizerOptions, OptimizedContents } from "./hostOptimizer.js";
+
+/** The options of `withContextOptimizer`; each wins over the environment. */
+export interface ContextOptimizerOptions extends Omit<HostOptimizerOptions, "client" | "flags"> {
+  /** The ctxopt service address (default CTXOPT_ADDR, else 127.0.0.1:50051). */
+  readonly address?: string;
+  /** The service session (default: a fresh id per wrapped generator). */
+  readonly sessionId?: string;
+  /** The model whose window applies (default: each request's model). */
+  readonly model?: string;
+  /** The context window in tokens (default: the model table's). */
+  readonly windowTokens?: number;
+}
+
+/** Gemini CLI's role of its main chat: only those requests carry the session's history. */
+const MAIN_ROLE = "main";
+
+/**
+ * Wraps a Gemini CLI content generator so every main-chat request's
+ * `contents` is optimized by ctxopt before it is delegated; everything else
+ * (countTokens, embedContent, utility calls such as the router or the loop
+ * detector, the generator's other properties) goes to `generator` untouched.
+ *
+ * Under the usual flags (GEMINI_CONTEXT_OPTIMIZATION, the rollout,
+ * CTXOPT_ADDR, CTXOPT_DEADLINE_MS, CTXOPT_BREAKER_MS); `options` win over
+ * the environment. Gemini CLI owns the history: ctxopt rewrites only what is
+ * sent, keeps its decisions stable between collections (the prompt's prefix
+ * stays byte-identical), never sends more than the window and falls back to
+ * local truncation when the service fails. See `HostHistoryOptimizer`.
+ *
+ * @example
+ * const generator = withContextOptimizer(await createContentGenerator(cfg, config), { windowTokens: 200_000 });
+ */
+export function withContextOptimizer(generator: ContentGenerator, options: ContextOptimizerOptions = {}): ContentGenerator {
+  const optimizer = new HostHistoryOptimizer(options);
+  type Request = Parameters<ContentGenerator["generateContent"]>[0];
+  const rewrite = async <R extends Request>(request: R, role: string): Promise<R> => {
+    const contents: unknown = request.contents;
+    if (role !== MAIN_ROLE || !isContentList(contents)) return request;
+    const optimized = await optimizer.optimize(contents, { model: request.model, systemInstruction: systemText(request.config?.systemInstruction) });
+    return optimized.contents === contents ? request : { ...request, contents: optimized.contents };
+  };
+  const wrapped: ContentGenerator = {
+    generateContent: async (request, userPromptId, role) => generator.generateContent(await rewrite(request, role), userPromptId, role),
+    generateContentStream: async (request, userPromptId, role) => generator.generateContentStream(await rewrite(request, role), userPromptId, role),
+    countTokens: (request) => generator.countTokens(request),
+    embedContent: (request) => generator.embedContent(request),
+  };
+  // userTier and the like are read live from the wrapped generator.
+  return new Proxy(wrapped, {
+    get: (target, property) => (property in target ? Reflect.get(target, property) : Reflect.get(generator, property)),
+    has: (target, property) => property in target || property in generator,
+  });
+}
+
+/** Gemini CLI always sends a `Content[]`; any other form of `contents` passes through. */
+function isContentList(value: unknown): value is Content[] {
+  return Array.isArray(value) && value.every((item) => item !== null && typeof item === "object" && Array.isArray((item as { parts?: unknown }).parts) && typeof (item as { role?: unknown }).role === "string");
+}
+
+/** The system instruction's text (a string, a Content, or parts), for its token count. */
+function systemText(instruction: unknown): string {
+  if (typeof instruction === "string") return instruction;
+  const parts: unknown = Array.isArray(instruction) ? instruction : instruction !== null && typeof instruction === "object" ? (instruction as { parts?: unknown }).parts : undefined;
+  if (!Array.isArray(parts)) return "";
+  return parts.map((part: string | Part) => (typeof part === "string" ? part : (part.text ?? ""))).join("\n");
+}

@@ -1,0 +1,42 @@
+import type { Content } from "./gemini/types.js";
+import { HostHistoryOptimizer, type HostOptimizerOptions, type OptimizedContents } from "./hostOptimizer.js";
+
+export type { Content, Part } from "./gemini/types.js";
+export type { HostOptimizerOptions, OptimizedContents } from "./hostOptimizer.js";
+
+export interface OptimizeContentsOptions extends Omit<HostOptimizerOptions, "client" | "flags"> {
+  /** The system instruction sent with the contents (counts against the window). */
+  readonly systemInstruction?: string;
+}
+
+const optimizers = new Map<string, HostHistoryOptimizer>();
+
+/**
+ * The same optimization as the Gemini CLI adapter, for an agent built on
+ * `@google/genai` directly: pass the full `Content[]` you are about to send
+ * (with the same `sessionId` on every call of a conversation) and send the
+ * returned `contents` instead. Your history stays yours; ctxopt recognises
+ * what it already saw, keeps its decisions stable between collections and
+ * never returns more than the window. `Content[]` of `@google/genai` 1.30 and
+ * 3.x go in and come out without casts.
+ *
+ * @example
+ * const { contents, summaryLine } = await optimizeContents(history, { sessionId: "chat-1", model: "gemini-2.5-pro" });
+ * await ai.models.generateContent({ model: "gemini-2.5-pro", contents });
+ */
+export function optimizeContents(contents: readonly Content[], options: OptimizeContentsOptions = {}): Promise<OptimizedContents> {
+  const { systemInstruction, ...rest } = options;
+  const key = JSON.stringify([rest.address ?? "", rest.sessionId ?? "default", rest.windowTokens ?? 0, rest.thresholdPercent ?? 0, rest.targetPercent ?? 0]);
+  let optimizer = optimizers.get(key);
+  if (optimizer === undefined) {
+    optimizer = new HostHistoryOptimizer(rest);
+    optimizers.set(key, optimizer);
+  }
+  return optimizer.optimize(contents, { ...(rest.model === undefined ? {} : { model: rest.model }), ...(systemInstruction === undefined ? {} : { systemInstruction }) });
+}
+
+/** Closes the service connections `optimizeContents` opened (call before exit). */
+export function closeContentOptimizers(): void {
+  for (const optimizer of optimizers.values()) optimizer.close();
+  optimizers.clear();
+}

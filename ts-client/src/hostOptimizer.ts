@@ -1,0 +1,401 @@
+import { randomUUID } from "node:crypto";
+import { type CallSettings, CtxoptClient, ServingStatus } from "./client.js";
+import { type Flags, inRollout, readFlags } from "./flags.js";
+import { Action, type Chunk, type Decision, type OptimizeResponse, Strategy } from "./generated/ctxopt/v1/ctxopt.js";
+import { environmentContextTurns } from "./gemini/environment.js";
+import { findViolations } from "./gemini/history.js";
+import { judgePlan, tokensOf } from "./gemini/judgePlan.js";
+import { chunksOf, type MappedContent, mapContents, systemChunk, toContents } from "./gemini/mapping.js";
+import { truncateHistory } from "./gemini/truncate.js";
+import type { Content } from "./gemini/types.js";
+import { tokenLimit } from "./models.js";
+import { SessionMirror, type SyncReport } from "./sessionMirror.js";
+import { type BuildOutcome, type ContextSummary, summaryLine } from "./summary.js";
+import { countActions, fallbackReason, ServiceUnhealthy } from "./serviceErrors.js";
+
+/**
+ * Defaults inside a host that compresses on its own. Gemini CLI summarises the
+ * history with an LLM once its prompt passes 50% of the window
+ * (`DEFAULT_COMPRESSION_TOKEN_THRESHOLD`); acting at 40% and landing at 30%
+ * keeps the prompt (and so the usage the model reports back) under that line,
+ * so its lossy summary is not needed.
+ */
+export const HOST_THRESHOLD_PERCENT = 40;
+export const HOST_TARGET_PERCENT = 30;
+export const HOST_PRESSURE_PERCENT = 45;
+
+/** What a caller may set; every field wins over the environment. */
+export interface HostOptimizerOptions {
+  /** The ctxopt service address (default CTXOPT_ADDR, else 127.0.0.1:50051). */
+  readonly address?: string;
+  /** The service session (default: a fresh id per optimizer). */
+  readonly sessionId?: string;
+  /** The model whose window applies (default: the request's model). */
+  readonly model?: string;
+  /** The context window in tokens (default: the model table's). */
+  readonly windowTokens?: number;
+  /** The hook engages at this share of the window (default GEMINI_CONTEXT_THRESHOLD_PERCENT, else 40). */
+  readonly thresholdPercent?: number;
+  /** Where a collection lands (default GEMINI_CONTEXT_TARGET_PERCENT, else 30). */
+  readonly targetPercent?: number;
+  /** PRESERVABLE chunks go only above this usage (default 45). */
+  readonly pressurePercent?: number;
+  /** Turns kept as GC roots (server default when unset). */
+  readonly recentTurns?: number;
+  /** The mode when GEMINI_CONTEXT_OPTIMIZATION is unset (default `false`: pass-through). */
+  readonly defaultMode?: Flags["mode"];
+  /** Flags (default: read from the environment, then overridden by the fields above). */
+  readonly flags?: Flags;
+  /** The service client (default: one on the address, closed by `close()`). */
+  readonly client?: CtxoptClient;
+  /** Called with every summary, e.g. to log it. */
+  readonly onSummary?: (summary: ContextSummary, line: string) => void;
+}
+
+/** One request's contents, optimized. */
+export interface OptimizedContents {
+  /** What to send: the input itself when nothing changed. */
+  readonly contents: Content[];
+  readonly summary: ContextSummary;
+  readonly summaryLine: string;
+  /** The plan, when this call ran a collection. */
+  readonly plan?: OptimizeResponse;
+  /** What this call sent to the service, when it talked to it. */
+  readonly sync?: SyncReport;
+}
+
+/** Extra request pieces that count against the window. */
+export interface RequestExtras {
+  readonly model?: string;
+  readonly systemInstruction?: string;
+}
+
+/** Health is asked again after this long. */
+const HEALTH_TTL_MS = 30_000;
+
+/**
+ * Context optimization for a host that owns the history and sends all of it
+ * on every call (Gemini CLI, an agent on `@google/genai`).
+ *
+ * Each call maps the contents to chunks whose ids come from the turn's
+ * position, the part's position, the role and a hash of the part, so what the
+ * host already sent is recognised by content. Decisions of the last
+ * collection are kept and re-applied to the same chunks, so between two
+ * collections the prompt's prefix is byte-identical from call to call
+ * (provider prompt caches stay warm). A collection runs only when the prompt
+ * with those decisions passes the threshold: the service then gets only the
+ * chunks it lacks (and loses only those the host itself dropped), and its plan
+ * replaces the decisions.
+ *
+ * Never worse, never over the window: a plan's result is sent only when it
+ * passes Gemini's history rules (the latest turn and any pending call intact,
+ * a parallel step's signed call kept with its siblings) and is smaller; a
+ * result over the window, a failed or slow service, or an open circuit
+ * breaker (CTXOPT_BREAKER_MS after a failure) give local truncation under the
+ * same rules, and the summary says so.
+ */
+export class HostHistoryOptimizer {
+  readonly flags: Flags;
+  readonly sessionId: string;
+  private readonly client: CtxoptClient;
+  private readonly ownsClient: boolean;
+  private readonly mirror: SessionMirror;
+  /** Decisions of the collections so far, by chunk id. */
+  private readonly decisions = new Map<string, Decision>();
+  private healthyUntil = 0;
+  private breakerUntil = 0;
+  private lastFailure = "";
+  /** Calls are serialised: the session is one sequence of states. */
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(private readonly options: HostOptimizerOptions = {}) {
+    const base = options.flags ?? readFlags(modeDefaulted(process.env, options.defaultMode));
+    this.flags = {
+      ...base,
+      ...(options.address === undefined ? {} : { address: options.address }),
+      ...(options.thresholdPercent === undefined ? {} : { thresholdPercent: options.thresholdPercent }),
+      ...(options.targetPercent === undefined ? {} : { targetPercent: options.targetPercent }),
+    };
+    this.sessionId = options.sessionId ?? `host-${randomUUID()}`;
+    this.ownsClient = options.client === undefined;
+    this.client = options.client ?? new CtxoptClient(this.flags.address, { deadlineMs: this.flags.deadlineMs });
+    this.mirror = new SessionMirror(this.client, this.sessionId);
+  }
+
+  close(): void {
+    if (this.ownsClient) this.client.close();
+  }
+
+  /** Optimizes one request's contents; calls run one at a time, in order. */
+  optimize(contents: readonly Content[], extras: RequestExtras = {}): Promise<OptimizedContents> {
+    const run = this.queue.then(() => this.optimizeNow(contents, extras));
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+
+  private async optimizeNow(contents: readonly Content[], extras: RequestExtras): Promise<OptimizedContents> {
+    const call = this.prepare(contents, extras);
+    if (this.flags.mode === "false") return this.finish(call, "pass-through", undefined);
+    if (!inRollout(this.sessionId, this.flags.rolloutPercent)) {
+      return this.finish(call, "pass-through", undefined, { note: `session outside the ${this.flags.rolloutPercent}% rollout` });
+    }
+    const projected = this.decisions.size > 0 && this.flags.mode === "true" ? judgePlan(call.turns, this.currentPlan(call.turns)) : undefined;
+    const projectedTokens = call.fixedTokens + (projected?.accepted ? projected.tokensAfter : tokensOf(call.turns));
+    const tooManyChunks = this.flags.maxChunks > 0 && call.chunks.length > this.flags.maxChunks;
+    if (projectedTokens < call.thresholdTokens && !tooManyChunks) {
+      if (projected?.accepted) return this.finish(call, "optimized", projected.turns, { ...this.decisionCounts(call.turns), note: "earlier decisions kept (no collection)" });
+      return this.finish(call, "below-threshold", undefined);
+    }
+    if (Date.now() < this.breakerUntil) {
+      const seconds = Math.ceil((this.breakerUntil - Date.now()) / 1000);
+      return this.withoutService(call, `service skipped for ${seconds} s after a failure (${this.lastFailure}; circuit open)`);
+    }
+    let plan: OptimizeResponse;
+    let sync: SyncReport;
+    try {
+      ({ plan, sync } = await this.collect(call));
+    } catch (error) {
+      this.healthyUntil = 0;
+      this.lastFailure = fallbackReason(error);
+      this.breakerUntil = Date.now() + this.flags.breakerMs;
+      return this.withoutService(call, this.lastFailure);
+    }
+    return this.usePlan(call, plan, sync);
+  }
+
+  private prepare(contents: readonly Content[], extras: RequestExtras): PreparedCall {
+    const started = performance.now();
+    const model = this.options.model ?? extras.model ?? "gemini-2.5-pro";
+    const windowTokens = this.options.windowTokens ?? tokenLimit(model);
+    const lockedTurns = environmentContextTurns(contents);
+    const locked = new Set<number>();
+    for (let index = 0; index < lockedTurns; index += 1) locked.add(index);
+    const turns = mapContents(contents, { lockedIndexes: locked });
+    const fixed = extras.systemInstruction ? [systemChunk("system", extras.systemInstruction)] : [];
+    const fixedTokens = fixed.reduce((sum, c) => sum + c.tokens, 0);
+    return {
+      started,
+      original: contents,
+      model,
+      windowTokens,
+      thresholdTokens: windowTokens * ((this.flags.thresholdPercent ?? HOST_THRESHOLD_PERCENT) / 100),
+      targetTokens: windowTokens * ((this.flags.targetPercent ?? HOST_TARGET_PERCENT) / 100),
+      lockedTurns,
+      turns,
+      fixed,
+      fixedTokens,
+      chunks: [...fixed, ...chunksOf(turns)],
+      tokensBefore: fixedTokens + tokensOf(turns),
+    };
+  }
+
+  /** The decisions that apply to these turns, as a plan (a split parallel step keeps its signed call). */
+  private currentPlan(turns: readonly MappedContent[]): Pick<OptimizeResponse, "keptIds" | "decisions"> {
+    const present = new Set(chunksOf(turns).map((c) => c.id));
+    const decisions = [...this.decisions.values()].filter((d) => present.has(d.chunkId));
+    for (const id of signedCallsToKeep(turns, this.decisions)) this.decisions.delete(id);
+    const kept = decisions.filter((d) => this.decisions.has(d.chunkId));
+    return { keptIds: [], decisions: kept };
+  }
+
+  /** The chunks as the service should hold them: decided removals absent, rewrites as rewritten. */
+  private serviceView(call: PreparedCall): Chunk[] {
+    const view: Chunk[] = [];
+    for (const chunk of call.chunks) {
+      const decision = this.decisions.get(chunk.id);
+      if (decision === undefined) view.push(chunk);
+      else if (decision.action === Action.ACTION_TRIM || decision.action === Action.ACTION_MASK) {
+        view.push({ ...chunk, text: decision.replacementText, tokens: decision.tokensAfter });
+      }
+    }
+    return view;
+  }
+
+  private async collect(call: PreparedCall): Promise<{ plan: OptimizeResponse; sync: SyncReport }> {
+    const settings: CallSettings = { deadline: new Date(Date.now() + this.flags.deadlineMs) };
+    if (Date.now() >= this.healthyUntil) {
+      if ((await this.client.health("", settings)) !== ServingStatus.SERVING) throw new ServiceUnhealthy();
+      this.healthyUntil = Date.now() + HEALTH_TTL_MS;
+    }
+    return this.mirror.optimize(this.serviceView(call), this.optimizeRequest(call), settings);
+  }
+
+  private optimizeRequest(call: PreparedCall) {
+    const last = call.turns.at(-1);
+    const beforeLast = call.turns.at(-2);
+    const lastAnswersCalls = last?.parts.some((p) => p.part.functionResponse !== undefined) ?? false;
+    const lastIsPendingCall = last?.role === "model" && last.parts.some((p) => p.part.functionCall !== undefined);
+    const mandatory = [
+      ...(last?.parts ?? []),
+      ...(lastAnswersCalls ? (beforeLast?.parts ?? []) : []),
+      ...(lastIsPendingCall ? (beforeLast?.parts ?? []) : []),
+    ].map((p) => p.chunk.id);
+    return {
+      query: queryOf(call.turns),
+      budget: {
+        contextLimitTokens: call.windowTokens,
+        thresholdPercent: this.flags.thresholdPercent ?? HOST_THRESHOLD_PERCENT,
+        targetPercent: this.flags.targetPercent ?? HOST_TARGET_PERCENT,
+        pressurePercent: this.options.pressurePercent ?? HOST_PRESSURE_PERCENT,
+      },
+      roots: { rootIds: mandatory, ...(this.options.recentTurns === undefined ? {} : { recentTurns: this.options.recentTurns }) },
+      dryRun: this.flags.mode === "shadow",
+      aggressive: this.flags.aggressive,
+      strategy: Strategy.STRATEGY_HYBRID,
+      maxChunks: this.flags.maxChunks,
+    };
+  }
+
+  private usePlan(call: PreparedCall, plan: OptimizeResponse, sync: SyncReport): OptimizedContents {
+    if (!plan.triggered && this.decisions.size === 0) return this.finish(call, "below-threshold", undefined, { note: "service: not triggered" }, plan, sync);
+    if (this.flags.mode === "shadow") {
+      const verdict = judgePlan(call.turns, plan);
+      return this.finish(call, "shadow", undefined, { ...countActions(plan), tokensAfter: call.fixedTokens + verdict.tokensAfter, note: verdict.reason }, plan, sync);
+    }
+    for (const decision of plan.decisions) {
+      if (decision.action === Action.ACTION_KEEP) this.decisions.delete(decision.chunkId);
+      else this.decisions.set(decision.chunkId, decision);
+    }
+    const verdict = judgePlan(call.turns, this.currentPlan(call.turns));
+    const infeasible = plan.triggered && !plan.feasible ? "plan infeasible (the protected turns alone exceed the target)" : "";
+    if (!verdict.accepted) {
+      return this.sendWithinWindow(call, call.turns, "kept-original", [infeasible, verdict.reason].filter(Boolean).join("; "), plan, sync);
+    }
+    return this.sendWithinWindow(call, verdict.turns, "optimized", infeasible, plan, sync, this.decisionCounts(call.turns));
+  }
+
+  /** Sends `turns` when they fit the window; otherwise truncates locally and says so. */
+  private sendWithinWindow(
+    call: PreparedCall,
+    turns: MappedContent[],
+    outcome: BuildOutcome,
+    note: string,
+    plan?: OptimizeResponse,
+    sync?: SyncReport,
+    counts: Partial<ContextSummary> = {},
+  ): OptimizedContents {
+    const tokens = call.fixedTokens + tokensOf(turns);
+    if (tokens <= call.windowTokens) return this.finish(call, outcome, outcome === "kept-original" ? undefined : turns, { ...counts, note }, plan, sync);
+    const over = `${fmt(tokens)} tokens would exceed the ${fmt(call.windowTokens)}-token window`;
+    return this.truncate(call, turns, [note, over].filter(Boolean).join("; "), plan, sync, counts);
+  }
+
+  /** No plan: shadow mode sends the original; otherwise local truncation (the plan's earlier decisions applied first). */
+  private withoutService(call: PreparedCall, reason: string): OptimizedContents {
+    if (this.flags.mode === "shadow") return this.finish(call, "shadow", undefined, { note: `no plan: ${reason}` });
+    const projected = this.decisions.size > 0 ? judgePlan(call.turns, this.currentPlan(call.turns)) : undefined;
+    return this.truncate(call, projected?.accepted ? projected.turns : call.turns, reason);
+  }
+
+  private truncate(
+    call: PreparedCall,
+    turns: readonly MappedContent[],
+    reason: string,
+    plan?: OptimizeResponse,
+    sync?: SyncReport,
+    counts: Partial<ContextSummary> = {},
+  ): OptimizedContents {
+    const truncated = truncateHistory(turns, call.targetTokens, call.lockedTurns, call.fixedTokens);
+    if (findViolations(toContents(truncated.turns)).length > 0) {
+      return this.finish(call, "fallback", undefined, { note: `${reason}; truncation would break the history, sent as is` }, plan, sync);
+    }
+    const tokens = call.fixedTokens + tokensOf(truncated.turns);
+    const still = tokens > call.windowTokens ? `; still ${fmt(tokens)} tokens: the latest turns alone exceed the window` : "";
+    return this.finish(call, "fallback", truncated.turns, { ...counts, droppedTurns: truncated.droppedTurns, note: `${reason}${still}` }, plan, sync);
+  }
+
+  private decisionCounts(turns: readonly MappedContent[]): Pick<ContextSummary, "stashed" | "trimmed" | "masked" | "deleted"> {
+    return countActions(this.currentPlan(turns));
+  }
+
+  private finish(
+    call: PreparedCall,
+    outcome: BuildOutcome,
+    sent: MappedContent[] | undefined,
+    extra: Partial<ContextSummary> = {},
+    plan?: OptimizeResponse,
+    sync?: SyncReport,
+  ): OptimizedContents {
+    const contents = sent === undefined ? [...call.original] : toContents(sent);
+    const summary: ContextSummary = {
+      mode: this.flags.mode,
+      model: call.model,
+      windowTokens: call.windowTokens,
+      tokensBefore: call.tokensBefore,
+      outcome,
+      tokensAfter: call.fixedTokens + (sent === undefined ? tokensOf(call.turns) : tokensOf(sent)),
+      stashed: 0,
+      trimmed: 0,
+      masked: 0,
+      deleted: 0,
+      droppedTurns: 0,
+      serverMs: plan?.serverMs ?? 0,
+      note: "",
+      ...extra,
+      latencyMs: performance.now() - call.started,
+    };
+    const line = summaryLine(summary);
+    this.options.onSummary?.(summary, line);
+    return { contents, summary, summaryLine: line, ...(plan ? { plan } : {}), ...(sync ? { sync } : {}) };
+  }
+}
+
+interface PreparedCall {
+  readonly started: number;
+  readonly original: readonly Content[];
+  readonly model: string;
+  readonly windowTokens: number;
+  readonly thresholdTokens: number;
+  readonly targetTokens: number;
+  readonly lockedTurns: number;
+  readonly turns: MappedContent[];
+  readonly fixed: Chunk[];
+  readonly fixedTokens: number;
+  readonly chunks: Chunk[];
+  readonly tokensBefore: number;
+}
+
+/**
+ * Ids of signed calls (and their responses) whose removal must be undone:
+ * Gemini 3 signs only the first call of a parallel step, so while any call of
+ * the step stays, the signed one stays too.
+ */
+function signedCallsToKeep(turns: readonly MappedContent[], decisions: ReadonlyMap<string, Decision>): string[] {
+  const removed = (id: string) => {
+    const action = decisions.get(id)?.action;
+    return action === Action.ACTION_STASH || action === Action.ACTION_DELETE;
+  };
+  const ids: string[] = [];
+  turns.forEach((turn, index) => {
+    if (turn.role !== "model") return;
+    const calls = turn.parts.filter((p) => p.part.functionCall !== undefined);
+    const signed = calls.filter((p) => p.part.thoughtSignature !== undefined && removed(p.chunk.id));
+    if (signed.length === 0 || !calls.some((p) => !removed(p.chunk.id))) return;
+    const answers = turns[index + 1]?.parts ?? [];
+    for (const call of signed) {
+      ids.push(call.chunk.id, ...answers.filter((a) => a.chunk.parentId === call.chunk.id).map((a) => a.chunk.id));
+    }
+  });
+  return ids;
+}
+
+/** The relevance query: the latest user text, plus the user text that opened the current task when they differ. */
+function queryOf(turns: readonly MappedContent[]): string {
+  const userText = (turn: MappedContent) => turn.parts.map((p) => (p.part.thought !== true && typeof p.part.text === "string" ? p.part.text : "")).join("\n").trim();
+  const texts = turns.filter((t) => t.role === "user").map(userText).filter((text) => text !== "");
+  const latest = texts.at(-1) ?? "";
+  return latest.length > QUERY_CHARS ? latest.slice(-QUERY_CHARS) : latest;
+}
+
+/** The query's tail that matters (a pasted log can be huge). */
+const QUERY_CHARS = 4000;
+
+/** GEMINI_CONTEXT_OPTIMIZATION as set, else the caller's default mode. */
+function modeDefaulted(env: NodeJS.ProcessEnv, mode: Flags["mode"] | undefined): NodeJS.ProcessEnv {
+  if (mode === undefined || (env["GEMINI_CONTEXT_OPTIMIZATION"] ?? "").trim() !== "") return env;
+  return { ...env, GEMINI_CONTEXT_OPTIMIZATION: mode };
+}
+
+function fmt(n: number): string {
+  return Math.round(n).toLocaleString("en-US");
+}

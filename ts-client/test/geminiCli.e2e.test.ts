@@ -1,0 +1,199 @@
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import type { ContentGenerator } from "@google/gemini-cli-core";
+import { findViolations } from "../src/gemini/history.js";
+import type { Content, Part } from "../src/gemini/types.js";
+import { withContextOptimizer } from "../src/geminiCli.js";
+import type { ContextSummary } from "../src/summary.js";
+import { estimateContentsTokens } from "../src/tokens.js";
+import { type RunningServer, startServer } from "./support/server.js";
+import { loadSessions, type Session } from "./support/trajectories.js";
+
+// Gemini CLI keeps its state under HOME: give it a scratch one before it loads.
+const scratch = mkdtempSync(join(tmpdir(), "ctxopt-gemini-e2e-"));
+process.env["HOME"] = scratch;
+process.env["GEMINI_CLI_HOME"] = scratch;
+const core = await import("@google/gemini-cli-core");
+const { hardenHistory } = await import("@google/gemini-cli-core/dist/src/utils/historyHardening.js");
+
+const WINDOW_TOKENS = 40_000;
+const SESSIONS = loadSessions([0, 9, 27]);
+
+interface Exchange {
+  /** What Gemini CLI asked the content generator to send. */
+  readonly received: Content[];
+  /** What the adapter sent on. */
+  readonly sent: Content[];
+  readonly summary: ContextSummary;
+}
+
+let server: RunningServer;
+before(async () => {
+  server = await startServer();
+});
+after(async () => {
+  await server.stop();
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+/**
+ * Drives a real GeminiClient over a recorded session: Gemini CLI's fake
+ * content generator answers each model call with the session's next reply,
+ * and the test answers each tool call with the recorded output.
+ */
+async function drive(session: Session, mode: string): Promise<Exchange[]> {
+  const project = mkdtempSync(join(scratch, "project-"));
+  const replies = [...session.steps.map((s) => s.model), [{ text: "Done." }]];
+  const fakeFile = join(project, "responses.jsonl");
+  writeFileSync(
+    fakeFile,
+    replies.map((parts) => JSON.stringify({ method: "generateContentStream", response: [{ candidates: [{ content: { role: "model", parts }, finishReason: "STOP", index: 0 }] }] })).join("\n"),
+  );
+  const fake = await core.FakeContentGenerator.fromFile(fakeFile);
+  const exchanges: Exchange[] = [];
+  const pending: { received?: Content[]; sent?: Content[] } = {};
+  const summaries: ContextSummary[] = [];
+  const recordReceived: ContentGenerator = {
+    generateContent: (request, id, role) => optimized.generateContent(request, id, role),
+    generateContentStream: async (request, id, role) => {
+      pending.received = structuredClone(contentList(request.contents));
+      return optimized.generateContentStream(request, id, role);
+    },
+    countTokens: (request) => fake.countTokens(request),
+    embedContent: (request) => fake.embedContent(request),
+  };
+  const recordSent: ContentGenerator = {
+    generateContent: (request, id, role) => fake.generateContent(request, id, role),
+    generateContentStream: async (request, id, role) => {
+      pending.sent = structuredClone(contentList(request.contents));
+      return fake.generateContentStream(request, id, role);
+    },
+    countTokens: (request) => fake.countTokens(request),
+    embedContent: (request) => fake.embedContent(request),
+  };
+  process.env["GEMINI_CONTEXT_OPTIMIZATION"] = mode;
+  const optimized = withContextOptimizer(recordSent, {
+    address: server.address,
+    sessionId: `e2e-${session.id}-${mode}`,
+    windowTokens: WINDOW_TOKENS,
+    onSummary: (summary) => summaries.push(summary),
+  });
+  const config = new core.Config({ sessionId: `e2e-${session.id}`, targetDir: project, cwd: project, debugMode: false, model: "gemini-2.5-pro", interactive: false });
+  await config.initialize();
+  Reflect.set(config, "contentGenerator", recordReceived);
+  const client = config.getGeminiClient();
+  let message: Part[] = [{ text: session.task }];
+  for (let step = 0; step <= session.steps.length; step += 1) {
+    const calls: string[] = [];
+    for await (const event of client.sendMessageStream(message, new AbortController().signal, `prompt-${step}`)) {
+      if (event.type === core.GeminiEventType.ToolCallRequest) calls.push(event.value.callId);
+      if (event.type === core.GeminiEventType.Error) assert.fail(`Gemini CLI error at step ${step}: ${JSON.stringify(event.value)}`);
+    }
+    assert.ok(pending.received && pending.sent, `step ${step}: the model was called`);
+    exchanges.push({ received: pending.received, sent: pending.sent, summary: summaries.at(-1)! });
+    pending.received = undefined;
+    pending.sent = undefined;
+    const next = session.steps[step]?.next;
+    if (next === undefined) break;
+    const recorded = next.flatMap((p) => (p.functionResponse?.id === undefined ? [] : [p.functionResponse.id]));
+    // Gemini CLI's scheduler names a call `<tool>__<id>` and answers under that id.
+    assert.deepEqual(calls, recorded.map((id) => `run_shell_command__${id}`), `step ${step}: Gemini CLI asked for the recorded calls`);
+    message = next.map((p) => (p.functionResponse === undefined ? p : { functionResponse: { ...p.functionResponse, id: `run_shell_command__${p.functionResponse.id}` } }));
+  }
+  return exchanges;
+}
+
+function contentList(value: unknown): Content[] {
+  assert.ok(Array.isArray(value), "contents is a Content[]");
+  return value;
+}
+
+const results = new Map<string, Exchange[]>();
+async function exchangesOf(session: Session): Promise<Exchange[]> {
+  let exchanges = results.get(session.id);
+  if (exchanges === undefined) {
+    exchanges = await drive(session, "true");
+    results.set(session.id, exchanges);
+  }
+  return exchanges;
+}
+
+for (const session of SESSIONS) {
+  test(`${session.id}: every request through the adapter passes Gemini CLI's own checks and fits the window`, async () => {
+    const exchanges = await exchangesOf(session);
+    assert.equal(exchanges.length, session.steps.length + 1);
+    const optimized = exchanges.filter((e) => estimateContentsTokens(e.sent) < estimateContentsTokens(e.received));
+    assert.ok(optimized.length >= exchanges.length / 3, `optimized ${optimized.length} of ${exchanges.length} requests`);
+    const chat = new core.GeminiChat(config0(), "", [], []);
+    exchanges.forEach(({ sent, summary }, index) => {
+      const where = `request ${index} (${summary.outcome}: ${summary.note})`;
+      assert.ok(estimateContentsTokens(sent) <= WINDOW_TOKENS, `${where}: ${estimateContentsTokens(sent)} tokens fit the window`);
+      chat.setHistory(sent);
+      assert.deepEqual(chat.getHistory(true), sent, `${where}: Gemini CLI's curated history keeps every turn`);
+      const hardened = hardenHistory(sent.map((content, i) => ({ id: `turn-${i}`, content: structuredClone(content) }))).map((turn) => turn.content);
+      assert.deepEqual(hardened, sent, `${where}: hardenHistory changes nothing`);
+      assert.deepEqual(findViolations(sent), [], `${where}: Gemini's history rules hold`);
+    });
+  });
+
+  test(`${session.id}: calls pair with responses by id and name; the latest turn and pending call stay; parallel steps keep their signed call`, async () => {
+    const exchanges = await exchangesOf(session);
+    exchanges.forEach(({ received, sent }, index) => {
+      assert.deepEqual(sent.at(-1), received.at(-1), `request ${index}: the latest turn is sent as received`);
+      if ((received.at(-1)?.parts ?? []).some((p) => p.functionResponse !== undefined)) {
+        assert.deepEqual(sent.at(-2), received.at(-2), `request ${index}: the pending call's turn is sent as received`);
+      }
+      sent.forEach((content, turn) => {
+        const calls = (content.parts ?? []).filter((p) => p.functionCall !== undefined);
+        if (content.role !== "model" || calls.length === 0) return;
+        const answers = (sent[turn + 1]?.parts ?? []).filter((p) => p.functionResponse !== undefined);
+        if (turn + 1 < sent.length) {
+          assert.deepEqual(
+            answers.map((p) => [p.functionResponse!.id, p.functionResponse!.name]),
+            calls.map((p) => [p.functionCall!.id, p.functionCall!.name]),
+            `request ${index} turn ${turn}: every call answered by id and name`,
+          );
+        }
+        assert.ok(calls[0]!.thoughtSignature?.startsWith("sig-"), `request ${index} turn ${turn}: the step's first call is the signed one`);
+      });
+      for (const part of sent.flatMap((c) => c.parts ?? [])) {
+        const output = part.functionResponse?.response?.["output"];
+        assert.ok(typeof output !== "string" || !output.startsWith("run_shell_command: "), `request ${index}: no tool-name prefix in an output`);
+      }
+    });
+    assert.ok(session.parallelSteps.length > 0, "the session has parallel steps");
+  });
+
+  test(`${session.id}: between collections the prompt's prefix is byte-identical from call to call`, async () => {
+    const exchanges = await exchangesOf(session);
+    let steady = 0;
+    if (process.env["CTXOPT_E2E_DEBUG"]) for (const e of exchanges) console.log(e.summary.outcome, e.summary.tokensBefore, e.summary.tokensAfter, e.summary.serverMs.toFixed(1), e.summary.note);
+    for (let i = 1; i < exchanges.length; i += 1) {
+      const { summary } = exchanges[i]!;
+      const collected = summary.serverMs > 0 || summary.outcome === "fallback";
+      if (collected) continue;
+      const previous = exchanges[i - 1]!.sent;
+      assert.equal(
+        JSON.stringify(exchanges[i]!.sent.slice(0, previous.length)),
+        JSON.stringify(previous),
+        `request ${i} (${summary.outcome}: ${summary.note}) starts with request ${i - 1}`,
+      );
+      steady += 1;
+    }
+    assert.ok(steady > exchanges.length / 3, `${steady} steady requests of ${exchanges.length}`);
+  });
+}
+
+test("with GEMINI_CONTEXT_OPTIMIZATION=false the adapter sends exactly what Gemini CLI gives it", async () => {
+  const exchanges = await drive(SESSIONS[0]!, "false");
+  for (const { received, sent } of exchanges) assert.deepEqual(sent, received);
+});
+
+let sharedConfig: InstanceType<typeof core.Config> | undefined;
+function config0(): InstanceType<typeof core.Config> {
+  sharedConfig ??= new core.Config({ sessionId: "validation", targetDir: scratch, cwd: scratch, debugMode: false, model: "gemini-2.5-pro" });
+  return sharedConfig;
+}
