@@ -32,7 +32,7 @@ export interface HostOptimizerOptions {
   readonly sessionId?: string;
   /** The model whose window applies (default: the request's model). */
   readonly model?: string;
-  /** The context window in tokens (default: the model table's). */
+  /** The context window in tokens (default GEMINI_CONTEXT_WINDOW_TOKENS, else the model table's). */
   readonly windowTokens?: number;
   /** The hook engages at this share of the window (default GEMINI_CONTEXT_THRESHOLD_PERCENT, else 40). */
   readonly thresholdPercent?: number;
@@ -115,6 +115,7 @@ export class HostHistoryOptimizer {
       ...(options.address === undefined ? {} : { address: options.address }),
       ...(options.thresholdPercent === undefined ? {} : { thresholdPercent: options.thresholdPercent }),
       ...(options.targetPercent === undefined ? {} : { targetPercent: options.targetPercent }),
+      ...(options.windowTokens === undefined ? {} : { windowTokens: options.windowTokens }),
     };
     this.sessionId = options.sessionId ?? `host-${randomUUID()}`;
     this.ownsClient = options.client === undefined;
@@ -166,7 +167,7 @@ export class HostHistoryOptimizer {
   private prepare(contents: readonly Content[], extras: RequestExtras): PreparedCall {
     const started = performance.now();
     const model = this.options.model ?? extras.model ?? "gemini-2.5-pro";
-    const windowTokens = this.options.windowTokens ?? tokenLimit(model);
+    const windowTokens = this.flags.windowTokens ?? tokenLimit(model);
     const lockedTurns = environmentContextTurns(contents);
     const locked = new Set<number>();
     for (let index = 0; index < lockedTurns; index += 1) locked.add(index);

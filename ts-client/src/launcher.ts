@@ -1,0 +1,201 @@
+#!/usr/bin/env node
+import { type ChildProcess, spawn } from "node:child_process";
+import { existsSync, readdirSync, readFileSync, realpathSync } from "node:fs";
+import { delimiter, dirname, join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { CtxoptClient } from "./client.js";
+import { readFlags } from "./flags.js";
+import { FACTORY_SIGNATURE } from "./geminiCliLoader.js";
+
+const USAGE = `usage: ctxopt-gemini [--ctxopt-addr HOST:PORT] [--ctxopt-no-serve] [--ctxopt-gemini PATH]
+                     [--ctxopt-log FILE] [--] [gemini arguments...]
+
+Runs your installed Gemini CLI (@google/gemini-cli) with ctxopt's context
+optimizer wrapped around its content generator: no fork, no patched copy.
+Every argument that does not start with --ctxopt- goes to gemini
+(\`ctxopt-gemini -- --help\` shows gemini's own help).
+
+  --ctxopt-addr HOST:PORT  the ctxopt service (default CTXOPT_ADDR, else 127.0.0.1:50051)
+  --ctxopt-no-serve        do not start \`ctxopt serve\` when no service answers
+                           (default: start it on that loopback address with the
+                           default data directory, stop it when gemini exits)
+  --ctxopt-gemini PATH     Gemini CLI's entry (default: \`gemini\` on PATH, or CTXOPT_GEMINI_BIN)
+  --ctxopt-log FILE        append each context summary line to FILE (CTXOPT_SUMMARY_LOG)
+  -h, --help               this help (offline)
+
+The optimizer is on unless GEMINI_CONTEXT_OPTIMIZATION says otherwise; it
+acts at GEMINI_CONTEXT_THRESHOLD_PERCENT (default 40) of the model's window,
+before Gemini CLI's own compression at 50%. Other flags: see the README.
+\`ctxopt serve\` is found as CTXOPT_SERVE_BIN, else \`ctxopt\` on PATH.`;
+
+interface LauncherOptions {
+  readonly address: string;
+  readonly serve: boolean;
+  readonly gemini: string | undefined;
+  readonly log: string | undefined;
+  readonly help: boolean;
+  readonly geminiArgs: string[];
+}
+
+function parse(argv: readonly string[]): LauncherOptions {
+  const geminiArgs: string[] = [];
+  let address: string | undefined;
+  let serve = true;
+  let gemini: string | undefined;
+  let log: string | undefined;
+  let help = false;
+  for (let i = 0; i < argv.length; i += 1) {
+    const arg = argv[i]!;
+    const value = (): string => {
+      const next = argv[i + 1];
+      if (next === undefined) throw new Error(`${arg}: expected a value`);
+      i += 1;
+      return next;
+    };
+    if (arg === "--") {
+      geminiArgs.push(...argv.slice(i + 1));
+      break;
+    } else if (arg === "--help" || arg === "-h") help = true;
+    else if (arg === "--ctxopt-addr") address = value();
+    else if (arg === "--ctxopt-no-serve") serve = false;
+    else if (arg === "--ctxopt-gemini") gemini = value();
+    else if (arg === "--ctxopt-log") log = value();
+    else if (arg.startsWith("--ctxopt-")) throw new Error(`${arg}: unknown option (see --help)`);
+    else geminiArgs.push(arg);
+  }
+  const env = address === undefined ? process.env : { ...process.env, CTXOPT_ADDR: address };
+  return { address: readFlags(env).address, serve, gemini, log, help, geminiArgs };
+}
+
+/** Gemini CLI's entry script: the option, CTXOPT_GEMINI_BIN, or `gemini` on PATH (symlinks followed). */
+function findGemini(explicit: string | undefined): string {
+  const given = explicit ?? process.env["CTXOPT_GEMINI_BIN"];
+  if (given !== undefined && given !== "") {
+    if (!existsSync(given)) throw new Error(`Gemini CLI not found at ${given}`);
+    return realpathSync(given);
+  }
+  for (const dir of (process.env["PATH"] ?? "").split(delimiter)) {
+    const candidate = join(dir, "gemini");
+    if (dir !== "" && existsSync(candidate)) return realpathSync(candidate);
+  }
+  throw new Error("Gemini CLI not found on PATH: install it (npm install -g @google/gemini-cli) or pass --ctxopt-gemini PATH");
+}
+
+/** Whether a file of Gemini CLI's bundle defines the factory the loader wraps. */
+function bundleHasFactory(bundleDir: string): boolean {
+  return readdirSync(bundleDir)
+    .filter((name) => name.endsWith(".js"))
+    .some((name) => FACTORY_SIGNATURE.test(readFileSync(join(bundleDir, name), "utf8")));
+}
+
+function isLoopback(address: string): boolean {
+  const host = address.slice(0, address.lastIndexOf(":"));
+  return host === "127.0.0.1" || host === "localhost" || host === "[::1]" || host === "::1";
+}
+
+async function serving(address: string): Promise<boolean> {
+  const client = new CtxoptClient(address, { deadlineMs: 1000 });
+  try {
+    return await client.isServing({ deadlineMs: 1000 });
+  } finally {
+    client.close();
+  }
+}
+
+/** Starts `ctxopt serve` on `address` and resolves once it listens. */
+function startServer(address: string): Promise<ChildProcess> {
+  const bin = process.env["CTXOPT_SERVE_BIN"] || "ctxopt";
+  const child = spawn(bin, ["serve", "--addr", address], { stdio: ["ignore", "pipe", "pipe"] });
+  return new Promise((resolve, reject) => {
+    let stderr = "";
+    child.stderr!.on("data", (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    const timer = setTimeout(() => {
+      child.kill("SIGTERM");
+      reject(new Error(`ctxopt serve did not listen on ${address} within 30 s\n${stderr}`));
+    }, 30_000);
+    createInterface({ input: child.stdout! }).on("line", (line) => {
+      if (line.startsWith("ctxopt listening on ")) {
+        clearTimeout(timer);
+        resolve(child);
+      }
+    });
+    child.on("error", (error) => {
+      clearTimeout(timer);
+      reject(new Error(`cannot run ${bin} serve (${error.message}): install the Python package or set CTXOPT_SERVE_BIN`));
+    });
+    child.on("exit", (code) => {
+      clearTimeout(timer);
+      reject(new Error(`ctxopt serve exited with ${code} before listening\n${stderr}`));
+    });
+  });
+}
+
+function stop(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    child.once("exit", () => resolve());
+    child.kill("SIGTERM");
+  });
+}
+
+async function main(argv: readonly string[]): Promise<number> {
+  const options = parse(argv);
+  if (options.help) {
+    console.log(USAGE);
+    return 0;
+  }
+  const entry = findGemini(options.gemini);
+  const bundleDir = dirname(entry);
+  if (!bundleHasFactory(bundleDir)) {
+    console.error(`ctxopt-gemini: ${entry}: no content generator factory found in this Gemini CLI version; running it without ctxopt`);
+  }
+  let server: ChildProcess | undefined;
+  if (!(await serving(options.address))) {
+    if (!options.serve) console.error(`ctxopt-gemini: no ctxopt service at ${options.address}; Gemini CLI runs with the local fallback`);
+    else if (!isLoopback(options.address)) console.error(`ctxopt-gemini: no ctxopt service at ${options.address} (not loopback: not starting one)`);
+    else {
+      try {
+        server = await startServer(options.address);
+      } catch (error) {
+        console.error(`ctxopt-gemini: ${error instanceof Error ? error.message : String(error)}; Gemini CLI runs with the local fallback`);
+      }
+    }
+  }
+  const preload = new URL("./geminiCliPreload.js", import.meta.url).href;
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    CTXOPT_ADDR: options.address,
+    CTXOPT_GEMINI_BUNDLE_DIR: bundleDir,
+    GEMINI_CONTEXT_OPTIMIZATION: process.env["GEMINI_CONTEXT_OPTIMIZATION"] || "true",
+    ...(options.log === undefined ? {} : { CTXOPT_SUMMARY_LOG: options.log }),
+  };
+  const gemini = spawn(process.execPath, ["--import", preload, entry, ...options.geminiArgs], { stdio: "inherit", env });
+  // Ctrl-C belongs to Gemini CLI (it shares the terminal); SIGTERM is passed on.
+  const ignore = () => undefined;
+  const forward = () => gemini.kill("SIGTERM");
+  process.on("SIGINT", ignore);
+  process.on("SIGTERM", forward);
+  const code = await new Promise<number>((resolve) => {
+    gemini.on("exit", (exitCode, signal) => resolve(exitCode ?? (signal ? 128 + 15 : 1)));
+  });
+  process.off("SIGINT", ignore);
+  process.off("SIGTERM", forward);
+  if (server !== undefined) await stop(server);
+  return code;
+}
+
+// Run only as the bin (tests import nothing from here, but keep it inert if they do).
+if (process.argv[1] !== undefined && realpathSync(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  main(process.argv.slice(2)).then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (error: unknown) => {
+      console.error(`ctxopt-gemini: ${error instanceof Error ? error.message : String(error)}`);
+      process.exitCode = 1;
+    },
+  );
+}
