@@ -50,17 +50,28 @@ DEFAULT_RATIO = 0.25  # Gemini 2.5 and later: cached input at 25% (or less) of t
 OTHER_RATIO = 0.1  # Anthropic: cache reads at 10% of the input price
 METHODS = ("none", "gemini-cli-native", "obs-mask", "langchain", "ctxopt")
 NODE_METHODS = ("gemini-cli-native", "ctxopt")
-DEFAULT_SETTING = (80.0, 60.0)  # the server's CTXOPT_GC_THRESHOLD_PERCENT / _TARGET_PERCENT
-SWEEP = (
-    (80.0, 75.0),
-    (80.0, 70.0),
-    (80.0, 60.0),
-    (80.0, 50.0),
-    (90.0, 70.0),
-    (90.0, 60.0),
-    (70.0, 60.0),
+# (threshold, target, recent turns kept as roots; None: the server's default of 10)
+Setting = tuple[float, float, int | None]
+DEFAULT_SETTING: Setting = (80.0, 60.0, None)  # CTXOPT_GC_THRESHOLD_PERCENT / _TARGET_PERCENT
+SWEEP: tuple[Setting, ...] = (  # the threshold/target gap is what later calls reuse
+    (80.0, 75.0, None),
+    (80.0, 70.0, None),
+    (80.0, 60.0, None),
+    (80.0, 50.0, None),
+    (80.0, 40.0, None),
+    (90.0, 80.0, None),
+    (90.0, 70.0, None),
+    (90.0, 60.0, None),
+    (90.0, 50.0, None),
+    (95.0, 70.0, None),
+    (95.0, 60.0, None),
+    (70.0, 60.0, None),
+    (70.0, 50.0, None),
+    # the baselines keep only the last two messages as mandatory: the same roots for ctxopt
+    (80.0, 60.0, 2),
+    (90.0, 60.0, 2),
 )
-SMOKE_SWEEP = ((80.0, 70.0), (80.0, 60.0))
+SMOKE_SWEEP: tuple[Setting, ...] = ((80.0, 70.0, None), (80.0, 60.0, None))
 SMOKE_SESSIONS = 2
 NOTES = (
     "Tokens are cl100k. A message is cached when it and every message before it equal the "
@@ -115,11 +126,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-def label_of(setting: tuple[float, float]) -> str:
-    return "ctxopt" if setting == DEFAULT_SETTING else f"ctxopt {setting[0]:g}/{setting[1]:g}"
+def setting_name(setting: Setting) -> str:
+    threshold, target, recent = setting
+    roots = "" if recent is None else f", {recent} recent turns"
+    return f"{threshold:g}/{target:g}{roots}"
 
 
-def node_jobs(sessions: Sequence[Session], sweep: Sequence[tuple[float, float]]) -> list[Job]:
+def label_of(setting: Setting) -> str:
+    return "ctxopt" if setting == DEFAULT_SETTING else f"ctxopt {setting_name(setting)}"
+
+
+def node_jobs(sessions: Sequence[Session], sweep: Sequence[Setting]) -> list[Job]:
     jobs = []
     for session in sessions:
         for window_label, window in session.windows().items():
@@ -141,7 +158,7 @@ Tallies = dict[str, dict[str, Tally]]  # window label -> method or setting label
 
 def replay(
     sessions: Sequence[Session],
-    sweep: Sequence[tuple[float, float]],
+    sweep: Sequence[Setting],
     counter: TokenCounter,
     ts_client: Path,
     unavailable: dict[str, str],
@@ -169,9 +186,14 @@ def replay(
     with ctxopt_server() as address:
         for job, result in run_jobs(node_jobs(sessions, sweep), address, ts_client):
             tally = tallies[job.window_label].setdefault(job.label, Tally())
-            tally.add(job.session, job.window, result.prompts, result.ms, counter.count_many)
-            for outcome, n in result.outcomes.items():
-                tally.outcomes[outcome] = tally.outcomes.get(outcome, 0) + n
+            tally.add(
+                job.session,
+                job.window,
+                result.prompts,
+                result.ms,
+                counter.count_many,
+                result.outcomes,
+            )
     print("[node] replayed", file=sys.stderr)
     return tallies
 
@@ -184,7 +206,7 @@ def typical(sessions: Sequence[Session]) -> Session:
 
 def results_json(
     tallies: Tallies,
-    sweep: Sequence[tuple[float, float]],
+    sweep: Sequence[Setting],
     ratio: float,
     meta: dict[str, Any],
 ) -> dict[str, Any]:
@@ -201,12 +223,13 @@ def results_json(
     for setting in sweep:
         tally = tallies[SHARE_WINDOW].get(label_of(setting))
         if tally is not None:
-            threshold, target = setting
+            threshold, target, recent = setting
             gaps.append(
                 {
                     "threshold_percent": threshold,
                     "target_percent": target,
                     "gap": threshold - target,
+                    "recent_turns": recent,
                 }
                 | tally.summary(ratio, ratios)
             )
@@ -227,11 +250,14 @@ def print_results(results: dict[str, Any], other: float) -> None:
         print(
             table(
                 {
-                    f"{g['threshold_percent']:g}/{g['target_percent']:g}": g
+                    setting_name(
+                        (g["threshold_percent"], g["target_percent"], g["recent_turns"])
+                    ): g
                     for g in results["threshold_target"]
                 },
                 ratio,
                 other,
+                first="threshold/target",
             )
         )
     for note in results["notes"]:

@@ -49,6 +49,7 @@ class Job:
     window: int
     threshold_percent: float = 80.0
     target_percent: float = 60.0
+    recent_turns: int | None = None  # None: the server's default
 
     def request(self, index: int) -> dict[str, Any]:
         return {
@@ -59,6 +60,7 @@ class Job:
             "calls": list(self.session.calls),
             "thresholdPercent": self.threshold_percent,
             "targetPercent": self.target_percent,
+            "recentTurns": self.recent_turns,
         }
 
 
@@ -66,7 +68,7 @@ class Job:
 class NodeResult:
     prompts: list[Prompt]
     ms: list[float]
-    outcomes: dict[str, int]
+    outcomes: list[str]  # per call: what the method did (compression status, builder outcome)
 
 
 def check_node(ts_client: Path) -> None:
@@ -150,4 +152,6 @@ def run_jobs(
 def result_of(answer: dict[str, Any]) -> NodeResult:
     texts = [(str(role), str(text)) for role, text in answer["texts"]]
     prompts = [tuple(texts[i] for i in ids) for ids in answer["prompts"]]
-    return NodeResult(prompts, [float(ms) for ms in answer["ms"]], dict(answer["outcomes"]))
+    return NodeResult(
+        prompts, [float(ms) for ms in answer["ms"]], [str(o) for o in answer["outcomes"]]
+    )

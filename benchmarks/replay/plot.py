@@ -1,4 +1,5 @@
-"""Cumulative billed input tokens over the calls of one session, one line per method (PNG)."""
+"""Cumulative billed input tokens over the calls of one session, one line per
+method, a cross on each call over the window (PNG)."""
 
 from __future__ import annotations
 
@@ -21,14 +22,22 @@ def plot_cumulative(
     figure, axis = plt.subplots(figsize=(8, 4.8))
     for name, billings in billed.items():
         totals = list(accumulate(b.billed(ratio) for b in billings))
-        style = "-" if name == "ctxopt" else "--"
-        axis.plot(
+        ctxopt = name == "ctxopt"
+        (line,) = axis.plot(
             range(1, len(totals) + 1),
             totals,
-            style,
+            "-" if ctxopt else "--",
             label=name,
-            linewidth=2 if name == "ctxopt" else 1.3,
+            linewidth=2 if ctxopt else 1.3,
         )
+        over = [
+            (i + 1, t)
+            for i, (b, t) in enumerate(zip(billings, totals, strict=True))
+            if b.prompt_tokens > window
+        ]
+        if over:
+            axis.plot(*zip(*over, strict=True), "x", color=line.get_color(), markersize=5)
+    axis.plot([], [], "x", color="gray", label="over the window")
     axis.set_title(title, fontsize="medium")
     axis.set_xlabel(f"model call (window {window:,} cl100k tokens)")
     axis.set_ylabel(f"cumulative billed input tokens (cached at {ratio:g}x)")

@@ -4,10 +4,10 @@
 //
 // stdin:  {"address", "tsClient", "model", "summaryText", "trajectories": {key: [{role, content}]},
 //          "jobs": [{"method", "session", "trajectory", "window", "calls": [index...],
-//                    "thresholdPercent"?, "targetPercent"?}]}
+//                    "thresholdPercent", "targetPercent", "recentTurns" (null: server default)}]}
 // stdout: one JSON line per job, in order:
 //         {"job", "texts": [[role, text]...], "prompts": [[text index...]...],
-//          "ms": [...], "outcomes": {name: count}}
+//          "ms": [...], "outcomes": [what the method did at each call]}
 //
 // A trajectory is mini-swe-agent's message list (system, task, then assistant
 // and tool-output turns). Both legs see it as Gemini CLI would: the system
@@ -130,7 +130,7 @@ async function geminiCliNative(job, messages, request, config) {
   config.compressionThreshold = (GEMINI_CLI_COMPRESSION_THRESHOLD * job.window) / tokenLimit(request.model);
   const out = new Prompts();
   const ms = [];
-  const outcomes = {};
+  const outcomes = [];
   let history = [];
   let lastPromptTokens = 0;
   let failedCompression = false;
@@ -139,16 +139,16 @@ async function geminiCliNative(job, messages, request, config) {
     const started = performance.now();
     const chat = { getHistory: () => history, getLastPromptTokenCount: () => lastPromptTokens };
     const { newHistory, info } = await compression.compress(chat, `${job.session}-${call}`, false, request.model, config, failedCompression);
-    const status = CompressionStatus[info.compressionStatus];
-    outcomes[status] = (outcomes[status] ?? 0) + 1;
+    let outcome = CompressionStatus[info.compressionStatus];
     if (info.compressionStatus === CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT) failedCompression = true;
     if (newHistory && info.compressionStatus === CompressionStatus.COMPRESSED) failedCompression = false;
     if (newHistory) history = newHistory;
     const masked = await masking.mask(history, config);
     if (masked.maskedCount > 0) {
       history = masked.newHistory;
-      outcomes.masked = (outcomes.masked ?? 0) + masked.maskedCount;
+      outcome += " + masked";
     }
+    outcomes.push(outcome);
     ms.push(performance.now() - started);
     const sent = [...history, next];
     out.add(system, sent);
@@ -164,11 +164,16 @@ async function ctxopt(job, messages, request, client) {
   const builder = new PromptBuilder({
     flags: { ...DEFAULT_FLAGS, mode: "true", address: request.address, deadlineMs: DEADLINE_MS },
     client,
-    budget: { contextLimitTokens: job.window, thresholdPercent: job.thresholdPercent, targetPercent: job.targetPercent },
+    budget: {
+      contextLimitTokens: job.window,
+      thresholdPercent: job.thresholdPercent,
+      targetPercent: job.targetPercent,
+      ...(job.recentTurns === null ? {} : { recentTurns: job.recentTurns }),
+    },
   });
   const out = new Prompts();
   const ms = [];
-  const outcomes = {};
+  const outcomes = [];
   let history = [];
   for (const { earlier, request: next, reply } of callsOf(job, messages, contents)) {
     history = [...history, ...earlier];
@@ -182,7 +187,7 @@ async function ctxopt(job, messages, request, client) {
       activeTask: messages[1].content,
     });
     ms.push(performance.now() - started);
-    outcomes[built.summary.outcome] = (outcomes[built.summary.outcome] ?? 0) + 1;
+    outcomes.push(built.summary.outcome);
     out.add(system, built.contents);
     history = [...built.history, next, reply];
   }

@@ -3,7 +3,6 @@ tables and the JSON."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +24,8 @@ class Tally:
     ms: list[float] = field(default_factory=list)
     over_window: int = 0
     sessions: int = 0
-    outcomes: dict[str, int] = field(default_factory=dict)
+    outcomes: dict[str, int] = field(default_factory=dict)  # what the method did, per call
+    over_window_outcomes: dict[str, int] = field(default_factory=dict)
     # per session: billed tokens at each call, for the plot
     billed_by_session: dict[str, list[Billing]] = field(default_factory=dict)
 
@@ -36,6 +36,7 @@ class Tally:
         prompts: Sequence[Prompt],
         ms: Sequence[float],
         count: CountTokens,
+        outcomes: Sequence[str] = (),
     ) -> None:
         if len(prompts) != len(session.calls) or len(ms) != len(session.calls):
             raise ValueError(
@@ -43,11 +44,21 @@ class Tally:
                 f"for {len(session.calls)} calls"
             )
         billings = bill_calls(prompts, count)
-        for call, prompt, billing in zip(session.calls, prompts, billings, strict=True):
+        done = outcomes or [""] * len(prompts)
+        for call, prompt, billing, outcome in zip(
+            session.calls, prompts, billings, done, strict=True
+        ):
             needed = session.needed(call)
             if needed:
                 self.recalls.append(needed_recall(needed, "\n".join(text for _, text in prompt)))
-            self.over_window += billing.prompt_tokens > window
+            over = billing.prompt_tokens > window
+            self.over_window += over
+            if outcome:
+                self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+                if over:
+                    self.over_window_outcomes[outcome] = (
+                        self.over_window_outcomes.get(outcome, 0) + 1
+                    )
         self.billings += billings
         self.ms += ms
         self.sessions += 1
@@ -63,25 +74,30 @@ class Tally:
                 str(r): round(sum(b.billed(r) for b in self.billings)) for r in ratios
             },
             "prompt_tokens": prompt,
-            "mean_prompt_tokens": round(prompt / calls, 1) if calls else math.nan,
+            "mean_prompt_tokens": round(prompt / calls, 1) if calls else None,
             "cached_tokens": cached,
-            "cache_hit_share": round(cached / prompt, 4) if prompt else math.nan,
-            "needed_later_recall": round(float(np.mean(self.recalls)), 4)
-            if self.recalls
-            else math.nan,
-            "needed_later_recall_min": round(min(self.recalls), 4) if self.recalls else math.nan,
+            "cache_hit_share": round(cached / prompt, 4) if prompt else None,
+            "needed_later_recall": round(float(np.mean(self.recalls)), 4) if self.recalls else None,
+            "needed_later_recall_min": round(min(self.recalls), 4) if self.recalls else None,
             "recall_calls": len(self.recalls),
             "over_window_calls": self.over_window,
             "calls": calls,
             "sessions": self.sessions,
             "p50_ms": percentile(self.ms, 50),
             "p99_ms": percentile(self.ms, 99),
-            **({"outcomes": dict(sorted(self.outcomes.items()))} if self.outcomes else {}),
+            **(
+                {
+                    "outcomes": dict(sorted(self.outcomes.items())),
+                    "over_window_outcomes": dict(sorted(self.over_window_outcomes.items())),
+                }
+                if self.outcomes
+                else {}
+            ),
         }
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    return round(float(np.percentile(values, q)), 3) if values else math.nan
+def percentile(values: Sequence[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 3) if values else None
 
 
 COLUMNS = (
@@ -98,9 +114,12 @@ COLUMNS = (
 )
 
 
-def table(entries: dict[str, dict[str, Any]], ratio: float, other: float) -> str:
-    """A Markdown table of one window's methods."""
-    header = [c.format(ratio=ratio, other=other) for c in COLUMNS]
+def table(
+    entries: dict[str, dict[str, Any]], ratio: float, other: float, first: str = "method"
+) -> str:
+    """A Markdown table of one window's methods (or settings); a missing
+    figure (no call, no needed line) is a dash."""
+    header = [first, *(c.format(ratio=ratio, other=other) for c in COLUMNS[1:])]
     rows = [
         "| " + " | ".join(header) + " |",
         "| " + " | ".join("---" for _ in header) + " |",
@@ -108,15 +127,19 @@ def table(entries: dict[str, dict[str, Any]], ratio: float, other: float) -> str
     for name, e in entries.items():
         cells = [
             name,
-            f"{e['billed_tokens']:,}",
-            f"{e['billed_tokens_by_ratio'][str(other)]:,}",
-            f"{e['mean_prompt_tokens']:,.0f}",
-            f"{e['cache_hit_share']:.1%}",
-            f"{e['needed_later_recall']:.3f}",
-            f"{e['needed_later_recall_min']:.3f}",
-            f"{e['p50_ms']:.2f}",
-            f"{e['p99_ms']:.2f}",
+            cell(e["billed_tokens"], ",d"),
+            cell(e["billed_tokens_by_ratio"][str(other)], ",d"),
+            cell(e["mean_prompt_tokens"], ",.0f"),
+            cell(e["cache_hit_share"], ".1%"),
+            cell(e["needed_later_recall"], ".3f"),
+            cell(e["needed_later_recall_min"], ".3f"),
+            cell(e["p50_ms"], ".2f"),
+            cell(e["p99_ms"], ".2f"),
             f"{e['over_window_calls']} / {e['calls']}",
         ]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
+
+
+def cell(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
