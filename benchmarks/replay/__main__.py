@@ -11,7 +11,8 @@ prompt tokens (cl100k), the tokens of the prefix shared byte for byte with the
 same method's previous prompt (cacheable), billed input tokens = uncached +
 R x cached, needed-later recall (../shared/datasets/README.md), and the
 latency the method adds. Methods: `none`, `gemini-cli-native`, `obs-mask`,
-`langchain`, `ctxopt`; then ctxopt's threshold/target gap swept at 40%.
+`langchain`, `ctxopt` (the Gemini CLI adapter's `optimizeContents` against a
+real server); then ctxopt's threshold/target gap swept at 40%.
 Prints a table per window, writes JSON to --out and the cumulative billed
 tokens of a typical session beside it (.png).
 """
@@ -50,28 +51,28 @@ DEFAULT_RATIO = 0.25  # Gemini 2.5 and later: cached input at 25% (or less) of t
 OTHER_RATIO = 0.1  # Anthropic: cache reads at 10% of the input price
 METHODS = ("none", "gemini-cli-native", "obs-mask", "langchain", "ctxopt")
 NODE_METHODS = ("gemini-cli-native", "ctxopt")
-# (threshold, target, recent turns kept as roots; None: the server's default of 10)
+# ctxopt's settings swept at 40%: (threshold, target, recent turns kept as roots or None
+# for the default); the `ctxopt` rows run the adapter's defaults
 Setting = tuple[float, float, int | None]
-DEFAULT_SETTING: Setting = (80.0, 60.0, None)  # CTXOPT_GC_THRESHOLD_PERCENT / _TARGET_PERCENT
 SWEEP: tuple[Setting, ...] = (  # the threshold/target gap is what later calls reuse
-    (80.0, 75.0, None),
+    (40.0, 35.0, None),
+    (40.0, 30.0, None),
+    (40.0, 20.0, None),
+    (50.0, 40.0, None),
+    (50.0, 30.0, None),
+    (60.0, 40.0, None),
+    (70.0, 50.0, None),
     (80.0, 70.0, None),
     (80.0, 60.0, None),
-    (80.0, 50.0, None),
     (80.0, 40.0, None),
-    (90.0, 80.0, None),
     (90.0, 70.0, None),
     (90.0, 60.0, None),
-    (90.0, 50.0, None),
-    (95.0, 70.0, None),
     (95.0, 60.0, None),
-    (70.0, 60.0, None),
-    (70.0, 50.0, None),
     # the baselines keep only the last two messages as mandatory: the same roots for ctxopt
+    (40.0, 30.0, 2),
     (80.0, 60.0, 2),
-    (90.0, 60.0, 2),
 )
-SMOKE_SWEEP: tuple[Setting, ...] = ((80.0, 70.0, None), (80.0, 60.0, None))
+SMOKE_SWEEP: tuple[Setting, ...] = ((40.0, 30.0, None), (80.0, 60.0, None))
 SMOKE_SESSIONS = 2
 NOTES = (
     "Tokens are cl100k. A message is cached when it and every message before it equal the "
@@ -83,8 +84,11 @@ NOTES = (
     "<state_snapshot>'s length), which holds none of the needed lines a real summary might keep.",
     "none sends the full history: a call over the window would be refused by the provider and "
     "counts as an over-window call; its tokens are still summed.",
-    "Latency is what the method adds per call: the prompt build (ctxopt: the TS builder, gRPC "
-    "and the server).",
+    "ctxopt runs the Gemini CLI adapter's code through its @google/genai entry "
+    "(optimizeContents from ctxopt-client/genai) against a real ctxopt serve on 127.0.0.1:0, "
+    "given the full history every call, window = windowTokens, the adapter's defaults otherwise; "
+    "its threshold/target rows set only those two.",
+    "Latency is what the method adds per call (ctxopt: the adapter, gRPC and the server).",
 )
 
 
@@ -132,10 +136,6 @@ def setting_name(setting: Setting) -> str:
     return f"{threshold:g}/{target:g}{roots}"
 
 
-def label_of(setting: Setting) -> str:
-    return "ctxopt" if setting == DEFAULT_SETTING else f"ctxopt {setting_name(setting)}"
-
-
 def node_jobs(sessions: Sequence[Session], sweep: Sequence[Setting]) -> list[Job]:
     jobs = []
     for session in sessions:
@@ -143,13 +143,11 @@ def node_jobs(sessions: Sequence[Session], sweep: Sequence[Setting]) -> list[Job
             jobs.append(
                 Job("gemini-cli-native", "gemini-cli-native", window_label, session, window)
             )
-            jobs.append(Job("ctxopt", "ctxopt", window_label, session, window, *DEFAULT_SETTING))
+            jobs.append(Job("ctxopt", "ctxopt", window_label, session, window))
         for setting in sweep:
-            if setting != DEFAULT_SETTING:
-                window = session.windows()[SHARE_WINDOW]
-                jobs.append(
-                    Job("ctxopt", label_of(setting), SHARE_WINDOW, session, window, *setting)
-                )
+            label = f"ctxopt {setting_name(setting)}"
+            window = session.windows()[SHARE_WINDOW]
+            jobs.append(Job("ctxopt", label, SHARE_WINDOW, session, window, *setting))
     return jobs
 
 
@@ -194,6 +192,7 @@ def replay(
                 counter.count_many,
                 result.outcomes,
             )
+            tally.setting = result.setting
     print("[node] replayed", file=sys.stderr)
     return tallies
 
@@ -221,17 +220,11 @@ def results_json(
     }
     gaps = []
     for setting in sweep:
-        tally = tallies[SHARE_WINDOW].get(label_of(setting))
+        tally = tallies[SHARE_WINDOW].get(f"ctxopt {setting_name(setting)}")
         if tally is not None:
             threshold, target, recent = setting
             gaps.append(
-                {
-                    "threshold_percent": threshold,
-                    "target_percent": target,
-                    "gap": threshold - target,
-                    "recent_turns": recent,
-                }
-                | tally.summary(ratio, ratios)
+                {"gap": threshold - target, "recent_turns": recent} | tally.summary(ratio, ratios)
             )
     return {**meta, "cache_price_ratio": ratio, "windows": windows, "threshold_target": gaps}
 

@@ -1,6 +1,7 @@
 """The Node legs (benchmarks/replay/replay.mjs): Gemini CLI 0.61's own path
-from @google/gemini-cli-core, and ctxopt through the TypeScript prompt builder
-against a real `ctxopt serve` on 127.0.0.1 port 0. Both packages come from
+from @google/gemini-cli-core, and ctxopt against a real `ctxopt serve` on
+127.0.0.1 port 0. ctxopt goes through the
+adapter's `optimizeContents` (ctxopt-client/genai). Both packages come from
 ts-client/ (gemini-cli-core is its dev dependency); the client is rebuilt when
 its build is missing or older than its sources."""
 
@@ -47,9 +48,9 @@ class Job:
     window_label: str
     session: Session
     window: int
-    threshold_percent: float = 80.0
-    target_percent: float = 60.0
-    recent_turns: int | None = None  # None: the server's default
+    threshold_percent: float | None = None  # None: the adapter's default
+    target_percent: float | None = None
+    recent_turns: int | None = None
 
     def request(self, index: int) -> dict[str, Any]:
         return {
@@ -68,7 +69,8 @@ class Job:
 class NodeResult:
     prompts: list[Prompt]
     ms: list[float]
-    outcomes: list[str]  # per call: what the method did (compression status, builder outcome)
+    outcomes: list[str]  # per call: what the method did (compression status, adapter outcome)
+    setting: dict[str, float]  # ctxopt: the threshold and target percent in effect
 
 
 def check_node(ts_client: Path) -> None:
@@ -153,5 +155,8 @@ def result_of(answer: dict[str, Any]) -> NodeResult:
     texts = [(str(role), str(text)) for role, text in answer["texts"]]
     prompts = [tuple(texts[i] for i in ids) for ids in answer["prompts"]]
     return NodeResult(
-        prompts, [float(ms) for ms in answer["ms"]], [str(o) for o in answer["outcomes"]]
+        prompts,
+        [float(ms) for ms in answer["ms"]],
+        [str(o) for o in answer["outcomes"]],
+        {str(k): float(v) for k, v in answer.get("setting", {}).items()},
     )

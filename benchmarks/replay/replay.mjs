@@ -4,10 +4,11 @@
 //
 // stdin:  {"address", "tsClient", "model", "summaryText", "trajectories": {key: [{role, content}]},
 //          "jobs": [{"method", "session", "trajectory", "window", "calls": [index...],
-//                    "thresholdPercent", "targetPercent", "recentTurns" (null: server default)}]}
+//                    "thresholdPercent", "targetPercent", "recentTurns" (null: the default)}]}
 // stdout: one JSON line per job, in order:
 //         {"job", "texts": [[role, text]...], "prompts": [[text index...]...],
-//          "ms": [...], "outcomes": [what the method did at each call]}
+//          "ms": [...], "outcomes": [what the method did at each call],
+//          "setting"?: {"thresholdPercent", "targetPercent"} (ctxopt: in effect)}
 //
 // A trajectory is mini-swe-agent's message list (system, task, then assistant
 // and tool-output turns). Both legs see it as Gemini CLI would: the system
@@ -29,8 +30,11 @@
 // (0.5 x window / the model's table limit), and the last prompt's token count,
 // which the CLI takes from the API, is Gemini CLI's own estimate.
 //
-// ctxopt: PromptBuilder in `true` mode with the window as contextLimitTokens,
-// the history it returns kept for the next call, as a host would.
+// ctxopt: the adapter's @google/genai entry, `optimizeContents` from
+// ctxopt-client/genai (the code withContextOptimizer runs inside Gemini CLI),
+// given the host's full history on every call, as a user would run it: the
+// window as windowTokens, the adapter's own defaults unless the job sets a
+// threshold, target or recent-turn roots (null: the default).
 import path from "node:path";
 
 // Gemini CLI logs to stdout; stdout carries the results.
@@ -46,7 +50,8 @@ const request = JSON.parse(Buffer.concat(chunks).toString("utf8"));
 // The built client (default: the repository's ts-client) and the gemini-cli-core it installs.
 const tsClient = request.tsClient ?? path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../ts-client");
 const core = path.join(tsClient, "node_modules/@google/gemini-cli-core/dist/src");
-const { PromptBuilder, CtxoptClient, DEFAULT_FLAGS } = await import(path.join(tsClient, "dist/src/index.js"));
+const { optimizeContents, closeContentOptimizers } = await import(path.join(tsClient, "dist/src/genai.js"));
+const { HOST_THRESHOLD_PERCENT, HOST_TARGET_PERCENT } = await import(path.join(tsClient, "dist/src/hostOptimizer.js"));
 const { Config } = await import(path.join(core, "config/config.js"));
 const { ChatCompressionService } = await import(path.join(core, "context/chatCompressionService.js"));
 const { ToolOutputMaskingService } = await import(path.join(core, "context/toolOutputMaskingService.js"));
@@ -56,7 +61,6 @@ const { estimateTokenCountSync } = await import(path.join(core, "utils/tokenCalc
 
 const SHELL = "run_shell_command";
 const GEMINI_CLI_COMPRESSION_THRESHOLD = 0.5; // chatCompressionService.ts DEFAULT_COMPRESSION_TOKEN_THRESHOLD
-const DEADLINE_MS = 5_000; // generous: a missed deadline would measure the fallback, not ctxopt
 
 const isToolOutput = (m) => m.role === "user" && m.content.includes("<returncode>");
 const bashCommand = (text) => /```bash\s*\n([\s\S]*?)\n```/.exec(text)?.[1] ?? "";
@@ -158,41 +162,35 @@ async function geminiCliNative(job, messages, request, config) {
   return { texts: out.texts, prompts: out.prompts, ms, outcomes };
 }
 
-async function ctxopt(job, messages, request, client) {
+async function ctxopt(job, messages, request) {
   const contents = contentsOf(messages);
   const system = messages[0].content;
-  const builder = new PromptBuilder({
-    flags: { ...DEFAULT_FLAGS, mode: "true", address: request.address, deadlineMs: DEADLINE_MS },
-    client,
-    budget: {
-      contextLimitTokens: job.window,
-      thresholdPercent: job.thresholdPercent,
-      targetPercent: job.targetPercent,
-      ...(job.recentTurns === null ? {} : { recentTurns: job.recentTurns }),
-    },
-  });
+  const options = {
+    address: request.address,
+    sessionId: job.session,
+    model: request.model,
+    windowTokens: job.window,
+    systemInstruction: system,
+    defaultMode: "true",
+    ...(job.thresholdPercent === null ? {} : { thresholdPercent: job.thresholdPercent }),
+    ...(job.targetPercent === null ? {} : { targetPercent: job.targetPercent }),
+    ...(job.recentTurns === null ? {} : { recentTurns: job.recentTurns }),
+  };
   const out = new Prompts();
   const ms = [];
   const outcomes = [];
   let history = [];
   for (const { earlier, request: next, reply } of callsOf(job, messages, contents)) {
-    history = [...history, ...earlier];
+    history = [...history, ...earlier, next];
     const started = performance.now();
-    const built = await builder.build({
-      sessionId: job.session,
-      model: request.model,
-      systemInstruction: system,
-      history,
-      message: next.parts,
-      activeTask: messages[1].content,
-    });
+    const optimized = await optimizeContents(history, options);
     ms.push(performance.now() - started);
-    outcomes.push(built.summary.outcome);
-    out.add(system, built.contents);
-    history = [...built.history, next, reply];
+    outcomes.push(optimized.summary.outcome);
+    out.add(system, optimized.contents);
+    history = [...history, reply];
   }
-  builder.close();
-  return { texts: out.texts, prompts: out.prompts, ms, outcomes };
+  const setting = { thresholdPercent: options.thresholdPercent ?? HOST_THRESHOLD_PERCENT, targetPercent: options.targetPercent ?? HOST_TARGET_PERCENT };
+  return { texts: out.texts, prompts: out.prompts, ms, outcomes, setting };
 }
 
 async function main() {
@@ -210,13 +208,12 @@ async function main() {
   config.getBaseLlmClient = () => ({
     generateContent: async () => ({ candidates: [{ content: { role: "model", parts: [{ text: summary }] } }] }),
   });
-  const client = request.address ? new CtxoptClient(request.address, { deadlineMs: DEADLINE_MS }) : undefined;
   for (const [index, job] of request.jobs.entries()) {
     const messages = request.trajectories[job.trajectory];
-    const result = job.method === "ctxopt" ? await ctxopt(job, messages, request, client) : await geminiCliNative(job, messages, request, config);
+    const result = job.method === "ctxopt" ? await ctxopt(job, messages, request) : await geminiCliNative(job, messages, request, config);
     process.stdout.write(`${JSON.stringify({ job: index, ...result })}\n`);
   }
-  client?.close();
+  closeContentOptimizers();
 }
 
 await main();

@@ -26,6 +26,7 @@ class Tally:
     sessions: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)  # what the method did, per call
     over_window_outcomes: dict[str, int] = field(default_factory=dict)
+    setting: dict[str, float] = field(default_factory=dict)  # ctxopt: threshold, target
     # per session: billed tokens at each call, for the plot
     billed_by_session: dict[str, list[Billing]] = field(default_factory=dict)
 
@@ -83,6 +84,7 @@ class Tally:
             "over_window_calls": self.over_window,
             "calls": calls,
             "sessions": self.sessions,
+            **{f"{k.removesuffix('Percent')}_percent": v for k, v in self.setting.items()},
             "p50_ms": percentile(self.ms, 50),
             "p99_ms": percentile(self.ms, 99),
             **(
