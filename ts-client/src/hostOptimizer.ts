@@ -180,7 +180,7 @@ export class HostHistoryOptimizer {
       model,
       windowTokens,
       thresholdTokens: windowTokens * ((this.flags.thresholdPercent ?? HOST_THRESHOLD_PERCENT) / 100),
-      targetTokens: windowTokens * ((this.flags.targetPercent ?? HOST_TARGET_PERCENT) / 100),
+      targetTokens: windowTokens * (Math.min(this.flags.targetPercent ?? HOST_TARGET_PERCENT, this.flags.thresholdPercent ?? HOST_THRESHOLD_PERCENT) / 100),
       lockedTurns,
       turns,
       fixed,
@@ -231,13 +231,15 @@ export class HostHistoryOptimizer {
       ...(lastAnswersCalls ? (beforeLast?.parts ?? []) : []),
       ...(lastIsPendingCall ? (beforeLast?.parts ?? []) : []),
     ].map((p) => p.chunk.id);
+    const threshold = this.flags.thresholdPercent ?? HOST_THRESHOLD_PERCENT;
     return {
       query: queryOf(call.turns),
       budget: {
         contextLimitTokens: call.windowTokens,
-        thresholdPercent: this.flags.thresholdPercent ?? HOST_THRESHOLD_PERCENT,
-        targetPercent: this.flags.targetPercent ?? HOST_TARGET_PERCENT,
-        pressurePercent: this.options.pressurePercent ?? HOST_PRESSURE_PERCENT,
+        thresholdPercent: threshold,
+        // A threshold set below the default target drags the target (and pressure) along.
+        targetPercent: Math.min(this.flags.targetPercent ?? HOST_TARGET_PERCENT, threshold),
+        pressurePercent: Math.max(this.options.pressurePercent ?? HOST_PRESSURE_PERCENT, threshold),
       },
       roots: { rootIds: mandatory, ...(this.options.recentTurns === undefined ? {} : { recentTurns: this.options.recentTurns }) },
       dryRun: this.flags.mode === "shadow",
@@ -361,7 +363,7 @@ interface PreparedCall {
  * Gemini 3 signs only the first call of a parallel step, so while any call of
  * the step stays, the signed one stays too.
  */
-function signedCallsToKeep(turns: readonly MappedContent[], decisions: ReadonlyMap<string, Decision>): string[] {
+export function signedCallsToKeep(turns: readonly MappedContent[], decisions: ReadonlyMap<string, Decision>): string[] {
   const removed = (id: string) => {
     const action = decisions.get(id)?.action;
     return action === Action.ACTION_STASH || action === Action.ACTION_DELETE;

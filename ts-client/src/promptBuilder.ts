@@ -238,7 +238,10 @@ export class PromptBuilder {
       const tokensAfter = prompt.fixedTokens + verdict.tokensAfter;
       return this.finish(prompt, "shadow", prompt.turns, { ...counts, tokensAfter, note: verdict.reason }, plan, sync);
     }
-    if (!verdict.accepted) return this.finish(prompt, "kept-original", prompt.turns, { note: verdict.reason }, plan, sync);
+    if (!verdict.accepted) {
+      if (prompt.tokensBefore > prompt.windowTokens) return this.withoutService(prompt, `${verdict.reason}; the original exceeds the window`);
+      return this.finish(prompt, "kept-original", prompt.turns, { note: verdict.reason }, plan, sync);
+    }
     const tokensAfter = prompt.fixedTokens + verdict.tokensAfter;
     if (tokensAfter > prompt.windowTokens) {
       // Never over the window: an infeasible plan falls back to local truncation.

@@ -22,10 +22,17 @@ test("a history under the target is left as is", () => {
   assert.deepEqual(truncateHistory(turns, 1_000_000, 2).turns, turns);
 });
 
-test("the oldest turns go first, cutting only before a plain user turn", () => {
+test("the oldest exchanges go first (a model turn with the user turn after it); the task opening the conversation stays", () => {
   const result = truncateHistory(mapContents(history), 100, 2);
-  assert.deepEqual(toContents(result.turns), [user(text("environment")), model(text("Got it.")), user(text("latest question"))]);
-  assert.equal(result.droppedTurns, 4);
+  assert.deepEqual(toContents(result.turns), [user(text("environment")), model(text("Got it.")), user(text(`first ${long}`)), model(text("done")), user(text("latest question"))]);
+  assert.equal(result.droppedTurns, 2);
+});
+
+test("a tool loop with no plain user turn can still be cut, call and response leaving together", () => {
+  const loop = [user(text("task")), ...[1, 2, 3, 4].flatMap((i) => [model(call("run", `${i}`)), user(response("run", `${i}`, long))])];
+  const result = truncateHistory(mapContents(loop), 2_100, 0);
+  assert.deepEqual(toContents(result.turns), [user(text("task")), ...loop.slice(5)]);
+  assert.deepEqual(findViolations(toContents(result.turns)), []);
 });
 
 test("the locked opening and the latest turn stay even when nothing fits", () => {
