@@ -99,7 +99,7 @@ def check_nothing_lost(data_dir: Path, ledger: Ledger) -> None:
     store = Store(str(data_dir))
     try:
         assert store.integrity_check() == "ok"
-        export = store.export_session(SESSION)
+        export = store.export_session("", SESSION)
     finally:
         store.close()
     live = {c["chunk"]["id"]: c["chunk"]["text"] for c in cast(list[Any], export["chunks"])}

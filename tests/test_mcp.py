@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 import grpc
-from ctxopt.store import DB_FILE, LOCK_FILE
+from ctxopt.store import DB_FILE, PID_FILE
 from ctxopt.v1 import ctxopt_pb2 as pb
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -270,7 +270,12 @@ def test_refusals_name_the_field_and_change_nothing(tmp_path: Path) -> None:
                 "target_percent",
             ),
             ("context_gc_configure", {"threshold_percent": 150}, "threshold_percent"),
-            ("context_gc_analyze", {"session_id": "never-made"}, "session_id"),
+            ("context_gc_prune", {"ids": ["t6"], "strateg": "delete"}, "strateg"),
+            ("context_gc_analyze", {"query": "x", "sesion_id": "s"}, "sesion_id"),
+            ("context_append", {"chunks": [{"id": "x", "text": "y", "rol": "user"}]}, "rol"),
+            ("context_gc_configure", {"context_limit_tokens": 10**30}, "context_limit_tokens"),
+            ("context_gc_configure", {"weight_recency": "Infinity"}, "weight_recency"),
+            ("context_gc_configure", {"threshold_percent": "NaN"}, "threshold_percent"),
             ("context_append", {"chunks": [{"id": "x", "text": ""}]}, "chunks[0].text"),
             ("context_stash_search", {"kinds": ["poem"]}, "kinds"),
         ]
@@ -281,6 +286,18 @@ def test_refusals_name_the_field_and_change_nothing(tmp_path: Path) -> None:
         assert ok and analysis["usage"]["current_tokens"] == total
         ok, found = await call("context_stash_search", {})
         assert ok and found["hits"] == []
+
+    with_mcp(tmp_path, body)
+
+
+def test_analyze_of_a_session_not_made_yet_is_empty(tmp_path: Path) -> None:
+    async def body(_session: ClientSession, call: Call) -> None:
+        ok, analysis = await call("context_gc_analyze", {"session_id": "never-made"})
+        assert ok, analysis
+        assert analysis["usage"]["current_tokens"] == 0
+        assert (analysis["candidates"], analysis["would_trigger"]) == ([], False)
+        ok, found = await call("context_stash_search", {"session_id": "never-made"})
+        assert not ok and "session_id" in found  # searching a stash that never was stays an error
 
     with_mcp(tmp_path, body)
 
@@ -297,8 +314,8 @@ def test_sigterm_closes_the_store_and_releases_the_directory(tmp_path: Path) -> 
     async def body(_session: ClientSession, call: Call) -> None:
         await registered(call)
         assert not store_was_closed(tmp_path)  # the WAL holds the append
-        os.kill(int((tmp_path / LOCK_FILE).read_text()), signal.SIGTERM)
-        with (tmp_path / LOCK_FILE).open() as lock:
+        os.kill(int((tmp_path / PID_FILE).read_text()), signal.SIGTERM)
+        with (tmp_path / DB_FILE).open() as lock:
             while True:  # fail_after bounds this
                 try:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -25,14 +25,15 @@ from ctxopt.errors import (
 )
 from ctxopt.model import Action, Chunk, ChunkKind, GcPolicy, Role, StashFilter
 from ctxopt.store import (
-    BROWSE_SNIPPET_CHARS,
     DB_FILE,
+    Change,
     StashEntry,
     Store,
     StoredChunk,
     StoredSession,
-    fts_query,
+    read_export,
 )
+from ctxopt.store.search import BROWSE_SNIPPET_CHARS, fts_query
 
 OWNER = "alice"
 NO_FILTER = StashFilter()
@@ -43,6 +44,23 @@ def make_chunk(chunk_id: str, text: str = "", **fields: object) -> Chunk:
         id=chunk_id, role=Role.USER, kind=ChunkKind.MESSAGE, text=text or f"text {chunk_id}"
     )
     return replace(base, **fields)  # type: ignore[arg-type]
+
+
+def save(store: Store, session_id: str, owner: str, chunks: list[StoredChunk]) -> None:
+    store.commit(Change(session_id, owner, upserts=chunks))
+
+
+def stash(store: Store, entries: list[StashEntry]) -> None:
+    """Each session's entries in one commit."""
+    by_session: dict[tuple[str, str], list[StashEntry]] = {}
+    for e in entries:
+        by_session.setdefault((e.session_id, e.owner), []).append(e)
+    for (session_id, owner), group in by_session.items():
+        store.commit(Change(session_id, owner, stash=group))
+
+
+def stashed(store: Store, chunk_ids: list[str], session_id: str = "s1") -> dict[str, StashEntry]:
+    return store.latest_stashed(OWNER, session_id, chunk_ids)
 
 
 def live(chunk: Chunk, seq: int, born: int = 0) -> StoredChunk:
@@ -113,7 +131,7 @@ def fresh_session(*chunks: Chunk) -> StoredSession:
 
 
 def stash_texts(store: Store, texts: dict[str, str], **fields: object) -> None:
-    store.stash([entry(make_chunk(cid, text, **fields)) for cid, text in texts.items()])
+    stash(store, [entry(make_chunk(cid, text, **fields)) for cid, text in texts.items()])
 
 
 def hit_ids(store: Store, query: str, filters: StashFilter = NO_FILTER) -> list[str]:
@@ -125,7 +143,7 @@ def hit_ids(store: Store, query: str, filters: StashFilter = NO_FILTER) -> list[
 
 
 def test_saved_chunk_loads_back_with_every_field(store: Store) -> None:
-    store.save_chunks("s1", OWNER, [live(RICH_CHUNK, seq=5, born=2)])
+    save(store, "s1", OWNER, [live(RICH_CHUNK, seq=5, born=2)])
     session = store.load_session("s1")
     assert session is not None
     assert session.chunks == [StoredChunk(RICH_CHUNK, 5, 2, 1005)]
@@ -134,7 +152,7 @@ def test_saved_chunk_loads_back_with_every_field(store: Store) -> None:
 
 def test_embedding_not_representable_as_float32_is_kept_exactly(store: Store) -> None:
     chunk = make_chunk("e", embedding=(0.1 + 1e-12, 1 / 3))
-    store.save_chunks("s1", OWNER, [live(chunk, 1)])
+    save(store, "s1", OWNER, [live(chunk, 1)])
     session = store.load_session("s1")
     assert session is not None
     assert session.chunks[0].chunk.embedding == (0.1 + 1e-12, 1 / 3)
@@ -142,77 +160,80 @@ def test_embedding_not_representable_as_float32_is_kept_exactly(store: Store) ->
 
 def test_unknown_session_loads_as_none(store: Store) -> None:
     assert store.load_session("nope") is None
-    assert store.session_owner("nope") is None
+    assert store.owners("nope") == set()
 
 
 def test_session_owner_is_the_creator(store: Store) -> None:
-    store.save_chunks("s1", OWNER, [live(make_chunk("a"), 1)])
-    assert store.session_owner("s1") == OWNER
+    save(store, "s1", OWNER, [live(make_chunk("a"), 1)])
+    assert store.owners("s1") == {OWNER}
 
 
 def test_chunks_load_in_seq_order(store: Store) -> None:
-    store.save_chunks("s1", OWNER, [live(make_chunk(c), seq) for c, seq in [("b", 2), ("c", 3)]])
-    store.save_chunks("s1", OWNER, [live(make_chunk("a"), 1)])
+    save(store, "s1", OWNER, [live(make_chunk(c), seq) for c, seq in [("b", 2), ("c", 3)]])
+    save(store, "s1", OWNER, [live(make_chunk("a"), 1)])
     session = store.load_session("s1")
     assert session is not None
     assert [c.chunk.id for c in session.chunks] == ["a", "b", "c"]
 
 
 def test_save_chunks_upserts_by_id(store: Store) -> None:
-    store.save_chunks("s1", OWNER, [live(make_chunk("a", "old"), 1)])
-    store.save_chunks("s1", OWNER, [live(make_chunk("a", "new"), 1, born=4)])
+    save(store, "s1", OWNER, [live(make_chunk("a", "old"), 1)])
+    save(store, "s1", OWNER, [live(make_chunk("a", "new"), 1, born=4)])
     session = store.load_session("s1")
     assert session is not None
     assert [(c.chunk.text, c.born) for c in session.chunks] == [("new", 4)]
 
 
 def test_delete_chunks_removes_only_those_ids(store: Store) -> None:
-    store.save_chunks("s1", OWNER, [live(make_chunk(c), i) for i, c in enumerate("abc")])
-    store.delete_chunks("s1", ["a", "c", "unknown"])
+    save(store, "s1", OWNER, [live(make_chunk(c), i) for i, c in enumerate("abc")])
+    store.commit(Change("s1", OWNER, removals=["a", "c", "unknown"]))
     session = store.load_session("s1")
     assert session is not None
     assert [c.chunk.id for c in session.chunks] == ["b"]
 
 
-def test_update_session_sets_collections(store: Store) -> None:
-    store.save_chunks("s1", OWNER, [live(make_chunk("a"), 1)])
-    store.update_session("s1", 3)
+def test_commit_sets_collections(store: Store) -> None:
+    save(store, "s1", OWNER, [live(make_chunk("a"), 1)])
+    store.commit(Change("s1", OWNER, collections=3))
     session = store.load_session("s1")
     assert session is not None
     assert session.collections == 3
 
 
-def test_update_of_unknown_session_is_not_found(store: Store) -> None:
-    with pytest.raises(NotFound, match="session_id"):
-        store.update_session("nope", 1)
-
-
-def test_list_sessions_is_scoped_by_owner(store: Store) -> None:
-    for sid, owner in [("s2", OWNER), ("s1", OWNER), ("t1", "bob")]:
-        store.save_chunks(sid, owner, [live(make_chunk("a"), 1)])
-    assert store.list_sessions(OWNER) == ["s1", "s2"]
-    assert store.list_sessions("bob") == ["t1"]
+def test_a_session_id_held_by_one_owner_is_refused_to_another(store: Store) -> None:
+    save(store, "s1", OWNER, [live(make_chunk("a"), 1)])
+    stash(store, [entry(make_chunk("b"), session_id="kept")])
+    assert store.delete_session(OWNER, "kept", purge_stash=False) is True
+    for session_id in ("s1", "kept"):
+        with pytest.raises(PermissionDenied, match="session_id"):
+            save(store, session_id, "bob", [live(make_chunk("x"), 1)])
+        with pytest.raises(PermissionDenied):
+            store.export_session("bob", session_id)
+        with pytest.raises(PermissionDenied):
+            store.delete_session("bob", session_id, purge_stash=True)
+    assert store.latest_stashed("bob", "kept", ["b"]) == {}
+    assert list(store.latest_stashed(OWNER, "kept", ["b"])) == ["b"]
 
 
 def test_delete_session_keeps_its_stash_unless_purged(store: Store) -> None:
-    store.save_chunks("s1", OWNER, [live(make_chunk("a"), 1)])
-    store.stash([entry(make_chunk("b", "kept original"))])
-    assert store.delete_session("s1", purge_stash=False) is True
+    save(store, "s1", OWNER, [live(make_chunk("a"), 1)])
+    stash(store, [entry(make_chunk("b", "kept original"))])
+    assert store.delete_session(OWNER, "s1", purge_stash=False) is True
     assert store.load_session("s1") is None
-    assert store.get_stashed("s1", ["b"])["b"].chunk.text == "kept original"
+    assert stashed(store, ["b"])["b"].chunk.text == "kept original"
 
 
 def test_delete_session_with_purge_drops_its_stash(store: Store) -> None:
-    store.save_chunks("s1", OWNER, [live(make_chunk("a"), 1)])
-    store.stash([entry(make_chunk("b", "gone"))])
-    assert store.delete_session("s1", purge_stash=True) is True
-    assert store.get_stashed("s1", ["b"]) == {}
+    save(store, "s1", OWNER, [live(make_chunk("a"), 1)])
+    stash(store, [entry(make_chunk("b", "gone"))])
+    assert store.delete_session(OWNER, "s1", purge_stash=True) is True
+    assert stashed(store, ["b"]) == {}
     assert store.stash_stats("s1") == (0, 0)
     assert hit_ids(store, "gone") == []
 
 
 def test_delete_of_unknown_session_reports_false(store: Store) -> None:
-    assert store.delete_session("nope", purge_stash=True) is False
+    assert store.delete_session(OWNER, "nope", purge_stash=True) is False
 
 
 # Restart and durability
@@ -221,15 +242,15 @@ def test_delete_of_unknown_session_reports_false(store: Store) -> None:
 def test_restart_keeps_sessions_pins_generations_and_stash(data_dir: Path) -> None:
     first = Store(str(data_dir))
     pinned = make_chunk("a", pinned=True, policy=GcPolicy.LOCKED)
-    first.save_chunks("s1", OWNER, [live(pinned, 1, born=3)])
-    first.update_session("s1", 5)
-    first.stash([entry(make_chunk("b", "stashed before restart"))])
+    save(first, "s1", OWNER, [live(pinned, 1, born=3)])
+    first.commit(Change("s1", OWNER, collections=5))
+    stash(first, [entry(make_chunk("b", "stashed before restart"))])
     first.close()
 
     second = Store(str(data_dir))
     try:
         assert second.load_session("s1") == StoredSession("s1", OWNER, 5, [live(pinned, 1, 3)])
-        assert second.get_stashed("s1", ["b"])["b"].chunk.text == "stashed before restart"
+        assert stashed(second, ["b"])["b"].chunk.text == "stashed before restart"
         assert hit_ids(second, "restart") == ["b"]
         assert second.integrity_check() == "ok"
     finally:
@@ -237,7 +258,7 @@ def test_restart_keeps_sessions_pins_generations_and_stash(data_dir: Path) -> No
 
 
 def test_database_lives_in_the_data_directory_in_wal_mode(store: Store, data_dir: Path) -> None:
-    store.save_chunks("s1", OWNER, [live(make_chunk("a"), 1)])
+    save(store, "s1", OWNER, [live(make_chunk("a"), 1)])
     with sqlite3.connect(data_dir / DB_FILE) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
@@ -247,13 +268,14 @@ _WRITE_FOREVER = """
 import sys
 from ctxopt.model import Action, Chunk, ChunkKind, Role
 from ctxopt.engine import stash_id_of
-from ctxopt.store import StashEntry, Store, StoredChunk
+from ctxopt.store import Change, StashEntry, Store, StoredChunk
 store = Store(sys.argv[1], fsync=sys.argv[2])
 for n in range(1_000_000):
     kept = Chunk(id=f"k{n}", role=Role.USER, kind=ChunkKind.MESSAGE, text=f"kept {n} ✓")
     gone = Chunk(id=f"g{n}", role=Role.MODEL, kind=ChunkKind.MESSAGE, text=f"stashed {n} 🚀" * 50)
     stashed = StashEntry(stash_id_of(gone), "s1", "alice", gone, Action.STASH, (), 0.0, n, "p")
-    store.commit_plan("s1", "alice", [stashed], [], [StoredChunk(kept, n, 0, n)], n)
+    plan = Change("s1", "alice", [StoredChunk(kept, n, 0, n)], stash=[stashed], collections=n)
+    store.commit(plan)
     print(n, flush=True)
 """
 
@@ -275,10 +297,10 @@ def test_sigkill_mid_write_keeps_every_acknowledged_write(data_dir: Path, fsync:
         session = reopened.load_session("s1")
         assert session is not None
         kept = {c.chunk.id: c.chunk.text for c in session.chunks}
-        stashed = reopened.get_stashed("s1", [f"g{n}" for n in acked])
+        originals = stashed(reopened, [f"g{n}" for n in acked])
         for n in acked:
             assert kept[f"k{n}"] == f"kept {n} ✓"
-            assert stashed[f"g{n}"].chunk.text == f"stashed {n} 🚀" * 50
+            assert originals[f"g{n}"].chunk.text == f"stashed {n} 🚀" * 50
     finally:
         reopened.close()
 
@@ -286,8 +308,8 @@ def test_sigkill_mid_write_keeps_every_acknowledged_write(data_dir: Path, fsync:
 def test_concurrent_writers_all_land(store: Store) -> None:
     def write(thread: int) -> None:
         for i in range(20):
-            store.save_chunks(f"s{thread}", OWNER, [live(make_chunk(f"c{i}"), i)])
-            store.stash([entry(make_chunk(f"x{i}"), session_id=f"s{thread}")])
+            save(store, f"s{thread}", OWNER, [live(make_chunk(f"c{i}"), i)])
+            stash(store, [entry(make_chunk(f"x{i}"), session_id=f"s{thread}")])
 
     threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
     for thread in threads:
@@ -319,87 +341,93 @@ def test_stash_id_is_stable_and_follows_the_text() -> None:
 
 def test_stashed_original_comes_back_exactly(store: Store) -> None:
     original = entry(RICH_CHUNK, action=Action.TRIM)
-    store.stash([original])
-    assert store.get_stashed("s1", ["rich"]) == {"rich": original}
+    stash(store, [original])
+    assert stashed(store, ["rich"]) == {"rich": original}
 
 
 def test_same_original_stashed_twice_is_one_entry(store: Store) -> None:
     chunk = make_chunk("a", tokens=7)
-    store.stash([entry(chunk, at_ms=1, action=Action.TRIM)])
-    store.stash([entry(chunk, at_ms=2, action=Action.STASH)])
+    stash(store, [entry(chunk, at_ms=1, action=Action.TRIM)])
+    stash(store, [entry(chunk, at_ms=2, action=Action.STASH)])
     assert store.stash_stats("s1") == (1, 7)
-    assert store.get_stashed("s1", ["a"])["a"].action == Action.STASH
+    assert stashed(store, ["a"])["a"].action == Action.STASH
 
 
-def test_get_stashed_returns_the_latest_entry_per_chunk(store: Store) -> None:
-    store.stash(
-        [entry(make_chunk("a", "first"), at_ms=1), entry(make_chunk("a", "second"), at_ms=2)]
+def test_latest_stashed_returns_the_latest_entry_per_chunk(store: Store) -> None:
+    stash(
+        store, [entry(make_chunk("a", "first"), at_ms=1), entry(make_chunk("a", "second"), at_ms=2)]
     )
-    found = store.get_stashed("s1", ["a", "missing"])
+    found = stashed(store, ["a", "missing"])
     assert list(found) == ["a"]
     assert found["a"].chunk.text == "second"
 
 
-def test_get_stashed_group_finds_every_member(store: Store) -> None:
-    store.stash(
+def test_stashed_group_members_are_every_member(store: Store) -> None:
+    stash(
+        store,
         [
             entry(make_chunk("call", group_id="g1")),
             entry(make_chunk("result", group_id="g1")),
             entry(make_chunk("other", group_id="g2")),
-        ]
+        ],
     )
-    assert sorted(store.get_stashed_group("s1", ["g1"])) == ["call", "result"]
+    assert store.stashed_group_members(OWNER, "s1", ["g1"]) == ["call", "result"]
 
 
-def test_unstash_drops_every_version_of_the_chunk(store: Store) -> None:
-    store.stash([entry(make_chunk("a", "v1"), at_ms=1), entry(make_chunk("a", "v2"), at_ms=2)])
-    store.stash([entry(make_chunk("b"))])
-    store.unstash("s1", ["a"])
-    assert list(store.get_stashed("s1", ["a", "b"])) == ["b"]
-    assert store.stash_stats("s1")[0] == 1
+def test_unstash_drops_exactly_the_entries_named(store: Store) -> None:
+    v1, v2 = entry(make_chunk("a", "v1"), at_ms=1), entry(make_chunk("a", "v2"), at_ms=2)
+    stash(store, [v1, v2, entry(make_chunk("b"))])
+    store.commit(Change("s1", OWNER, unstash=[v2.stash_id]))
+    assert {k: v.chunk.text for k, v in stashed(store, ["a", "b"]).items()} == {
+        "a": "v1",
+        "b": "text b",
+    }
+    assert store.stash_stats("s1")[0] == 2
 
 
-def test_restore_chunks_puts_back_and_unstashes(store: Store) -> None:
+def test_a_restore_puts_back_and_unstashes_in_one_commit(store: Store) -> None:
     chunk = make_chunk("a", "restored text")
-    store.stash([entry(chunk)])
-    store.restore_chunks("s1", OWNER, [live(chunk, 4)])
+    stash(store, [entry(chunk)])
+    store.commit(Change("s1", OWNER, [live(chunk, 4)], unstash=[stash_id_of(chunk)]))
     session = store.load_session("s1")
     assert session is not None
     assert [c.chunk for c in session.chunks] == [chunk]
-    assert store.get_stashed("s1", ["a"]) == {}
+    assert stashed(store, ["a"]) == {}
 
 
 def test_stash_stats_count_entries_and_tokens(store: Store) -> None:
-    store.stash([entry(make_chunk("a", tokens=10)), entry(make_chunk("b", tokens=5))])
+    stash(store, [entry(make_chunk("a", tokens=10)), entry(make_chunk("b", tokens=5))])
     assert store.stash_stats("s1") == (2, 15)
     assert store.stash_stats("other") == (0, 0)
 
 
-def test_commit_plan_stashes_removes_and_rewrites(store: Store) -> None:
+def test_a_plan_stashes_removes_and_rewrites_in_one_commit(store: Store) -> None:
     a, b = make_chunk("a", "long original"), make_chunk("b", "removed")
-    store.save_chunks("s1", OWNER, [live(a, 1), live(b, 2)])
-    trimmed = live(replace(a, text="long…"), 1, born=1)
-    store.commit_plan(
-        "s1",
-        OWNER,
-        [entry(a, action=Action.TRIM), entry(b)],
-        removed_ids=["b"],
-        changed=[trimmed],
-        collections=1,
+    save(store, "s1", OWNER, [live(a, 1), live(b, 2)])
+    trimmed = replace(live(replace(a, text="long…"), 1, born=1), origin=stash_id_of(a))
+    store.commit(
+        Change(
+            "s1",
+            OWNER,
+            upserts=[trimmed],
+            removals=["b"],
+            stash=[entry(a, action=Action.TRIM), entry(b)],
+            collections=1,
+        )
     )
     session = store.load_session("s1")
     assert session is not None
     assert session.chunks == [trimmed]
     assert session.collections == 1
-    assert {k: v.chunk for k, v in store.get_stashed("s1", ["a", "b"]).items()} == {"a": a, "b": b}
+    assert {k: v.chunk for k, v in stashed(store, ["a", "b"]).items()} == {"a": a, "b": b}
 
 
-def test_commit_plan_that_fails_inside_writes_nothing(store: Store) -> None:
+def test_a_commit_that_fails_inside_writes_nothing(store: Store) -> None:
     a, b = make_chunk("a"), make_chunk("b")
-    store.save_chunks("s1", OWNER, [live(a, 1), live(b, 2)])
+    save(store, "s1", OWNER, [live(a, 1), live(b, 2)])
     unencodable = live(replace(a, text="lone surrogate \ud800"), 1)
     with pytest.raises(UnicodeEncodeError):
-        store.commit_plan("s1", OWNER, [entry(b)], ["b"], [unencodable], collections=1)
+        store.commit(Change("s1", OWNER, [unencodable], ["b"], [entry(b)], collections=1))
     assert store.load_session("s1") == fresh_session(a, b)
     assert store.stash_stats("s1") == (0, 0)
     assert store.integrity_check() == "ok"
@@ -461,7 +489,7 @@ def test_fts_query_quotes_every_word() -> None:
 
 
 def test_blank_query_lists_newest_first(store: Store) -> None:
-    store.stash([entry(make_chunk("old"), at_ms=1), entry(make_chunk("new"), at_ms=2)])
+    stash(store, [entry(make_chunk("old"), at_ms=1), entry(make_chunk("new"), at_ms=2)])
     assert hit_ids(store, "  ") == ["new", "old"]
 
 
@@ -475,21 +503,26 @@ def test_blank_query_snippet_is_the_start_of_the_text(store: Store) -> None:
 
 
 def test_search_is_scoped_by_owner(store: Store) -> None:
-    store.stash(
+    stash(
+        store,
         [
             entry(make_chunk("mine", "secret plan")),
-            entry(make_chunk("theirs", "secret plan"), owner="bob"),
-        ]
+            entry(make_chunk("theirs", "secret plan"), session_id="b1", owner="bob"),
+        ],
     )
     assert hit_ids(store, "secret") == ["mine"]
+    for owner, expected in ((OWNER, ["mine"]), ("bob", ["theirs"])):
+        hits, _ = store.search(owner, "", "secret", NO_FILTER, 10, 0)
+        assert [h.chunk_id for h in hits] == expected
 
 
 def test_empty_session_id_searches_all_sessions_of_the_owner(store: Store) -> None:
-    store.stash(
+    stash(
+        store,
         [
             entry(make_chunk("a", "shared word"), session_id="s1"),
             entry(make_chunk("b", "shared word"), session_id="s2"),
-        ]
+        ],
     )
     hits, _ = store.search(OWNER, "", "shared", StashFilter(), 10, 0)
     assert sorted(h.session_id for h in hits) == ["s1", "s2"]
@@ -497,45 +530,52 @@ def test_empty_session_id_searches_all_sessions_of_the_owner(store: Store) -> No
 
 
 def test_kind_filter(store: Store) -> None:
-    store.stash(
+    stash(
+        store,
         [
             entry(make_chunk("log", "boom", kind=ChunkKind.LOG)),
             entry(make_chunk("code", "boom", kind=ChunkKind.CODE)),
-        ]
+        ],
     )
     assert hit_ids(store, "boom", StashFilter(kinds=(ChunkKind.LOG, ChunkKind.NOTE))) == ["log"]
 
 
 def test_tags_filter_needs_every_tag(store: Store) -> None:
-    store.stash(
+    stash(
+        store,
         [
             entry(make_chunk("both", "boom", tags=("ci", "flaky"))),
             entry(make_chunk("one", "boom", tags=("ci",))),
             entry(make_chunk("none", "boom")),
-        ]
+        ],
     )
     assert hit_ids(store, "boom", StashFilter(tags=("ci", "flaky"))) == ["both"]
 
 
 def test_file_path_filter(store: Store) -> None:
-    store.stash(
+    stash(
+        store,
         [
             entry(make_chunk("a", "boom", file_path="a.py")),
             entry(make_chunk("b", "boom", file_path="b.py")),
-        ]
+        ],
     )
     assert hit_ids(store, "boom", StashFilter(file_path="b.py")) == ["b"]
 
 
 def test_task_id_filter(store: Store) -> None:
-    store.stash(
-        [entry(make_chunk("a", "boom", task_id="t1")), entry(make_chunk("b", "boom", task_id="t2"))]
+    stash(
+        store,
+        [
+            entry(make_chunk("a", "boom", task_id="t1")),
+            entry(make_chunk("b", "boom", task_id="t2")),
+        ],
     )
     assert hit_ids(store, "boom", StashFilter(task_id="t1")) == ["a"]
 
 
 def test_time_range_filter_is_from_inclusive_to_exclusive(store: Store) -> None:
-    store.stash([entry(make_chunk(f"at{t}", "boom"), at_ms=t) for t in (10, 20, 30)])
+    stash(store, [entry(make_chunk(f"at{t}", "boom"), at_ms=t) for t in (10, 20, 30)])
     assert sorted(hit_ids(store, "boom", StashFilter(from_ms=20, to_ms=30))) == ["at20"]
     assert sorted(hit_ids(store, "boom", StashFilter(from_ms=20))) == ["at20", "at30"]
 
@@ -574,10 +614,10 @@ def test_entry_cap_drops_oldest_ephemeral_first_and_logs(
 ) -> None:
     store = capped(data_dir, entries=3)
     try:
-        store.stash([entry(make_chunk(f"log{t}", kind=ChunkKind.LOG), at_ms=t) for t in (3, 1, 2)])
+        stash(store, [entry(make_chunk(f"log{t}", kind=ChunkKind.LOG), at_ms=t) for t in (3, 1, 2)])
         with caplog.at_level(logging.WARNING, logger="ctxopt.store"):
-            store.stash([entry(make_chunk("msg"), at_ms=4)])
-        assert sorted(store.get_stashed("s1", ["log1", "log2", "log3", "msg"])) == [
+            stash(store, [entry(make_chunk("msg"), at_ms=4)])
+        assert sorted(stashed(store, ["log1", "log2", "log3", "msg"])) == [
             "log2",
             "log3",
             "msg",
@@ -590,11 +630,11 @@ def test_entry_cap_drops_oldest_ephemeral_first_and_logs(
 def test_entry_cap_without_ephemeral_refuses_the_whole_write(data_dir: Path) -> None:
     store = capped(data_dir, entries=2)
     try:
-        store.stash([entry(make_chunk("a")), entry(make_chunk("log", kind=ChunkKind.LOG))])
+        stash(store, [entry(make_chunk("a")), entry(make_chunk("log", kind=ChunkKind.LOG))])
         with pytest.raises(ResourceExhausted) as refused:
-            store.stash([entry(make_chunk("b")), entry(make_chunk("c"))])
+            stash(store, [entry(make_chunk("b")), entry(make_chunk("c"))])
         assert (refused.value.field, refused.value.value) == ("stash_max_entries", 2)
-        assert sorted(store.get_stashed("s1", ["a", "log", "b", "c"])) == ["a", "log"]
+        assert sorted(stashed(store, ["a", "log", "b", "c"])) == ["a", "log"]
     finally:
         store.close()
 
@@ -603,7 +643,7 @@ def test_byte_cap_refuses_a_non_ephemeral_overflow(data_dir: Path) -> None:
     store = capped(data_dir, size=10)
     try:
         with pytest.raises(ResourceExhausted) as refused:
-            store.stash([entry(make_chunk("a", "x" * 11))])
+            stash(store, [entry(make_chunk("a", "x" * 11))])
         assert (refused.value.field, refused.value.value) == ("stash_max_bytes", 10)
         assert store.stash_stats("s1") == (0, 0)
     finally:
@@ -614,18 +654,20 @@ def test_cap_never_drops_what_is_being_written(data_dir: Path) -> None:
     store = capped(data_dir, entries=1)
     try:
         with pytest.raises(ResourceExhausted):
-            store.stash([entry(make_chunk(f"log{i}", kind=ChunkKind.LOG)) for i in range(2)])
+            stash(store, [entry(make_chunk(f"log{i}", kind=ChunkKind.LOG)) for i in range(2)])
     finally:
         store.close()
 
 
-def test_refused_commit_plan_leaves_the_session_untouched(data_dir: Path) -> None:
+def test_refused_commit_leaves_the_session_untouched(data_dir: Path) -> None:
     store = capped(data_dir, entries=1)
     try:
         a, b = make_chunk("a"), make_chunk("b")
-        store.save_chunks("s1", OWNER, [live(a, 1), live(b, 2)])
+        save(store, "s1", OWNER, [live(a, 1), live(b, 2)])
         with pytest.raises(ResourceExhausted):
-            store.commit_plan("s1", OWNER, [entry(a), entry(b)], ["a", "b"], [], collections=1)
+            store.commit(
+                Change("s1", OWNER, removals=["a", "b"], stash=[entry(a), entry(b)], collections=1)
+            )
         assert store.load_session("s1") == fresh_session(a, b)
     finally:
         store.close()
@@ -635,64 +677,66 @@ def test_refused_commit_plan_leaves_the_session_untouched(data_dir: Path) -> Non
 
 
 def test_export_import_round_trip_is_exact(store: Store, tmp_path: Path) -> None:
-    store.save_chunks("s1", OWNER, [live(RICH_CHUNK, 1, born=2), live(make_chunk("plain"), 2)])
-    store.update_session("s1", 4)
-    store.stash([entry(replace(RICH_CHUNK, id="gone", embedding=(1 / 3, 0.5)), action=Action.MASK)])
-    exported = store.export_session("s1")
+    save(store, "s1", OWNER, [live(RICH_CHUNK, 1, born=2), live(make_chunk("plain"), 2)])
+    store.commit(Change("s1", OWNER, collections=4))
+    stash(
+        store, [entry(replace(RICH_CHUNK, id="gone", embedding=(1 / 3, 0.5)), action=Action.MASK)]
+    )
+    exported = store.export_session(OWNER, "s1")
     text = json.dumps(exported, ensure_ascii=False)
 
     fresh = Store(str(tmp_path / "fresh"))
     try:
-        assert fresh.import_session(json.loads(text), "carol", replace=False) == "s1"
-        assert fresh.export_session("s1") == exported
-        restored = fresh.get_stashed("s1", ["gone"])["gone"].chunk
+        fresh.import_session(read_export(json.loads(text), "carol"), replace=False)
+        assert fresh.export_session("carol", "s1") == exported
+        restored = fresh.latest_stashed("carol", "s1", ["gone"])["gone"].chunk
         assert restored.text.encode() == RICH_CHUNK.text.encode()
         assert restored.embedding == (1 / 3, 0.5)
-        assert fresh.session_owner("s1") == "carol"
+        assert fresh.owners("s1") == {"carol"}
     finally:
         fresh.close()
 
 
 def test_export_is_human_readable(store: Store) -> None:
-    store.save_chunks("s1", OWNER, [live(RICH_CHUNK, 1)])
-    chunk = store.export_session("s1")["chunks"][0]["chunk"]  # type: ignore[index]
+    save(store, "s1", OWNER, [live(RICH_CHUNK, 1)])
+    chunk = store.export_session(OWNER, "s1")["chunks"][0]["chunk"]  # type: ignore[index]
     assert (chunk["role"], chunk["kind"], chunk["policy"]) == ("TOOL", "TOOL_RESULT", "PRESERVABLE")
     assert chunk["text"] == RICH_CHUNK.text
 
 
 def test_export_of_unknown_session_is_not_found(store: Store) -> None:
     with pytest.raises(NotFound, match="session_id"):
-        store.export_session("nope")
+        store.export_session(OWNER, "nope")
 
 
 def test_import_over_existing_session_needs_replace(store: Store) -> None:
-    store.save_chunks("s1", OWNER, [live(make_chunk("a"), 1)])
-    exported = store.export_session("s1")
+    save(store, "s1", OWNER, [live(make_chunk("a"), 1)])
+    exported = store.export_session(OWNER, "s1")
     with pytest.raises(FailedPrecondition, match="replace"):
-        store.import_session(exported, OWNER, replace=False)
+        store.import_session(read_export(exported, OWNER), replace=False)
 
 
 def test_import_with_replace_overwrites_session_and_stash(store: Store) -> None:
-    store.save_chunks("s1", OWNER, [live(make_chunk("a"), 1)])
-    exported = store.export_session("s1")
-    store.save_chunks("s1", OWNER, [live(make_chunk("later"), 2)])
-    store.stash([entry(make_chunk("stashed later"))])
-    store.import_session(exported, OWNER, replace=True)
-    assert store.export_session("s1") == exported
+    save(store, "s1", OWNER, [live(make_chunk("a"), 1)])
+    exported = store.export_session(OWNER, "s1")
+    save(store, "s1", OWNER, [live(make_chunk("later"), 2)])
+    stash(store, [entry(make_chunk("stashed later"))])
+    store.import_session(read_export(exported, OWNER), replace=True)
+    assert store.export_session(OWNER, "s1") == exported
 
 
 def test_import_over_another_owners_session_is_denied(store: Store) -> None:
-    store.save_chunks("s1", "bob", [live(make_chunk("a"), 1)])
-    exported = store.export_session("s1")
+    save(store, "s1", "bob", [live(make_chunk("a"), 1)])
+    exported = store.export_session("bob", "s1")
     with pytest.raises(PermissionDenied):
-        store.import_session(exported, OWNER, replace=True)
+        store.import_session(read_export(exported, OWNER), replace=True)
 
 
 def test_malformed_import_names_the_field_and_writes_nothing(store: Store) -> None:
-    store.save_chunks("s1", OWNER, [live(make_chunk("a"), 1)])
-    exported = json.loads(json.dumps(store.export_session("s1")))
+    save(store, "s1", OWNER, [live(make_chunk("a"), 1)])
+    exported = json.loads(json.dumps(store.export_session(OWNER, "s1")))
     exported["session_id"] = "s2"
     exported["chunks"][0]["chunk"]["role"] = "WIZARD"
     with pytest.raises(InvalidArgument, match=r"json\.chunks\[0\]\.chunk\.role"):
-        store.import_session(exported, OWNER, replace=False)
+        store.import_session(read_export(exported, OWNER), replace=False)
     assert store.load_session("s2") is None

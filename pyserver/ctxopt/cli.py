@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ctxopt.config import Config
-from ctxopt.errors import CtxoptError
+from ctxopt.errors import CtxoptError, InvalidArgument
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -91,10 +91,19 @@ def main(argv: list[str] | None = None) -> int:
             serve_stdio(config)
         else:
             _export_or_import(args, config)
-    except (CtxoptError, ValueError) as e:
-        print(f"ctxopt: {e}", file=sys.stderr)
-        return 2
+    except CtxoptError as e:
+        return _fail(str(e))
+    except OSError as e:
+        return _fail(f"{e.filename or 'file'}: {e.strerror or e}")
+    except Exception as e:  # a command line answers in one line, never a traceback
+        logging.getLogger("ctxopt").debug("command failed", exc_info=True)
+        return _fail(f"{type(e).__name__}: {e}")
     return 0
+
+
+def _fail(message: str) -> int:
+    print(f"ctxopt: {message}", file=sys.stderr)
+    return 2
 
 
 def _export_or_import(args: argparse.Namespace, config: Config) -> None:
@@ -105,8 +114,19 @@ def _export_or_import(args: argparse.Namespace, config: Config) -> None:
         if args.command == "export":
             print(engine.export_session("", args.session_id))
         else:
-            data = sys.stdin.read() if str(args.file) == "-" else args.file.read_text()
+            data = sys.stdin.read() if str(args.file) == "-" else _read(args.file)
             session_id, count = engine.import_session("", data, args.replace)
             print(f"imported {count} chunks into session {session_id}")
     finally:
         engine.close()
+
+
+def _read(path: Path) -> str:
+    if path.is_dir():
+        raise InvalidArgument("file", str(path), "is a directory, not a JSON export")
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidArgument("file", str(path), "no such file") from None
+    except UnicodeDecodeError:
+        raise InvalidArgument("file", str(path), "not UTF-8 text") from None

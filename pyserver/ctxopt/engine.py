@@ -4,9 +4,9 @@ Every method validates its input and raises a `ctxopt.errors` error naming the
 field; a failed call leaves the session unchanged. `owner` scopes sessions and
 stash entries to the credential that created them ("" when auth is off).
 
-Durability: every change is written to the store before the method returns,
-and the store is written *before* memory changes wherever a write could fail,
-so an acknowledged call survives a crash and a refused one changed nothing.
+Durability: every write is one `store.Change`, committed to the store in one
+transaction and only then applied to memory (`_commit`), so an acknowledged
+call survives a crash and a refused one changed nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import replace
 
 from ctxopt import validate
@@ -47,7 +48,15 @@ from ctxopt.registry import Entry, Registry, Session
 from ctxopt.scoring.analyzer import Analyzer
 from ctxopt.scoring.hybrid import Scores, score_session
 from ctxopt.shrink import Trimmer, stash_id
-from ctxopt.store import StashEntry, Store, StoredChunk, StoredSession
+from ctxopt.store import (
+    Change,
+    Restash,
+    StashEntry,
+    Store,
+    StoredChunk,
+    StoredSession,
+    read_export,
+)
 from ctxopt.tokens import TokenCounter
 
 STATELESS_SESSIONS = 8  # warm OptimizeContext conversations kept in memory
@@ -89,6 +98,10 @@ class Engine:
         if session is None:
             if not create:
                 raise NotFound("session_id", session_id, "no such session")
+            if self.store.owners(session_id) - {owner}:
+                raise PermissionDenied(
+                    "session_id", session_id, "session belongs to another client"
+                )
             if len(self.registry) >= self.config.max_sessions:
                 raise validate.too_many(
                     "session_id", session_id, "sessions", self.config.max_sessions
@@ -113,14 +126,18 @@ class Engine:
         session = Session(stored.session_id, stored.owner, self.analyzer)
         session.collections = stored.collections
         for item in stored.chunks:
-            session.restore_entry(
-                Entry(item.chunk, item.seq, item.chunk.tokens, item.born, item.last_touched_ms)
-            )
+            session.restore_entry(_entry(item))
         return session
 
-    @staticmethod
-    def _stored(entry: Entry) -> StoredChunk:
-        return StoredChunk(entry.chunk, entry.slot, entry.born, entry.last_touched_ms)
+    def _commit(self, session: Session, change: Change) -> None:
+        """The one write path: the store first, then memory."""
+        self.store.commit(change)
+        for chunk_id in change.removals:
+            session.remove(chunk_id)
+        for item in change.upserts:
+            session.restore_entry(_entry(item))
+        if change.collections is not None:
+            session.collections = change.collections
 
     # ---- chunks ----------------------------------------------------------
 
@@ -139,36 +156,17 @@ class Engine:
         with session.lock:
             self._check_capacity(session, chunks)
             self._check_embeddings(session, chunks)
-            before = {c.id: session.entries[c.id] for c in chunks if c.id in session.entries}
-            now = _now_ms()
-            statuses = [
-                session.upsert(chunk, count, now)
-                for chunk, count in zip(chunks, tokens, strict=True)
-            ]
-            changed = [
-                self._stored(session.entries[c.id])
-                for c, status in zip(chunks, statuses, strict=True)
-                if status != UpsertStatus.UNCHANGED
-            ]
-            try:
-                if changed:
-                    self.store.save_chunks(session_id, owner, changed)
-            except Exception:
-                self._undo_upserts(session, chunks, before)
-                raise
+            existed = {c.id for c in chunks if c.id in session.entries}
+            staged = session.staged(chunks, tokens, _now_ms())
+            if staged:
+                upserts = [_stored(e) for e in staged]
+                self._commit(session, Change(session_id, owner, upserts=upserts))
+            changed = {e.chunk.id for e in staged}
             results = [
-                ChunkTokens(c.id, session.entries[c.id].tokens, s)
-                for c, s in zip(chunks, statuses, strict=True)
+                ChunkTokens(c.id, session.entries[c.id].tokens, _status(c.id, changed, existed))
+                for c in chunks
             ]
             return AppendResult(results, session.tokens_total, len(session))
-
-    def _undo_upserts(
-        self, session: Session, chunks: Sequence[Chunk], before: dict[str, Entry]
-    ) -> None:
-        for chunk in chunks:
-            session.remove(chunk.id)
-            if chunk.id in before:
-                session.restore_entry(before[chunk.id])
 
     def _check_capacity(self, session: Session, chunks: Sequence[Chunk]) -> None:
         new = sum(1 for c in {c.id for c in chunks} if c not in session.entries)
@@ -199,21 +197,15 @@ class Engine:
                 if update.id not in session.entries:
                     raise NotFound(f"updates[{i}].id", update.id, "no such chunk in the session")
             now = _now_ms()
-            new_chunks = [self._updated(session.entries[u.id].chunk, u) for u in updates]
-            stored = [
-                StoredChunk(
-                    chunk,
-                    session.entries[chunk.id].slot,
-                    session.entries[chunk.id].born,
-                    now if u.touch else session.entries[chunk.id].last_touched_ms,
+            upserts = [
+                replace(
+                    _stored(entry := session.entries[u.id]),
+                    chunk=self._updated(entry.chunk, u),
+                    last_touched_ms=now if u.touch else entry.last_touched_ms,
                 )
-                for chunk, u in zip(new_chunks, updates, strict=True)
+                for u in updates
             ]
-            self.store.save_chunks(session_id, owner, stored)
-            for chunk, u in zip(new_chunks, updates, strict=True):
-                session.set_chunk(chunk)
-                if u.touch:
-                    session.touch(chunk.id, now)
+            self._commit(session, Change(session_id, owner, upserts=upserts))
             return len(updates)
 
     @staticmethod
@@ -227,38 +219,63 @@ class Engine:
         )
 
     def remove(
-        self, owner: str, session_id: str, chunk_ids: Sequence[str], stash: bool
+        self, owner: str, session_id: str, chunk_ids: Sequence[str], stash_originals: bool
     ) -> tuple[int, int]:
-        """Remove chunks; returns (removed, session_tokens)."""
+        """Remove chunks, their originals stashed when asked; returns (removed, session_tokens)."""
         validate.validate_ids(chunk_ids, "chunk_ids")
         session = self._session(owner, session_id)
         with session.lock:
             self._require_known(session, chunk_ids, "chunk_ids")
-            now = _now_ms()
-            entries = (
-                [
-                    StashEntry(
-                        stash_id_of(session.entries[i].chunk),
-                        session_id,
+            stash: list[StashEntry] = []
+            restash: list[Restash] = []
+            if stash_originals:
+                now = _now_ms()
+                for chunk_id in chunk_ids:
+                    entry = session.entries[chunk_id]
+                    self._keep_original(
+                        session,
                         owner,
-                        session.entries[i].chunk,
+                        entry,
                         Action.STASH,
                         ("removed_by_client",),
                         0.0,
                         now,
                         "",
+                        stash,
+                        restash,
                     )
-                    for i in chunk_ids
-                ]
-                if stash
-                else []
+            change = Change(
+                session_id, owner, removals=list(chunk_ids), stash=stash, restash=restash
             )
-            self.store.commit_plan(
-                session_id, owner, entries, list(chunk_ids), [], session.collections
-            )
-            for chunk_id in chunk_ids:
-                session.remove(chunk_id)
+            self._commit(session, change)
             return len(chunk_ids), session.tokens_total
+
+    @staticmethod
+    def _keep_original(
+        session: Session,
+        owner: str,
+        entry: Entry,
+        action: Action,
+        reasons: tuple[str, ...],
+        score: float,
+        now: int,
+        plan_id: str,
+        stash: list[StashEntry],
+        restash: list[Restash],
+    ) -> str:
+        """Record the original of a chunk leaving the window (or shrinking): a new
+        stash entry, or, when its text is already an excerpt or placeholder, the
+        newer decision on the entry holding its original. Returns that stash id."""
+        if entry.origin:
+            restash.append(Restash(entry.origin, action, reasons, score, now, plan_id))
+            return entry.origin
+        stash_id = stash_id_of(entry.chunk)
+        stash.append(
+            StashEntry(
+                stash_id, session.id, owner, entry.chunk, action, reasons, score, now, plan_id
+            )
+        )
+        return stash_id
 
     def chunks(self, owner: str, session_id: str, chunk_ids: Sequence[str]) -> list[Chunk]:
         """The live chunks of these ids, as registered (NotFound names unknown ids)."""
@@ -350,74 +367,51 @@ class Engine:
                 )
 
     def _apply(self, session: Session, owner: str, outcome: Outcome) -> None:
-        """Stash originals and change the session: store first, then memory."""
+        """Keep every original, then change the session, as one committed change."""
         plan = outcome.plan
         now = _now_ms()
         plan_id = plan_fingerprint(session.id, plan)
         by_id = {d.chunk_id: d for d in plan.decisions}
-        entries: list[StashEntry] = []
-        changed: list[StoredChunk] = []
-        removed: list[str] = []
+        stash: list[StashEntry] = []
+        restash: list[Restash] = []
+        upserts: list[StoredChunk] = []
+        removals: list[str] = []
+
+        def keep_original(entry: Entry, action: Action) -> str:
+            decision = by_id[entry.chunk.id]
+            return self._keep_original(
+                session,
+                owner,
+                entry,
+                action,
+                decision.reasons,
+                decision.score,
+                now,
+                plan_id,
+                stash,
+                restash,
+            )
+
         for slot, (action, text, tokens) in outcome.shrunk.items():
             entry = session.entry_at(slot)
-            decision = by_id[entry.chunk.id]
-            entries.append(
-                self._stash_entry(
-                    session,
-                    owner,
-                    entry,
-                    decision.stash_id,
-                    action,
-                    decision.reasons,
-                    decision.score,
-                    now,
-                    plan_id,
-                )
-            )
+            origin = keep_original(entry, action)
             shrunk = replace(entry.chunk, text=text, tokens=tokens)
-            changed.append(StoredChunk(shrunk, entry.slot, entry.born, entry.last_touched_ms))
+            upserts.append(replace(_stored(entry), chunk=shrunk, origin=origin))
         for slot, action in outcome.removed.items():
             entry = session.entry_at(slot)
-            decision = by_id[entry.chunk.id]
-            removed.append(entry.chunk.id)
+            removals.append(entry.chunk.id)
             if action != Action.DELETE:
-                entries.append(
-                    self._stash_entry(
-                        session,
-                        owner,
-                        entry,
-                        decision.stash_id,
-                        action,
-                        decision.reasons,
-                        decision.score,
-                        now,
-                        plan_id,
-                    )
-                )
-        self.store.commit_plan(
-            session.id, owner, entries, removed, changed, session.collections + 1
+                keep_original(entry, action)
+        change = Change(
+            session.id,
+            owner,
+            upserts=upserts,
+            removals=removals,
+            stash=stash,
+            restash=restash,
+            collections=session.collections + 1,
         )
-        for item in changed:
-            session.set_text(item.chunk.id, item.chunk.text, item.chunk.tokens)
-        for chunk_id in removed:
-            session.remove(chunk_id)
-        session.collections += 1
-
-    @staticmethod
-    def _stash_entry(
-        session: Session,
-        owner: str,
-        entry: Entry,
-        stash: str,
-        action: Action,
-        reasons: tuple[str, ...],
-        score: float,
-        now: int,
-        plan_id: str,
-    ) -> StashEntry:
-        return StashEntry(
-            stash, session.id, owner, entry.chunk, action, reasons, score, now, plan_id
-        )
+        self._commit(session, change)
 
     def score(
         self,
@@ -432,6 +426,7 @@ class Engine:
         validate.validate_query(query, self.config)
         validate.validate_roots(roots)
         validate.validate_weights(weights)
+        validate.validate_query_embedding(query_embedding, self.config)
         session = self._session(owner, session_id)
         with session.lock:
             _, scores, _ = self._marks_and_scores(session, query, query_embedding, roots, weights)
@@ -508,9 +503,22 @@ class Engine:
     ) -> tuple[list[StashHit], int | None]:
         """Ranked stash hits and the next offset (None on the last page)."""
         validate.validate_query(query, self.config)
+        validate.validate_search(limit, offset)
         if session_id:
-            self._session(owner, session_id)
+            self._stash_owner(owner, session_id)
         return self.store.search(owner, session_id, query, filters, limit, offset)
+
+    def _stash_owner(self, owner: str, session_id: str) -> None:
+        """A session's stash answers to its owner, live session or not."""
+        validate.validate_session_id(session_id)
+        owners = self.store.owners(session_id)
+        session = self.registry.get(session_id)
+        if session is not None:
+            owners.add(session.owner)
+        if not owners:
+            raise NotFound("session_id", session_id, "no such session")
+        if owners - {owner}:
+            raise PermissionDenied("session_id", session_id, "session belongs to another client")
 
     def restore(
         self,
@@ -520,23 +528,30 @@ class Engine:
         budget: Budget | None,
         force: bool,
     ) -> tuple[list[str], int]:
-        """Restore stashed chunks and their groups; returns (ids, session_tokens)."""
+        """Bring stashed originals back into the window, with the rest of their
+        groups; returns (ids, session_tokens).
+
+        A chunk out of the window comes back as its newest stashed original; a
+        chunk shown as an excerpt or placeholder comes back as the original it
+        names; a chunk already whole in the window has nothing to restore. Only
+        the entries brought back leave the stash."""
         validate.validate_ids(chunk_ids, "chunk_ids")
         if budget is not None:
             validate.validate_budget(budget)
-        session = self._session(owner, session_id)
+        self._stash_owner(owner, session_id)
+        session = self._session(owner, session_id, create=True)
         with session.lock:
-            found = self.store.get_stashed(session_id, chunk_ids)
-            missing = [i for i in chunk_ids if i not in found]
+            originals = self._originals(session, owner, chunk_ids)
+            missing = [i for i in chunk_ids if i not in originals]
             if missing:
                 raise NotFound("chunk_ids", missing, "not in the session's stash")
-            groups = sorted({e.chunk.group_id for e in found.values() if e.chunk.group_id})
-            if groups:
-                found.update(self.store.get_stashed_group(session_id, groups))
-            originals = [e.chunk for e in found.values()]
-            counts = self._count([replace(c, tokens=0) if c.tokens < 0 else c for c in originals])
+            groups = sorted({e.chunk.group_id for e in originals.values() if e.chunk.group_id})
+            members = self.store.stashed_group_members(owner, session_id, groups)
+            originals.update(self._originals(session, owner, members))
+            back = [originals[i] for i in sorted(originals)]
+            counts = self._count([replace(e.chunk, tokens=max(e.chunk.tokens, 0)) for e in back])
             growth = sum(counts) - sum(
-                session.entries[c.id].tokens for c in originals if c.id in session.entries
+                session.entries[e.chunk.id].tokens for e in back if e.chunk.id in session.entries
             )
             if budget is not None and not force and session.tokens_total + growth > budget.target:
                 raise FailedPrecondition(
@@ -547,22 +562,37 @@ class Engine:
                     "set force to restore anyway",
                 )
             now = _now_ms()
-            entries = []
-            for chunk, count in zip(originals, counts, strict=True):
-                current = session.entries.get(chunk.id)
-                slot = current.slot if current else session.slot_by_id.get(chunk.id, -1)
-                born = current.born if current else session.collections
-                entries.append(Entry(replace(chunk, tokens=count), slot, count, born, now))
-            for entry in entries:
-                session.restore_entry(entry)
-            stored = [self._stored(session.entries[e.chunk.id]) for e in entries]
-            try:
-                self.store.restore_chunks(session_id, owner, stored)
-            except Exception:
-                for entry in entries:
-                    session.remove(entry.chunk.id)
-                raise
-            return sorted(found), session.tokens_total
+            slots = session.slots_for([e.chunk.id for e in back if e.chunk.id not in session])
+            upserts = []
+            for stashed, count in zip(back, counts, strict=True):
+                current = session.entries.get(stashed.chunk.id)
+                upserts.append(
+                    StoredChunk(
+                        replace(stashed.chunk, tokens=count),
+                        current.slot if current else slots[stashed.chunk.id],
+                        current.born if current else session.collections,
+                        now,
+                    )
+                )
+            unstash = [e.stash_id for e in back]
+            self._commit(session, Change(session_id, owner, upserts=upserts, unstash=unstash))
+            return sorted(originals), session.tokens_total
+
+    def _originals(
+        self, session: Session, owner: str, chunk_ids: Sequence[str]
+    ) -> dict[str, StashEntry]:
+        """The original a restore brings back for each of these ids that has one."""
+        shown = {
+            session.entries[i].origin: i
+            for i in chunk_ids
+            if i in session.entries and session.entries[i].origin
+        }
+        found: dict[str, StashEntry] = {}
+        for origin, entry in self.store.stash_entries(owner, session.id, list(shown)).items():
+            found[shown[origin]] = entry
+        gone = [i for i in chunk_ids if i not in session.entries]
+        found.update(self.store.latest_stashed(owner, session.id, gone))
+        return found
 
     # ---- session level -----------------------------------------------------
 
@@ -593,37 +623,63 @@ class Engine:
     def delete_session(self, owner: str, session_id: str, purge_stash: bool) -> bool:
         session = self._session(owner, session_id)
         with session.lock:
-            deleted = self.store.delete_session(session_id, purge_stash)
+            deleted = self.store.delete_session(owner, session_id, purge_stash)
             self.registry.drop(session_id)
             return deleted
 
     def export_session(self, owner: str, session_id: str) -> str:
         """The session and its stash as JSON (round-trips through import)."""
-        session = self._session(owner, session_id)
-        with session.lock:
-            return json.dumps(self.store.export_session(session_id), ensure_ascii=False, indent=2)
+        self._stash_owner(owner, session_id)
+        return json.dumps(
+            self.store.export_session(owner, session_id), ensure_ascii=False, indent=2
+        )
 
-    def import_session(self, owner: str, data: str, replace: bool) -> tuple[str, int]:
-        """Load an exported session; returns (session_id, chunk_count)."""
+    def import_session(self, owner: str, data: str, overwrite: bool) -> tuple[str, int]:
+        """Load an exported session; returns (session_id, chunk_count).
+
+        Every chunk, live or stashed, passes the checks of an append, the
+        session's limits and one embedding dimension; positions are renumbered
+        in their order, and nothing is written when anything is refused."""
         try:
             parsed = json.loads(data)
         except json.JSONDecodeError as err:
-            raise InvalidArgument("json", data[:40], f"not valid JSON: {err.msg}") from None
-        if not isinstance(parsed, dict):
-            raise InvalidArgument("json", type(parsed).__name__, "must be a JSON object")
-        session_id = str(parsed.get("session_id", ""))
-        validate.validate_session_id(session_id)
-        existing = self.registry.get(session_id) or self._load(session_id)
-        if existing is not None and existing.owner != owner:
-            raise PermissionDenied(
-                "json.session_id", session_id, "session belongs to another client"
-            )
-        if existing is not None and not replace:
-            raise FailedPrecondition("replace", False, f"session {session_id!r} exists")
-        imported = self.store.import_session(parsed, owner, replace)
-        self.registry.drop(imported)
-        session = self._session(owner, imported)
-        return imported, len(session)
+            raise InvalidArgument(
+                "json", f"line {err.lineno} column {err.colno}", f"not valid JSON: {err.msg}"
+            ) from None
+        exported = validate.validate_export(read_export(parsed, owner), self.config)
+        chunks = [c.chunk for c in exported.session.chunks]
+        empty = Session(exported.session.session_id, owner, self.analyzer)
+        self._check_capacity(empty, chunks)
+        self._check_embeddings(empty, chunks)
+        counts = self._count(chunks)
+        counted = [
+            replace(c, chunk=replace(c.chunk, tokens=n))
+            for c, n in zip(exported.session.chunks, counts, strict=True)
+        ]
+        exported = replace(exported, session=replace(exported.session, chunks=counted))
+        session_id = exported.session.session_id
+        live = self.registry.get(session_id)
+        with self._load_lock, live.lock if live is not None else nullcontext():
+            self.store.import_session(exported, overwrite)
+            self.registry.drop(session_id)
+        session = self._session(owner, session_id)
+        return session_id, len(session)
+
+
+def _entry(item: StoredChunk) -> Entry:
+    return Entry(
+        item.chunk, item.seq, item.chunk.tokens, item.born, item.last_touched_ms, item.origin
+    )
+
+
+def _stored(entry: Entry) -> StoredChunk:
+    return StoredChunk(entry.chunk, entry.slot, entry.born, entry.last_touched_ms, entry.origin)
+
+
+def _status(chunk_id: str, changed: set[str], existed: set[str]) -> UpsertStatus:
+    if chunk_id not in changed:
+        return UpsertStatus.UNCHANGED
+    return UpsertStatus.UPDATED if chunk_id in existed else UpsertStatus.ADDED
 
 
 def stash_id_of(chunk: Chunk) -> str:

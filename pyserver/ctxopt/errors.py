@@ -48,3 +48,7 @@ class ResourceExhausted(CtxoptError):
 
 class PermissionDenied(CtxoptError):
     status = "PERMISSION_DENIED"
+
+
+class DataLoss(CtxoptError):
+    status = "DATA_LOSS"

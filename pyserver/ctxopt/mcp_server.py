@@ -23,12 +23,12 @@ from typing import Annotated, Literal, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ctxopt import validate
 from ctxopt.config import Config
 from ctxopt.engine import Engine
-from ctxopt.errors import CtxoptError
+from ctxopt.errors import CtxoptError, NotFound
 from ctxopt.model import (
     DEFAULT_RECENT_TURNS,
     Budget,
@@ -67,10 +67,10 @@ KindName = Literal[
 PruneStrategy = Literal["delete", "stash", "auto"]
 PolicyName = Literal["auto", "locked", "preservable", "partial", "ephemeral"]
 ActionName = Literal["trim", "mask", "stash", "delete"]
-Percent = Annotated[float, Field(gt=0, le=100)]
-PositiveInt = Annotated[int, Field(gt=0)]
+Percent = Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)]
+WindowTokens = Annotated[int, Field(gt=0, le=validate.MAX_CONTEXT_TOKENS)]
 Count = Annotated[int, Field(ge=0)]
-Weight = Annotated[float, Field(ge=0)]
+Weight = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Query = Annotated[str, Field(description="the current task or question; relevance is scored on it")]
 SessionId = Annotated[str, Field(description="the conversation; one per agent session")]
 
@@ -80,6 +80,8 @@ SessionId = Annotated[str, Field(description="the conversation; one per agent se
 
 class ChunkIn(BaseModel):
     """One piece of the agent's context."""
+
+    model_config = ConfigDict(extra="forbid")
 
     id: str
     text: str
@@ -259,7 +261,15 @@ class ContextTools:
         )
 
     def analyze(self, session_id: str, query: str) -> Analysis:
-        plan = self.engine.optimize(OWNER, session_id, self.collection(query, dry_run=True))
+        """An agent's first call may come before anything is registered: a session
+        that does not exist yet is an empty one."""
+        options = self.collection(query, dry_run=True)
+        try:
+            plan = self.engine.optimize(OWNER, session_id, options)
+        except NotFound as e:
+            if e.field != "session_id":
+                raise
+            plan = Plan([], [], 0, 0, options.budget.target, False, True, [])
         budget = self.settings.budget()
         return Analysis(
             usage=Usage(
@@ -297,7 +307,7 @@ class ContextTools:
                 "(LOCKED chunks are never pruned; pinned ones after context_gc_unpin)"
             )
         before = self.engine.stats(OWNER, session_id).tokens
-        _, after = self.engine.remove(OWNER, session_id, ids, stash=strategy == "stash")
+        _, after = self.engine.remove(OWNER, session_id, ids, stash_originals=strategy == "stash")
         return PruneResult(
             strategy=strategy,
             stashed=ids if strategy == "stash" else [],
@@ -457,7 +467,7 @@ def build_server(tools: ContextTools) -> MCPServer:
     @server.tool()
     def context_gc_configure(
         context_limit_tokens: Annotated[
-            PositiveInt | None, Field(description="the hard limit: the context window")
+            WindowTokens | None, Field(description="the hard limit: the context window")
         ] = None,
         threshold_percent: Annotated[
             Percent | None, Field(description="the soft limit: a collection triggers here")
@@ -529,7 +539,19 @@ def build_server(tools: ContextTools) -> MCPServer:
         refused when that would pass the target unless `force`."""
         return tools.call(lambda: tools.restore(session_id, ids, force))
 
+    _refuse_unknown_arguments(server)
     return server
+
+
+def _refuse_unknown_arguments(server: MCPServer) -> None:
+    """An argument a tool does not take is refused by name, not ignored (a typo
+    like `strateg` must not silently run the default). The SDK builds each tool's
+    argument model leniently and offers no option, so tighten the models it built."""
+    for tool in server._tool_manager.list_tools():
+        model = tool.fn_metadata.arg_model
+        model.model_config["extra"] = "forbid"
+        model.model_rebuild(force=True)
+        tool.parameters = model.model_json_schema(by_alias=True)
 
 
 def initial_settings(config: Config) -> GcSettings:

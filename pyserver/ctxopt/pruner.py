@@ -398,7 +398,7 @@ def _shrink_options(
     for slot in np.flatnonzero(trimmable | maskable).tolist():
         entry = session.entry_at(slot)
         chunk = entry.chunk
-        stash = stash_id(chunk.id, chunk.text)
+        stash = entry.origin or stash_id(chunk.id, chunk.text)
         if action[slot] == Action.TRIM:
             goal = int(entry.tokens * tuning.trim_fraction)
             text = trim(chunk.id, chunk.text, stash, goal, entry.tokens)
@@ -606,7 +606,7 @@ def _outcome(
         else:
             action = Action(int(shrink_action[slot]))
         reasons = _reasons(sel, scores, slot, action, covered_by_summary, slot in delete_requested)
-        stash = "" if action == Action.DELETE else stash_id(chunk.id, chunk.text)
+        stash = "" if action == Action.DELETE else entry.origin or stash_id(chunk.id, chunk.text)
         shrunk = action in (Action.TRIM, Action.MASK)
         text, after = shrink_texts[slot] if shrunk else ("", 0)
         if shrunk:
@@ -635,6 +635,19 @@ def _outcome(
     plan.feasible = tokens_after <= target
     if not plan.feasible:
         plan.explanation = _explain_infeasible(target, mandatory_tokens, tokens_after)
+    max_chunks = sel.options.max_chunks
+    if max_chunks and len(kept_ids) > max_chunks:
+        plan.feasible = False
+        plan.explanation = " ".join(
+            filter(
+                None,
+                (
+                    plan.explanation,
+                    f"kept {len(kept_ids)} chunks, above max_chunks={max_chunks}: the rest are "
+                    "LOCKED, pinned, roots, or kept whole with their group for coherence",
+                ),
+            )
+        )
     return outcome
 
 

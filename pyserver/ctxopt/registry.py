@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
-from ctxopt.model import Chunk, ChunkKind, GcPolicy, Role, UpsertStatus
+from ctxopt.model import Chunk, UpsertStatus
 from ctxopt.scoring.analyzer import Analyzer
 from ctxopt.scoring.bm25 import BM25Index
 
@@ -38,6 +38,7 @@ class Entry:
     tokens: int
     born: int = 0  # the session's collection count when the chunk arrived
     last_touched_ms: int = 0
+    origin: str = ""  # stash id of the original while the text is an excerpt or placeholder
 
 
 def _grow(array: npt.NDArray[np.generic], size: int) -> npt.NDArray[np.generic]:
@@ -161,9 +162,6 @@ class Session:
     def entry_at(self, slot: int) -> Entry:
         return self.entries[self.slot_ids[slot]]
 
-    def ordered_entries(self) -> list[Entry]:
-        return [self.entries[self.slot_ids[s]] for s in self.live_slots()]
-
     def slot_of(self, chunk_id: str) -> int | None:
         entry = self.entries.get(chunk_id)
         return None if entry is None else entry.slot
@@ -205,8 +203,34 @@ class Session:
         self._link(Entry(chunk, slot, tokens, born, touched))
         return status
 
+    def staged(self, chunks: Sequence[Chunk], tokens: Sequence[int], now_ms: int) -> list[Entry]:
+        """The entries `upsert` would make of chunks that change, without changing
+        anything: new ids get the slots `restore_entry` gives them in this order."""
+        entries: list[Entry] = []
+        slots = self.slots_for([c.id for c in chunks if c.id not in self.entries])
+        for chunk, count in zip(chunks, tokens, strict=True):
+            chunk = replace(chunk, tokens=count)
+            old = self.entries.get(chunk.id)
+            if old is None:
+                entries.append(Entry(chunk, slots[chunk.id], count, self.collections, now_ms))
+            elif old.chunk != chunk:
+                entries.append(Entry(chunk, old.slot, count, old.born, old.last_touched_ms))
+        return entries
+
+    def slots_for(self, chunk_ids: Sequence[str]) -> dict[str, int]:
+        """The slot each id gets back from `restore_entry`, in this order: its own
+        when it was ever here, else the next new ones."""
+        slots: dict[str, int] = {}
+        fresh = self.n_slots
+        for chunk_id in chunk_ids:
+            known = self.slot_by_id.get(chunk_id)
+            if known is None:
+                known, fresh = fresh, fresh + 1
+            slots[chunk_id] = known
+        return slots
+
     def restore_entry(self, entry: Entry) -> None:
-        """Put back a chunk with its bookkeeping (restart, restore)."""
+        """Put back a chunk with its bookkeeping (restart, restore, a committed change)."""
         if entry.chunk.id in self.entries:
             self._unlink(self.entries[entry.chunk.id])
         slot = self._slot_for(entry.chunk.id, wanted=entry.slot)
@@ -217,20 +241,6 @@ class Session:
         if entry is not None:
             self._unlink(entry)
         return entry
-
-    def set_text(self, chunk_id: str, text: str, tokens: int) -> None:
-        """Replace a chunk's text in place (a TRIM excerpt or MASK placeholder)."""
-        entry = self.entries[chunk_id]
-        self._unlink(entry)
-        self._link(
-            replace(entry, chunk=replace(entry.chunk, text=text, tokens=tokens), tokens=tokens)
-        )
-
-    def set_chunk(self, chunk: Chunk) -> None:
-        """Replace a chunk's metadata (pins, policy, references, boost) in place."""
-        entry = self.entries[chunk.id]
-        self._unlink(entry)
-        self._link(replace(entry, chunk=chunk))
 
     def touch(self, chunk_id: str, now_ms: int) -> None:
         self.entries[chunk_id].last_touched_ms = now_ms
@@ -316,14 +326,6 @@ class Session:
             self.columns.refcount[entry.slot] = len(self.in_edges.get(target, ()))
 
 
-def is_system(chunk: Chunk) -> bool:
-    return chunk.role == Role.SYSTEM or chunk.kind in (ChunkKind.SYSTEM, ChunkKind.TOOL_SCHEMA)
-
-
-def is_locked(chunk: Chunk) -> bool:
-    return chunk.gc_policy == GcPolicy.LOCKED
-
-
 class Registry:
     """All live sessions; sessions lock individually so they never block each other."""
 
@@ -356,7 +358,3 @@ class Registry:
     def __len__(self) -> int:
         with self._lock:
             return len(self._sessions)
-
-    def ids(self) -> Sequence[str]:
-        with self._lock:
-            return list(self._sessions)

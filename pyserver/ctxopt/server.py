@@ -24,6 +24,7 @@ from ctxopt.auth import AuthInterceptor, Tokens
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.errors import FailedPrecondition
+from ctxopt.interceptors import DecodeInterceptor
 from ctxopt.service import ContextOptimizerService
 from ctxopt.v1 import ctxopt_pb2 as pb
 from ctxopt.v1 import ctxopt_pb2_grpc as pb_grpc
@@ -43,7 +44,7 @@ class Server:
         self.health = health.HealthServicer(experimental_non_blocking=True)
         self._grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="ctxopt"),
-            interceptors=[AuthInterceptor(self.tokens, f"/{SERVICE_NAME}/")],
+            interceptors=[DecodeInterceptor(), AuthInterceptor(self.tokens, f"/{SERVICE_NAME}/")],
             options=[
                 ("grpc.max_receive_message_length", config.max_message_bytes),
                 ("grpc.max_send_message_length", config.max_message_bytes),

@@ -8,7 +8,8 @@ need session state (unknown session, embedding dimension) live in the engine.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ctxopt.config import Config
 from ctxopt.errors import InvalidArgument, ResourceExhausted
@@ -24,9 +25,15 @@ from ctxopt.model import (
     Strategy,
     Weights,
 )
+from ctxopt.store import Exported
+
+# Counters and times: what a JSON number holds exactly, far below int64 overflow.
+MAX_COUNTER = 2**53 - 1
 
 MAX_ID_CHARS = 256
 MAX_SEARCH_LIMIT = 100
+# Far beyond any model's window (the largest are a few million tokens).
+MAX_CONTEXT_TOKENS = 1_000_000_000
 
 
 def too_many(field: str, value: object, what: str, limit: int) -> ResourceExhausted:
@@ -73,9 +80,15 @@ def validate_chunks(chunks: Sequence[Chunk], config: Config, field: str = "chunk
         raise InvalidArgument(field, [], "must hold at least one chunk")
     if len(chunks) > config.max_chunks_per_request:
         raise too_many(field, len(chunks), "chunks in one request", config.max_chunks_per_request)
+    _check_unique_chunks(chunks, config, lambda i: f"{field}[{i}]")
+
+
+def _check_unique_chunks(
+    chunks: Sequence[Chunk], config: Config, where_of: Callable[[int], str]
+) -> None:
     seen: set[str] = set()
     for i, chunk in enumerate(chunks):
-        where = f"{field}[{i}]"
+        where = where_of(i)
         _check_id(chunk.id, f"{where}.id")
         if chunk.id in seen:
             raise InvalidArgument(f"{where}.id", chunk.id, "duplicate id in one batch")
@@ -98,9 +111,7 @@ def validate_chunk(chunk: Chunk, config: Config, where: str) -> None:
     _check_enum(chunk.kind, ChunkKind, f"{where}.kind")
     _check_enum(chunk.policy, GcPolicy, f"{where}.policy")
     for name in ("tokens", "turn", "line_start", "line_end", "created_at_ms"):
-        value = getattr(chunk, name)
-        if value < 0:
-            raise InvalidArgument(f"{where}.{name}", value, "must not be negative")
+        _check_counter(getattr(chunk, name), f"{where}.{name}")
     if chunk.line_end and chunk.line_end < chunk.line_start:
         raise InvalidArgument(f"{where}.line_end", chunk.line_end, "before line_start")
     _check_finite(chunk.boost, f"{where}.boost")
@@ -133,25 +144,33 @@ def validate_updates(updates: Sequence[ChunkUpdate], field: str = "updates") -> 
                 raise InvalidArgument(f"{field}[{i}].boost", update.boost, "must be within [-1, 1]")
         for j, target in enumerate(update.references or ()):
             _check_id(target, f"{field}[{i}].references[{j}]")
+            if target == update.id:
+                raise InvalidArgument(
+                    f"{field}[{i}].references[{j}]", target, "refers to the chunk itself"
+                )
 
 
 def validate_budget(budget: Budget, field: str = "budget") -> None:
-    if budget.context_limit_tokens <= 0:
+    if not 0 < budget.context_limit_tokens <= MAX_CONTEXT_TOKENS:
         raise InvalidArgument(
-            f"{field}.context_limit_tokens", budget.context_limit_tokens, "must be positive"
+            f"{field}.context_limit_tokens",
+            budget.context_limit_tokens,
+            f"must be within [1, {MAX_CONTEXT_TOKENS:,}]",
         )
     for name in ("threshold_percent", "target_percent", "pressure_percent"):
         value = getattr(budget, name)
         _check_finite(value, f"{field}.{name}")
         if not 0 < value <= 100:
             raise InvalidArgument(f"{field}.{name}", value, "must be within (0, 100]")
-    if budget.target_percent > budget.threshold_percent:
+    if not budget.target_tokens and budget.target_percent > budget.threshold_percent:
         raise InvalidArgument(
             f"{field}.target_percent", budget.target_percent, "must not exceed threshold_percent"
         )
-    if budget.target_tokens < 0:
+    if not 0 <= budget.target_tokens <= MAX_CONTEXT_TOKENS:
         raise InvalidArgument(
-            f"{field}.target_tokens", budget.target_tokens, "must not be negative"
+            f"{field}.target_tokens",
+            budget.target_tokens,
+            f"must be within [0, {MAX_CONTEXT_TOKENS:,}]",
         )
 
 
@@ -184,14 +203,7 @@ def validate_options(options: OptimizeOptions, config: Config) -> None:
     validate_weights(options.weights)
     validate_query(options.query, config)
     _check_enum(options.strategy, Strategy, "strategy")
-    if len(options.query_embedding) > config.max_embedding_dim:
-        raise ResourceExhausted(
-            "query_embedding",
-            len(options.query_embedding),
-            f"more than {config.max_embedding_dim} dimensions",
-        )
-    for i, value in enumerate(options.query_embedding):
-        _check_finite(value, f"query_embedding[{i}]")
+    validate_query_embedding(options.query_embedding, config)
     if options.max_chunks < 0:
         raise InvalidArgument("max_chunks", options.max_chunks, "must not be negative")
     if options.delete_ids:
@@ -203,3 +215,67 @@ def validate_search(limit: int, offset: int) -> None:
         raise InvalidArgument("limit", limit, f"must be within [0, {MAX_SEARCH_LIMIT}]")
     if offset < 0:
         raise InvalidArgument("page_token", offset, "must not be negative")
+
+
+def validate_query_embedding(values: Sequence[float], config: Config) -> None:
+    if len(values) > config.max_embedding_dim:
+        raise ResourceExhausted(
+            "query_embedding", len(values), f"more than {config.max_embedding_dim} dimensions"
+        )
+    for i, value in enumerate(values):
+        _check_finite(value, f"query_embedding[{i}]")
+
+
+def validate_export(exported: Exported, config: Config) -> Exported:
+    """An export to import, checked as an append of its live chunks and of its
+    stashed originals would be. Positions come back as exported when they are
+    distinct and no sparser than a server leaves them; otherwise they are
+    renumbered 0, 1, ... in their order (memory follows the largest position).
+
+    The session's limits and embedding dimension are the engine's to check."""
+    session = exported.session
+    validate_session_id(session.session_id, "json.session_id")
+    _check_counter(session.collections, "json.collections")
+    live = [c.chunk for c in session.chunks]
+    _check_unique_chunks(live, config, lambda i: f"json.chunks[{i}].chunk")
+    stash_ids: set[str] = set()
+    for i, entry in enumerate(exported.stash):
+        where = f"json.stash[{i}]"
+        _check_id(entry.stash_id, f"{where}.stash_id")
+        if entry.stash_id in stash_ids:
+            raise InvalidArgument(f"{where}.stash_id", entry.stash_id, "duplicate stash id")
+        stash_ids.add(entry.stash_id)
+        validate_chunk(entry.chunk, config, f"{where}.chunk")
+        _check_id(entry.chunk.id, f"{where}.chunk.id")
+        _check_finite(entry.score, f"{where}.score")
+        _check_counter(entry.stashed_at_ms, f"{where}.stashed_at_ms")
+    ordered = sorted(range(len(session.chunks)), key=lambda i: (session.chunks[i].seq, i))
+    seq_of = {i: seq for seq, i in enumerate(ordered)}
+    for i, stored in enumerate(session.chunks):
+        where = f"json.chunks[{i}]"
+        _check_counter(stored.seq, f"{where}.seq")
+        if not 0 <= stored.born <= session.collections:
+            raise InvalidArgument(
+                f"{where}.born",
+                stored.born,
+                f"must be within [0, collections={session.collections}]",
+            )
+        _check_counter(stored.last_touched_ms, f"{where}.last_touched_ms")
+        if stored.origin and stored.origin not in stash_ids:
+            raise InvalidArgument(f"{where}.origin", stored.origin, "names no stash entry")
+    seqs = [c.seq for c in session.chunks]
+    if len(set(seqs)) == len(seqs) and max(seqs, default=0) <= _sparsest(exported):
+        return exported
+    chunks = [replace(c, seq=seq_of[i]) for i, c in enumerate(session.chunks)]
+    return replace(exported, session=replace(session, chunks=chunks))
+
+
+def _sparsest(exported: Exported) -> int:
+    """The largest position a server leaves for this many chunks: one per chunk
+    ever appended, live or stashed, with room to spare."""
+    return 4 * (len(exported.session.chunks) + len(exported.stash)) + 1024
+
+
+def _check_counter(value: int, field: str) -> None:
+    if not 0 <= value <= MAX_COUNTER:
+        raise InvalidArgument(field, value, f"must be within [0, {MAX_COUNTER}]")

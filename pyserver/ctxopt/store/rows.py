@@ -1,0 +1,282 @@
+"""Chunk and stash records, and their SQLite row codecs.
+
+The live `chunks` table and the `stash` table share the chunk columns, so one
+codec serves both; enums travel as integers, string lists as JSON, embeddings
+as packed floats.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ctxopt.model import Action, Chunk, ChunkKind, GcPolicy, Role, StashHit, effective_policy
+
+
+@dataclass(frozen=True, slots=True)
+class StoredChunk:
+    """One chunk of a live session, as the registry holds it."""
+
+    chunk: Chunk
+    seq: int
+    born: int  # the session's collection count when the chunk arrived (its generation)
+    last_touched_ms: int
+    # The stash id of the original when the live text is a TRIM excerpt or MASK
+    # placeholder ("" when the text is the original): that entry is never dropped
+    # while this chunk lives, and a restore brings it back.
+    origin: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSession:
+    session_id: str
+    owner: str
+    collections: int
+    chunks: list[StoredChunk]
+
+
+@dataclass(frozen=True, slots=True)
+class StashEntry:
+    """An original moved out of the window; `stash_id` is `shrink.stash_id`
+    (the chunk id and a hash of its text, so a placeholder naming it is stable)."""
+
+    stash_id: str
+    session_id: str
+    owner: str
+    chunk: Chunk
+    action: Action
+    reasons: tuple[str, ...]
+    score: float
+    stashed_at_ms: int
+    plan_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Restash:
+    """A stashed original whose excerpt or placeholder left the window too: the
+    entry stays as it is and records the newer decision."""
+
+    stash_id: str
+    action: Action
+    reasons: tuple[str, ...]
+    score: float
+    stashed_at_ms: int
+    plan_id: str
+
+
+# Chunk columns, shared by the live `chunks` table and the `stash` table.
+CHUNK_COLUMNS = (
+    ("chunk_id", "TEXT NOT NULL"),
+    ("role", "INTEGER NOT NULL"),
+    ("kind", "INTEGER NOT NULL"),
+    ("text", "TEXT NOT NULL"),
+    ("tokens", "INTEGER NOT NULL"),
+    ("created_at_ms", "INTEGER NOT NULL"),
+    ("turn", "INTEGER NOT NULL"),
+    ("pinned", "INTEGER NOT NULL"),
+    ("policy", "INTEGER NOT NULL"),
+    ("group_id", "TEXT NOT NULL"),
+    ("parent_id", "TEXT NOT NULL"),
+    ("refs", "TEXT"),
+    ("file_path", "TEXT NOT NULL"),
+    ("line_start", "INTEGER NOT NULL"),
+    ("line_end", "INTEGER NOT NULL"),
+    ("tags", "TEXT"),
+    ("topic_id", "TEXT NOT NULL"),
+    ("task_id", "TEXT NOT NULL"),
+    ("boost", "REAL NOT NULL"),
+    ("embedding", "BLOB"),
+    ("summary_of", "TEXT"),
+    ("metadata", "TEXT"),
+)
+CHUNK_NAMES = tuple(name for name, _ in CHUNK_COLUMNS)
+CHUNK_SELECT = ", ".join(CHUNK_NAMES)
+_EMBEDDING_COLUMN = CHUNK_NAMES.index("embedding")
+
+LIVE_NAMES = ("session_id", "seq", "born", "last_touched_ms", "origin", *CHUNK_NAMES)
+LIVE_SELECT = f"seq, born, last_touched_ms, origin, {CHUNK_SELECT}"
+STASH_NAMES = (
+    "stash_id",
+    "session_id",
+    "owner",
+    "action",
+    "reasons",
+    "score",
+    "stashed_at_ms",
+    "plan_id",
+    "size_bytes",
+    "ephemeral",
+    *CHUNK_NAMES,
+)
+STASH_SELECT = (
+    f"stash_id, session_id, owner, action, reasons, score, stashed_at_ms, plan_id, {CHUNK_SELECT}"
+)
+
+
+def upsert_sql(table: str, names: Sequence[str], keys: Sequence[str]) -> str:
+    updates = ", ".join(f"{n} = excluded.{n}" for n in names if n not in keys)
+    return (
+        f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))}) "
+        f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}"
+    )
+
+
+def _encode_strings(values: Sequence[str]) -> str | None:
+    return json.dumps(list(values), ensure_ascii=False) if values else None
+
+
+# Loading a big session decodes these lists 100,000s of times: `raw_decode` skips the
+# whitespace scans of `json.loads` (the text is ours, with none around it).
+_JSON = json.JSONDecoder()
+
+
+def _decode_strings(raw: str | None) -> tuple[str, ...]:
+    return tuple(_JSON.raw_decode(raw)[0]) if raw else ()
+
+
+def _encode_embedding(values: Sequence[float]) -> bytes | None:
+    """float32 when that holds every value exactly (what the proto carries), else float64;
+    little-endian, after a one-byte type code."""
+    if not values:
+        return None
+    packed = array("f", values)
+    if tuple(packed) != tuple(values):
+        packed = array("d", values)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.typecode.encode("ascii") + packed.tobytes()
+
+
+def _decode_embedding(raw: bytes | None) -> tuple[float, ...]:
+    if not raw:
+        return ()
+    values = array(chr(raw[0]))
+    values.frombytes(raw[1:])
+    if sys.byteorder == "big":
+        values.byteswap()
+    return tuple(values)
+
+
+def chunk_values(c: Chunk) -> tuple[object, ...]:
+    return (
+        c.id,
+        int(c.role),
+        int(c.kind),
+        c.text,
+        c.tokens,
+        c.created_at_ms,
+        c.turn,
+        int(c.pinned),
+        int(c.policy),
+        c.group_id,
+        c.parent_id,
+        _encode_strings(c.references),
+        c.file_path,
+        c.line_start,
+        c.line_end,
+        _encode_strings(c.tags),
+        c.topic_id,
+        c.task_id,
+        c.boost,
+        _encode_embedding(c.embedding),
+        _encode_strings(c.summary_of),
+        json.dumps(c.metadata, ensure_ascii=False) if c.metadata else None,
+    )
+
+
+# Plain dict lookups: an enum call per field is a third of a big session's load time.
+_ROLES = {int(m): m for m in Role}
+_KINDS = {int(m): m for m in ChunkKind}
+_POLICIES = {int(m): m for m in GcPolicy}
+
+
+def chunk_from(row: Sequence[Any], start: int) -> Chunk:
+    r = row[start:]
+    return Chunk(
+        id=r[0],
+        role=_ROLES[r[1]],
+        kind=_KINDS[r[2]],
+        text=r[3],
+        tokens=r[4],
+        created_at_ms=r[5],
+        turn=r[6],
+        pinned=bool(r[7]),
+        policy=_POLICIES[r[8]],
+        group_id=r[9],
+        parent_id=r[10],
+        references=_decode_strings(r[11]),
+        file_path=r[12],
+        line_start=r[13],
+        line_end=r[14],
+        tags=_decode_strings(r[15]),
+        topic_id=r[16],
+        task_id=r[17],
+        boost=r[18],
+        embedding=_decode_embedding(r[19]),
+        summary_of=_decode_strings(r[20]),
+        metadata=_JSON.raw_decode(r[21])[0] if r[21] else {},
+    )
+
+
+def live_values(session_id: str, c: StoredChunk) -> tuple[object, ...]:
+    return (session_id, c.seq, c.born, c.last_touched_ms, c.origin, *chunk_values(c.chunk))
+
+
+def live_from(row: Sequence[Any]) -> StoredChunk:
+    """A row selected with `LIVE_SELECT`."""
+    return StoredChunk(chunk_from(row, 4), row[0], row[1], row[2], row[3])
+
+
+def entry_values(e: StashEntry) -> tuple[object, ...]:
+    values = chunk_values(e.chunk)
+    embedding = values[_EMBEDDING_COLUMN]
+    size = len(e.chunk.text.encode("utf-8")) + (
+        len(embedding) if isinstance(embedding, bytes) else 0
+    )
+    ephemeral = effective_policy(e.chunk.policy, e.chunk.kind, e.chunk.role) == GcPolicy.EPHEMERAL
+    return (
+        e.stash_id,
+        e.session_id,
+        e.owner,
+        int(e.action),
+        json.dumps(list(e.reasons), ensure_ascii=False),
+        e.score,
+        e.stashed_at_ms,
+        e.plan_id,
+        size,
+        int(ephemeral),
+        *values,
+    )
+
+
+def entry_from(row: Sequence[Any]) -> StashEntry:
+    """A row selected with `STASH_SELECT`."""
+    return StashEntry(
+        stash_id=row[0],
+        session_id=row[1],
+        owner=row[2],
+        action=Action(row[3]),
+        reasons=tuple(json.loads(row[4])),
+        score=row[5],
+        stashed_at_ms=row[6],
+        plan_id=row[7],
+        chunk=chunk_from(row, 8),
+    )
+
+
+def hit_from(row: Sequence[Any]) -> StashHit:
+    return StashHit(
+        stash_id=str(row[0]),
+        chunk_id=str(row[1]),
+        session_id=str(row[2]),
+        kind=ChunkKind(row[3]),
+        score=float(row[4]),
+        snippet=str(row[5]),
+        tokens=int(row[6]),
+        action=Action(row[7]),
+        stashed_at_ms=int(row[8]),
+    )

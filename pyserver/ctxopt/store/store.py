@@ -1,0 +1,591 @@
+"""Durable store: live sessions and the stash of removed originals, in SQLite.
+
+One database file, `ctxopt.db`, lives in the data directory, in WAL mode. It holds
+the live sessions (every chunk field plus prompt position, generation, touch time
+and, for a shrunk chunk, the stash id of its original), so a restarted server
+loads a session lazily on first use, and the stash: every TRIM/MASK/STASH original
+exactly as it was, with the action, reasons, score, time and plan that stashed it,
+indexed by an FTS5 table (external content) that `search` ranks with `bm25()`.
+
+One way in. Every change to a session is one `Change` record, committed by
+`commit` in one transaction; callers apply it to memory only after it returns.
+
+Durability. Every write commits before it returns. `fsync="normal"` (the default)
+runs `synchronous=NORMAL`: a commit is in the WAL, in the OS page cache, when the
+call returns, so it survives the process being killed (SIGKILL, OOM, a crash) but
+the last commits can be lost on power loss or a kernel panic. `fsync="full"`
+(`synchronous=FULL`) also fsyncs the WAL on every commit and survives power loss.
+The default is NORMAL: a killed server is the failure the service must survive,
+and FULL adds an fsync to every write. Measured by `benchmarks/bench_stash.py` on
+the 2-core dev VM (ext4): a plan stashing 10 originals, p50 1.2 ms NORMAL vs
+1.4-1.8 ms FULL. Measure your disk with `--work-dir` before choosing FULL.
+
+Originals are never lost. The stash holds originals only: when an excerpt or
+placeholder leaves the window too, its original's entry records the newer
+decision (`Restash`) instead of stashing the excerpt. An entry that a live
+chunk's `origin` names is never dropped; a restore unstashes exactly the entry
+it brought back.
+
+Ownership follows the data: a session id whose live session or stash belongs to
+one owner cannot be taken by another (also after a delete without purge), and
+every read and delete filters by owner.
+
+Retention. Each session's stash is capped (`stash_max_entries`, `stash_max_bytes`;
+bytes are the original's UTF-8 text plus its stored embedding). A write that would
+go over a cap drops EPHEMERAL originals of that session, oldest first, never the
+ones being written nor those a live chunk names, and logs each drop; when that is
+not enough the whole write is refused with `ResourceExhausted`.
+
+Failure. A database that is damaged, unreadable or not writable refuses to open
+with one line naming the file and what to do; a full disk answers
+`ResourceExhausted` and leaves the store as it was.
+
+Threads. One connection, guarded by a lock: SQLite serialises writers anyway, and
+every call here is short.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ctxopt.errors import (
+    DataLoss,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+)
+from ctxopt.model import StashFilter, StashHit
+from ctxopt.store.export import Exported, export_document
+from ctxopt.store.rows import (
+    LIVE_NAMES,
+    LIVE_SELECT,
+    STASH_NAMES,
+    STASH_SELECT,
+    Restash,
+    StashEntry,
+    StoredChunk,
+    StoredSession,
+    entry_from,
+    entry_values,
+    hit_from,
+    live_from,
+    live_values,
+    upsert_sql,
+)
+from ctxopt.store.schema import SCHEMA_VERSION, create_or_migrate
+from ctxopt.store.search import search_sql
+
+logger = logging.getLogger(__name__)
+
+DB_FILE = "ctxopt.db"
+PID_FILE = "ctxopt.pid"  # who holds the directory, for the refusal message only
+
+Fsync = Literal["full", "normal"]
+
+_UPSERT_LIVE = upsert_sql("chunks", LIVE_NAMES, ("session_id", "chunk_id"))
+_UPSERT_STASH = upsert_sql("stash", STASH_NAMES, ("session_id", "stash_id"))
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One write to a session: what changes, committed in one transaction.
+
+    `upserts` are live chunks written whole; `removals` live chunk ids dropped;
+    `stash` originals stored; `restash` stored originals given a newer decision;
+    `unstash` stash ids brought back into the window; `collections` the
+    session's new collection count (None: unchanged)."""
+
+    session_id: str
+    owner: str
+    upserts: Sequence[StoredChunk] = ()
+    removals: Sequence[str] = ()
+    stash: Sequence[StashEntry] = ()
+    restash: Sequence[Restash] = ()
+    unstash: Sequence[str] = ()
+    collections: int | None = None
+
+
+def _damaged(path: str, err: BaseException) -> DataLoss:
+    return DataLoss(
+        "data_dir",
+        path,
+        f"the database is damaged ({err}); move it aside and restart, "
+        "then import sessions from their JSON exports",
+    )
+
+
+def _classify(path: str, err: sqlite3.Error) -> Exception:
+    """A clear error for what SQLite reports about the file or the disk."""
+    message = str(err).lower()
+    if "full" in message:
+        return ResourceExhausted("data_dir", path, f"the disk is full ({err}); free space")
+    if "readonly" in message or "read-only" in message or "unable to open" in message:
+        return FailedPrecondition(
+            "data_dir", path, f"cannot write the database ({err}); check its permissions"
+        )
+    if isinstance(err, sqlite3.DatabaseError) and not isinstance(err, sqlite3.OperationalError):
+        return _damaged(path, err)
+    return err
+
+
+class _Directory:
+    """One process per data directory: each keeps its sessions in memory, so a
+    second writer would diverge from the first. The lock is on the database file
+    itself (deleting a side file must not let a second server in); the kernel drops
+    it when the process dies, even by SIGKILL."""
+
+    def __init__(self, path: Path) -> None:
+        try:
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._fd = os.open(path / DB_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as err:
+            raise FailedPrecondition(
+                "data_dir", str(path), f"cannot open the data directory ({err.strerror})"
+            ) from None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            holder = _read_pid(path / PID_FILE)
+            raise FailedPrecondition(
+                "data_dir", str(path), f"in use by another ctxopt process (pid {holder})"
+            ) from None
+        # informational only: a read-only directory is reported when SQLite writes
+        with contextlib.suppress(OSError):
+            (path / PID_FILE).write_text(str(os.getpid()))
+
+    def release(self) -> None:
+        os.close(self._fd)  # releases the flock
+
+
+def _read_pid(path: Path) -> str:
+    try:
+        return path.read_text().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+class Store:
+    """Live sessions and the stash, durable in one SQLite database (see module doc)."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        fsync: Fsync = "normal",
+        stash_max_entries: int = 100_000,
+        stash_max_bytes: int = 1 << 30,
+    ) -> None:
+        """`path` is a data directory (created, mode 0700) or ":memory:" (tests only)."""
+        if fsync not in ("full", "normal"):
+            raise InvalidArgument("fsync", fsync, "must be 'full' or 'normal'")
+        if stash_max_entries <= 0:
+            raise InvalidArgument("stash_max_entries", stash_max_entries, "must be positive")
+        if stash_max_bytes <= 0:
+            raise InvalidArgument("stash_max_bytes", stash_max_bytes, "must be positive")
+        self.stash_max_entries = stash_max_entries
+        self.stash_max_bytes = stash_max_bytes
+        in_memory = path == ":memory:"
+        self._directory = None if in_memory else _Directory(Path(path))
+        self.db_path = ":memory:" if in_memory else str(Path(path) / DB_FILE)
+        self._lock = threading.Lock()
+        try:
+            self._conn = sqlite3.connect(
+                self.db_path, check_same_thread=False, isolation_level=None
+            )
+            self._open(fsync, in_memory=in_memory)
+        except BaseException as err:
+            self._release()
+            if isinstance(err, sqlite3.Error):
+                raise _classify(self.db_path, err) from None
+            raise
+
+    def _open(self, fsync: Fsync, *, in_memory: bool) -> None:
+        conn = self._conn
+        conn.execute("PRAGMA busy_timeout = 10000")
+        check = conn.execute("PRAGMA quick_check").fetchall()
+        if [tuple(row) for row in check] != [("ok",)]:
+            raise _damaged(self.db_path, RuntimeError("; ".join(str(r[0]) for r in check[:3])))
+        if not in_memory:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode != "wal":
+                raise FailedPrecondition("data_dir", self.db_path, f"WAL mode refused ({mode})")
+        conn.execute(f"PRAGMA synchronous = {fsync.upper()}")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise FailedPrecondition(
+                "data_dir", self.db_path, f"schema version {version} is newer than this server"
+            )
+        if version < SCHEMA_VERSION:
+            with self._transaction() as cur:
+                create_or_migrate(cur, version)
+
+    def close(self) -> None:
+        """Checkpoint the WAL into the database file and close; a failing
+        checkpoint (a full disk) is logged, and the store still closes."""
+        with self._lock:
+            if self.db_path != ":memory:":
+                try:
+                    self._conn.execute("PRAGMA optimize")
+                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                except sqlite3.Error as err:
+                    logger.warning("closing %s without a checkpoint: %s", self.db_path, err)
+            self._release()
+
+    def _release(self) -> None:
+        conn = getattr(self, "_conn", None)
+        if conn is not None:
+            conn.close()
+        if self._directory is not None:
+            self._directory.release()
+            self._directory = None
+
+    def integrity_check(self) -> str:
+        """`PRAGMA integrity_check` ("ok" when the database is sound)."""
+        with self._lock:
+            rows = self._conn.execute("PRAGMA integrity_check").fetchall()
+        return "\n".join(str(row[0]) for row in rows)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Cursor]:
+        """One write transaction, committed on exit, rolled back on any error."""
+        with self._lock:
+            cur = self._conn.cursor()
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+                yield cur
+                cur.execute("COMMIT")
+            except BaseException as err:
+                if self._conn.in_transaction:
+                    self._conn.rollback()
+                if isinstance(err, sqlite3.Error):
+                    raise _classify(self.db_path, err) from err
+                raise
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Cursor]:
+        """One read transaction: a consistent snapshot even with other processes writing."""
+        with self._lock:
+            cur = self._conn.cursor()
+            try:
+                cur.execute("BEGIN")
+                try:
+                    yield cur
+                finally:
+                    cur.execute("COMMIT")
+            except sqlite3.Error as err:
+                raise _classify(self.db_path, err) from err
+
+    # Sessions
+
+    def owners(self, session_id: str) -> set[str]:
+        """Every owner holding a live session or stash entries under this id."""
+        with self._reading() as cur:
+            return _owners(cur, session_id)
+
+    def load_session(self, session_id: str) -> StoredSession | None:
+        """A live session with its chunks in prompt order, None when it does not exist."""
+        with self._reading() as cur:
+            return _load_session(cur, session_id)
+
+    def commit(self, change: Change) -> None:
+        """Write one change in one transaction (creating the session, owned by
+        `change.owner`); durable on return, nothing written on any error."""
+        session_id, owner = change.session_id, change.owner
+        with self._transaction() as cur:
+            _claim(cur, session_id, owner)
+            if change.collections is not None:
+                cur.execute(
+                    "UPDATE sessions SET collections = ? WHERE session_id = ?",
+                    (change.collections, session_id),
+                )
+            cur.executemany(
+                "DELETE FROM chunks WHERE session_id = ? AND chunk_id = ?",
+                [(session_id, chunk_id) for chunk_id in change.removals],
+            )
+            cur.executemany(_UPSERT_LIVE, [live_values(session_id, c) for c in change.upserts])
+            cur.executemany(_UPSERT_STASH, [entry_values(e) for e in change.stash])
+            cur.executemany(
+                "UPDATE stash SET action = ?, reasons = ?, score = ?, stashed_at_ms = ?, "
+                "plan_id = ? WHERE session_id = ? AND stash_id = ?",
+                [
+                    (
+                        int(r.action),
+                        _json_list(r.reasons),
+                        r.score,
+                        r.stashed_at_ms,
+                        r.plan_id,
+                        session_id,
+                        r.stash_id,
+                    )
+                    for r in change.restash
+                ],
+            )
+            cur.executemany(
+                "DELETE FROM stash WHERE session_id = ? AND stash_id = ?",
+                [(session_id, stash_id) for stash_id in change.unstash],
+            )
+            dropped = self._enforce_caps(cur, session_id, {e.stash_id for e in change.stash})
+        _log_dropped(session_id, dropped)
+
+    def delete_session(self, owner: str, session_id: str, purge_stash: bool) -> bool:
+        """Delete a live session (and its stash when `purge_stash`); whether anything existed."""
+        with self._transaction() as cur:
+            if _owners(cur, session_id) - {owner}:
+                raise PermissionDenied("session_id", session_id, "belongs to another client")
+            cur.execute("DELETE FROM chunks WHERE session_id = ?", (session_id,))
+            existed = cur.execute(
+                "DELETE FROM sessions WHERE session_id = ?", (session_id,)
+            ).rowcount
+            if purge_stash:
+                existed += cur.execute(
+                    "DELETE FROM stash WHERE session_id = ? AND owner = ?", (session_id, owner)
+                ).rowcount
+                cur.execute("DELETE FROM stash_totals WHERE session_id = ?", (session_id,))
+        return existed > 0
+
+    # Stash
+
+    def stash_entries(
+        self, owner: str, session_id: str, stash_ids: Sequence[str]
+    ) -> dict[str, StashEntry]:
+        """The entries of these stash ids that exist, by stash id."""
+        found: dict[str, StashEntry] = {}
+        with self._reading() as cur:
+            for stash_id in dict.fromkeys(stash_ids):
+                row = cur.execute(
+                    f"SELECT {STASH_SELECT} FROM stash "
+                    "WHERE session_id = ? AND owner = ? AND stash_id = ?",
+                    (session_id, owner, stash_id),
+                ).fetchone()
+                if row is not None:
+                    found[stash_id] = entry_from(row)
+        return found
+
+    def latest_stashed(
+        self, owner: str, session_id: str, chunk_ids: Sequence[str]
+    ) -> dict[str, StashEntry]:
+        """The newest stashed original of each chunk id that has one, by chunk id."""
+        found: dict[str, StashEntry] = {}
+        with self._reading() as cur:
+            for chunk_id in dict.fromkeys(chunk_ids):
+                row = cur.execute(
+                    f"SELECT {STASH_SELECT} FROM stash "
+                    "WHERE session_id = ? AND owner = ? AND chunk_id = ? "
+                    "ORDER BY stashed_at_ms DESC, id DESC LIMIT 1",
+                    (session_id, owner, chunk_id),
+                ).fetchone()
+                if row is not None:
+                    found[chunk_id] = entry_from(row)
+        return found
+
+    def stashed_group_members(
+        self, owner: str, session_id: str, group_ids: Sequence[str]
+    ) -> list[str]:
+        """Chunk ids with a stashed original in any of these groups, sorted."""
+        with self._reading() as cur:
+            members = {
+                str(row[0])
+                for group_id in dict.fromkeys(g for g in group_ids if g)
+                for row in cur.execute(
+                    "SELECT DISTINCT chunk_id FROM stash "
+                    "WHERE session_id = ? AND owner = ? AND group_id = ?",
+                    (session_id, owner, group_id),
+                )
+            }
+        return sorted(members)
+
+    def stash_stats(self, session_id: str) -> tuple[int, int]:
+        """(entries, tokens) in a session's stash (one owner per session id: see `commit`)."""
+        with self._reading() as cur:
+            row = cur.execute(
+                "SELECT entries, tokens FROM stash_totals WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        return (0, 0) if row is None else (int(row[0]), int(row[1]))
+
+    def search(
+        self,
+        owner: str,
+        session_id: str,
+        query: str,
+        filters: StashFilter,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[StashHit], int | None]:
+        """Stash entries of `owner` (one session, or all with session_id "") matching
+        `query` and every filter, best first (bm25), with a snippet around the match;
+        and the offset of the next page, None on the last one.
+
+        The query is plain words: quotes and FTS5 operators are treated as text, a
+        hit needs one of the words, and the words as an exact phrase rank higher. A
+        blank query lists the filtered entries newest first; a query with no words
+        matches nothing."""
+        if limit <= 0:
+            raise InvalidArgument("limit", limit, "must be positive")
+        if offset < 0:
+            raise InvalidArgument("offset", offset, "must not be negative")
+        statement = search_sql(owner, session_id, query, filters, limit, offset)
+        if statement is None:
+            return [], None
+        with self._reading() as cur:
+            rows = cur.execute(*statement).fetchall()
+        hits = [hit_from(row) for row in rows[:limit]]
+        return hits, (offset + limit if len(rows) > limit else None)
+
+    # Export / import
+
+    def export_session(self, owner: str, session_id: str) -> dict[str, object]:
+        """A session (live chunks and stash) as a JSON-able dict (`export.py`)."""
+        with self._reading() as cur:
+            if _owners(cur, session_id) - {owner}:
+                raise PermissionDenied("session_id", session_id, "belongs to another client")
+            live = _load_session(cur, session_id)
+            stash = [
+                entry_from(row)
+                for row in cur.execute(
+                    f"SELECT {STASH_SELECT} FROM stash WHERE session_id = ? AND owner = ? "
+                    "ORDER BY id",
+                    (session_id, owner),
+                )
+            ]
+        if live is None and not stash:
+            raise NotFound("session_id", session_id, "no such session")
+        return export_document(live, stash)
+
+    def import_session(self, exported: Exported, replace: bool) -> None:
+        """Write an export read by `export.read_export` (and validated by the
+        engine) for its owner. An existing session of that id is replaced only
+        with `replace`, and only when the same owner holds it."""
+        session = exported.session
+        session_id, owner = session.session_id, session.owner
+        with self._transaction() as cur:
+            owners = _owners(cur, session_id)
+            if owners - {owner}:
+                raise PermissionDenied("json.session_id", session_id, "belongs to another client")
+            if owners and not replace:
+                raise FailedPrecondition(
+                    "replace", replace, f"session {session_id!r} exists; set replace to overwrite"
+                )
+            for table in ("chunks", "sessions", "stash", "stash_totals"):
+                cur.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+            cur.execute(
+                "INSERT INTO sessions VALUES (?, ?, ?)", (session_id, owner, session.collections)
+            )
+            cur.executemany(_UPSERT_LIVE, [live_values(session_id, c) for c in session.chunks])
+            cur.executemany(_UPSERT_STASH, [entry_values(e) for e in exported.stash])
+            dropped = self._enforce_caps(cur, session_id, set())
+        _log_dropped(session_id, dropped)
+
+    # Internals
+
+    def _enforce_caps(self, cur: sqlite3.Cursor, session_id: str, keep: set[str]) -> list[_Dropped]:
+        """Drop EPHEMERAL originals, oldest first, until the session's stash fits its
+        caps, never one in `keep` or one a live chunk names; returns what went (to
+        log after commit) or raises ResourceExhausted."""
+        totals = cur.execute(
+            "SELECT entries, size_bytes FROM stash_totals WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        if totals is None:
+            return []
+        entries, size = totals
+        if entries <= self.stash_max_entries and size <= self.stash_max_bytes:
+            return []
+        victims: list[_Dropped] = []
+        candidates = cur.execute(
+            "SELECT s.id, s.stash_id, s.size_bytes FROM stash AS s "
+            "WHERE s.session_id = ? AND s.ephemeral = 1 AND NOT EXISTS ("
+            "  SELECT 1 FROM chunks AS c WHERE c.session_id = s.session_id "
+            "  AND c.origin = s.stash_id) "
+            "ORDER BY s.stashed_at_ms, s.id",
+            (session_id,),
+        )
+        for row_id, stash_id, row_size in candidates:
+            if entries <= self.stash_max_entries and size <= self.stash_max_bytes:
+                break
+            if stash_id in keep:
+                continue
+            victims.append(_Dropped(int(row_id), str(stash_id), int(row_size)))
+            entries -= 1
+            size -= row_size
+        for cap, used, what in (
+            ("stash_max_entries", entries, "entries"),
+            ("stash_max_bytes", size, "bytes"),
+        ):
+            limit = getattr(self, cap)
+            if used > limit:
+                raise ResourceExhausted(
+                    cap,
+                    limit,
+                    f"session {session_id!r} would stash {used} {what} and only EPHEMERAL "
+                    "originals may be dropped; export or delete sessions, or raise the cap",
+                )
+        cur.executemany("DELETE FROM stash WHERE id = ?", [(v.row_id,) for v in victims])
+        return victims
+
+
+@dataclass(frozen=True, slots=True)
+class _Dropped:
+    row_id: int
+    stash_id: str
+    size_bytes: int
+
+
+def _log_dropped(session_id: str, dropped: Sequence[_Dropped]) -> None:
+    for d in dropped:
+        logger.warning(
+            "stash cap reached: dropped EPHEMERAL original %s of session %r (%d bytes)",
+            d.stash_id,
+            session_id,
+            d.size_bytes,
+        )
+
+
+def _json_list(values: Sequence[str]) -> str:
+    return json.dumps(list(values), ensure_ascii=False)
+
+
+def _owners(cur: sqlite3.Cursor, session_id: str) -> set[str]:
+    return {
+        str(row[0])
+        for row in cur.execute(
+            "SELECT owner FROM sessions WHERE session_id = ? "
+            "UNION SELECT owner FROM stash WHERE session_id = ?",
+            (session_id, session_id),
+        )
+    }
+
+
+def _claim(cur: sqlite3.Cursor, session_id: str, owner: str) -> None:
+    """Create the session for `owner` unless it exists; refuse an id whose live
+    session or stash belongs to someone else."""
+    if _owners(cur, session_id) - {owner}:
+        raise PermissionDenied("session_id", session_id, "belongs to another client")
+    cur.execute(
+        "INSERT INTO sessions VALUES (?, ?, 0) ON CONFLICT (session_id) DO NOTHING",
+        (session_id, owner),
+    )
+
+
+def _load_session(cur: sqlite3.Cursor, session_id: str) -> StoredSession | None:
+    head = cur.execute(
+        "SELECT owner, collections FROM sessions WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    if head is None:
+        return None
+    rows = cur.execute(
+        f"SELECT {LIVE_SELECT} FROM chunks WHERE session_id = ? ORDER BY seq", (session_id,)
+    ).fetchall()
+    return StoredSession(session_id, str(head[0]), int(head[1]), [live_from(r) for r in rows])
