@@ -58,6 +58,8 @@ SWEEP: tuple[Setting, ...] = (  # the threshold/target gap is what later calls r
     (40.0, 35.0, None),
     (40.0, 30.0, None),
     (40.0, 20.0, None),
+    (45.0, 30.0, None),
+    (45.0, 25.0, None),
     (50.0, 40.0, None),
     (50.0, 30.0, None),
     (60.0, 40.0, None),
