@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
@@ -8,7 +9,9 @@ import { findViolations } from "../src/gemini/history.js";
 import type { Content, Part } from "../src/gemini/types.js";
 import { withContextOptimizer } from "../src/geminiCli.js";
 import type { ContextSummary } from "../src/summary.js";
+import type { ContextReport } from "../src/explain.js";
 import { estimateContentsTokens } from "../src/tokens.js";
+import { cliPath } from "./support/paths.js";
 import { type RunningServer, startServer } from "./support/server.js";
 import { loadSessions, type Session } from "./support/trajectories.js";
 
@@ -36,7 +39,7 @@ before(async () => {
 });
 after(async () => {
   await server.stop();
-  rmSync(scratch, { recursive: true, force: true });
+  if (!process.env["CTXOPT_E2E_KEEP"]) rmSync(scratch, { recursive: true, force: true });
 });
 
 /**
@@ -44,7 +47,15 @@ after(async () => {
  * content generator answers each model call with the session's next reply,
  * and the test answers each tool call with the recorded output.
  */
-async function drive(session: Session, mode: string): Promise<Exchange[]> {
+interface Drive {
+  readonly exchanges: Exchange[];
+  /** Gemini CLI's own history at the end (what `/chat save` writes). */
+  readonly history: Content[];
+  /** The session recording Gemini CLI wrote (chats/session-*.jsonl). */
+  readonly recording: string;
+}
+
+async function drive(session: Session, mode: string): Promise<Drive> {
   const project = mkdtempSync(join(scratch, "project-"));
   const replies = [...session.steps.map((s) => s.model), [{ text: "Done." }]];
   const fakeFile = join(project, "responses.jsonl");
@@ -103,7 +114,10 @@ async function drive(session: Session, mode: string): Promise<Exchange[]> {
     assert.deepEqual(calls, recorded.map((id) => `run_shell_command__${id}`), `step ${step}: Gemini CLI asked for the recorded calls`);
     message = next.map((p) => (p.functionResponse === undefined ? p : { functionResponse: { ...p.functionResponse, id: `run_shell_command__${p.functionResponse.id}` } }));
   }
-  return exchanges;
+  const chats = join(config.storage.getProjectTempDir(), "chats");
+  const recordings = readdirSync(chats).filter((name) => name.startsWith("session-") && name.endsWith(".jsonl"));
+  assert.equal(recordings.length, 1, `one recording in ${chats}`);
+  return { exchanges, history: [...client.getHistory()], recording: join(chats, recordings[0]!) };
 }
 
 function contentList(value: unknown): Content[] {
@@ -111,14 +125,17 @@ function contentList(value: unknown): Content[] {
   return value;
 }
 
-const results = new Map<string, Exchange[]>();
-async function exchangesOf(session: Session): Promise<Exchange[]> {
-  let exchanges = results.get(session.id);
-  if (exchanges === undefined) {
-    exchanges = await drive(session, "true");
-    results.set(session.id, exchanges);
+const results = new Map<string, Drive>();
+async function driven(session: Session): Promise<Drive> {
+  let result = results.get(session.id);
+  if (result === undefined) {
+    result = await drive(session, "true");
+    results.set(session.id, result);
   }
-  return exchanges;
+  return result;
+}
+async function exchangesOf(session: Session): Promise<Exchange[]> {
+  return (await driven(session)).exchanges;
 }
 
 for (const session of SESSIONS) {
@@ -188,7 +205,7 @@ for (const session of SESSIONS) {
 }
 
 test("with GEMINI_CONTEXT_OPTIMIZATION=false the adapter sends exactly what Gemini CLI gives it", async () => {
-  const exchanges = await drive(SESSIONS[0]!, "false");
+  const { exchanges } = await drive(SESSIONS[0]!, "false");
   for (const { received, sent } of exchanges) assert.deepEqual(sent, received);
 });
 
@@ -197,3 +214,40 @@ function config0(): InstanceType<typeof core.Config> {
   sharedConfig ??= new core.Config({ sessionId: "validation", targetDir: scratch, cwd: scratch, debugMode: false, model: "gemini-2.5-pro" });
   return sharedConfig;
 }
+
+function explain(args: readonly string[]): ContextReport {
+  const run = spawnSync(process.execPath, [cliPath, ...args, "--addr", server.address, "--context-limit", String(WINDOW_TOKENS), "--json"], {
+    encoding: "utf8",
+    env: { ...process.env, HOME: scratch },
+  });
+  assert.equal(run.status, 0, run.stderr);
+  return JSON.parse(run.stdout) as ContextReport;
+}
+
+test("ctxopt-prompt context reads Gemini CLI's own session recording: tokens by category and the largest chunks with decisions", async () => {
+  const { recording } = await driven(SESSIONS[0]!);
+  const report = explain(["context", recording]);
+  const { loadConversationRecord, convertSessionToClientHistory } = core;
+  const record = await loadConversationRecord(recording);
+  const recorded = convertSessionToClientHistory(record!.messages).map((turn) => turn.content);
+  assert.equal(report.totalTokens, estimateContentsTokens(recorded));
+  assert.equal(Object.values(report.byCategory).reduce((a, b) => a + b, 0), report.totalTokens);
+  // The test answers tool calls itself (no scheduler records them), so the recording holds their responses only.
+  assert.ok(report.byCategory["tool outputs"] > 0, JSON.stringify(report.byCategory));
+  assert.ok(report.byCategory["model text"] > 0 && report.byCategory["user text"] > 0);
+  assert.equal(report.largest.length, 10);
+  assert.deepEqual(report.largest.map((c) => c.tokens), [...report.largest.map((c) => c.tokens)].sort((a, b) => b - a));
+  const removed = report.largest.filter((c) => c.decision !== "KEEP");
+  assert.ok(removed.length > 0 && removed.every((c) => c.reasons.length > 0), JSON.stringify(report.largest));
+  assert.ok(report.stashedTokens > 0 && report.tokensAfter! < report.totalTokens);
+});
+
+test("ctxopt-prompt --explain reads a /chat save checkpoint ({history: Content[]})", async () => {
+  const { history } = await driven(SESSIONS[0]!);
+  const checkpoint = join(scratch, "checkpoint-tag.json");
+  writeFileSync(checkpoint, JSON.stringify({ history }));
+  const report = explain(["--explain", "--history", checkpoint]);
+  assert.equal(report.totalTokens, estimateContentsTokens(history));
+  assert.ok(report.byCategory["user text"] > 0);
+  assert.equal(report.noPlan, undefined);
+});
