@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from ctxopt.tokens import TokenCounter
 
 from benchmarks.replay.ledger import Billing, bill_calls, billed_tokens, shared_prefix
-from benchmarks.replay.methods import FullHistory
+from benchmarks.replay.methods import FullHistory, python_methods
 from benchmarks.replay.report import Tally
 from benchmarks.replay.sessions import Prompt, Session, session_of
 
@@ -126,3 +127,17 @@ def test_tally_recall_cache_share_and_over_window(session: Session) -> None:
 def test_tally_refuses_a_prompt_count_that_is_not_the_call_count(session: Session) -> None:
     with pytest.raises(ValueError, match="hand-1: 2 prompts"):
         Tally().add(session, 25, full_prompts(session)[:2], [0.0, 0.0], words)
+
+
+def test_quality_methods_give_prompts_of_roles_and_texts(session: Session) -> None:
+    counter = TokenCounter()
+    methods = python_methods(counter)
+    history = session.history(6)
+    roomy, _ = methods["obs-mask"].prompt(session, 6, 10**6)
+    assert roomy == history  # everything fits: nothing masked
+    tight, ms = methods["obs-mask"].prompt(
+        session, 6, sum(counter.count_many([t for _, t in history])) - 1
+    )
+    assert [role for role, _ in tight] == [role for role, _ in history]
+    assert tight[3] != history[3] and tight[5] == history[5]  # the older output masked
+    assert ms >= 0
