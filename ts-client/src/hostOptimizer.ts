@@ -12,6 +12,7 @@ import { tokenLimit } from "./models.js";
 import { SessionMirror, type SyncReport } from "./sessionMirror.js";
 import { type BuildOutcome, type ContextSummary, summaryLine } from "./summary.js";
 import { countActions, fallbackReason, ServiceUnhealthy } from "./serviceErrors.js";
+import { estimateContentsTokens, estimateTextTokens } from "./tokens.js";
 
 /**
  * Defaults inside a host that compresses on its own. Gemini CLI summarises the
@@ -135,11 +136,9 @@ export class HostHistoryOptimizer {
   }
 
   private async optimizeNow(contents: readonly Content[], extras: RequestExtras): Promise<OptimizedContents> {
+    if (this.flags.mode === "false") return this.passThrough(contents, extras, "");
+    if (!inRollout(this.sessionId, this.flags.rolloutPercent)) return this.passThrough(contents, extras, `session outside the ${this.flags.rolloutPercent}% rollout`);
     const call = this.prepare(contents, extras);
-    if (this.flags.mode === "false") return this.finish(call, "pass-through", undefined);
-    if (!inRollout(this.sessionId, this.flags.rolloutPercent)) {
-      return this.finish(call, "pass-through", undefined, { note: `session outside the ${this.flags.rolloutPercent}% rollout` });
-    }
     const projected = this.decisions.size > 0 && this.flags.mode === "true" ? judgePlan(call.turns, this.currentPlan(call.turns)) : undefined;
     const projectedTokens = call.fixedTokens + (projected?.accepted ? projected.tokensAfter : tokensOf(call.turns));
     const tooManyChunks = this.flags.maxChunks > 0 && call.chunks.length > this.flags.maxChunks;
@@ -162,6 +161,28 @@ export class HostHistoryOptimizer {
       return this.withoutService(call, this.lastFailure);
     }
     return this.usePlan(call, plan, sync);
+  }
+
+  /** Off or outside the rollout: measured (Gemini CLI's estimate), not mapped, sent as is. */
+  private passThrough(contents: readonly Content[], extras: RequestExtras, note: string): OptimizedContents {
+    const started = performance.now();
+    const model = this.options.model ?? extras.model ?? "gemini-2.5-pro";
+    const tokens = estimateContentsTokens(contents) + (extras.systemInstruction ? estimateTextTokens(extras.systemInstruction) : 0);
+    const call: PreparedCall = {
+      started,
+      original: contents,
+      model,
+      windowTokens: this.flags.windowTokens ?? tokenLimit(model),
+      thresholdTokens: 0,
+      targetTokens: 0,
+      lockedTurns: 0,
+      turns: [],
+      fixed: [],
+      fixedTokens: tokens,
+      chunks: [],
+      tokensBefore: tokens,
+    };
+    return this.finish(call, "pass-through", undefined, { note });
   }
 
   private prepare(contents: readonly Content[], extras: RequestExtras): PreparedCall {

@@ -1,16 +1,13 @@
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import type { ContentGenerator } from "@google/gemini-cli-core";
 import { findViolations } from "../src/gemini/history.js";
-import type { Content, Part } from "../src/gemini/types.js";
-import { withContextOptimizer } from "../src/geminiCli.js";
-import type { ContextSummary } from "../src/summary.js";
 import type { ContextReport } from "../src/explain.js";
 import { estimateContentsTokens } from "../src/tokens.js";
+import { type Drive, driveGeminiCli } from "./support/geminiCliDriver.js";
 import { cliPath } from "./support/paths.js";
 import { type RunningServer, startServer } from "./support/server.js";
 import { loadSessions, type Session } from "./support/trajectories.js";
@@ -25,14 +22,6 @@ const { hardenHistory } = await import("@google/gemini-cli-core/dist/src/utils/h
 const WINDOW_TOKENS = 40_000;
 const SESSIONS = loadSessions([0, 9, 27]);
 
-interface Exchange {
-  /** What Gemini CLI asked the content generator to send. */
-  readonly received: Content[];
-  /** What the adapter sent on. */
-  readonly sent: Content[];
-  readonly summary: ContextSummary;
-}
-
 let server: RunningServer;
 before(async () => {
   server = await startServer();
@@ -42,87 +31,8 @@ after(async () => {
   if (!process.env["CTXOPT_E2E_KEEP"]) rmSync(scratch, { recursive: true, force: true });
 });
 
-/**
- * Drives a real GeminiClient over a recorded session: Gemini CLI's fake
- * content generator answers each model call with the session's next reply,
- * and the test answers each tool call with the recorded output.
- */
-interface Drive {
-  readonly exchanges: Exchange[];
-  /** Gemini CLI's own history at the end (what `/chat save` writes). */
-  readonly history: Content[];
-  /** The session recording Gemini CLI wrote (chats/session-*.jsonl). */
-  readonly recording: string;
-}
-
-async function drive(session: Session, mode: string): Promise<Drive> {
-  const project = mkdtempSync(join(scratch, "project-"));
-  const replies = [...session.steps.map((s) => s.model), [{ text: "Done." }]];
-  const fakeFile = join(project, "responses.jsonl");
-  writeFileSync(
-    fakeFile,
-    replies.map((parts) => JSON.stringify({ method: "generateContentStream", response: [{ candidates: [{ content: { role: "model", parts }, finishReason: "STOP", index: 0 }] }] })).join("\n"),
-  );
-  const fake = await core.FakeContentGenerator.fromFile(fakeFile);
-  const exchanges: Exchange[] = [];
-  const pending: { received?: Content[]; sent?: Content[] } = {};
-  const summaries: ContextSummary[] = [];
-  const recordReceived: ContentGenerator = {
-    generateContent: (request, id, role) => optimized.generateContent(request, id, role),
-    generateContentStream: async (request, id, role) => {
-      pending.received = structuredClone(contentList(request.contents));
-      return optimized.generateContentStream(request, id, role);
-    },
-    countTokens: (request) => fake.countTokens(request),
-    embedContent: (request) => fake.embedContent(request),
-  };
-  const recordSent: ContentGenerator = {
-    generateContent: (request, id, role) => fake.generateContent(request, id, role),
-    generateContentStream: async (request, id, role) => {
-      pending.sent = structuredClone(contentList(request.contents));
-      return fake.generateContentStream(request, id, role);
-    },
-    countTokens: (request) => fake.countTokens(request),
-    embedContent: (request) => fake.embedContent(request),
-  };
-  process.env["GEMINI_CONTEXT_OPTIMIZATION"] = mode;
-  const optimized = withContextOptimizer(recordSent, {
-    address: server.address,
-    sessionId: `e2e-${session.id}-${mode}`,
-    windowTokens: WINDOW_TOKENS,
-    onSummary: (summary) => summaries.push(summary),
-  });
-  const config = new core.Config({ sessionId: `e2e-${session.id}`, targetDir: project, cwd: project, debugMode: false, model: "gemini-2.5-pro", interactive: false });
-  await config.initialize();
-  Reflect.set(config, "contentGenerator", recordReceived);
-  const client = config.getGeminiClient();
-  let message: Part[] = [{ text: session.task }];
-  for (let step = 0; step <= session.steps.length; step += 1) {
-    const calls: string[] = [];
-    for await (const event of client.sendMessageStream(message, new AbortController().signal, `prompt-${step}`)) {
-      if (event.type === core.GeminiEventType.ToolCallRequest) calls.push(event.value.callId);
-      if (event.type === core.GeminiEventType.Error) assert.fail(`Gemini CLI error at step ${step}: ${JSON.stringify(event.value)}`);
-    }
-    assert.ok(pending.received && pending.sent, `step ${step}: the model was called`);
-    exchanges.push({ received: pending.received, sent: pending.sent, summary: summaries.at(-1)! });
-    pending.received = undefined;
-    pending.sent = undefined;
-    const next = session.steps[step]?.next;
-    if (next === undefined) break;
-    const recorded = next.flatMap((p) => (p.functionResponse?.id === undefined ? [] : [p.functionResponse.id]));
-    // Gemini CLI's scheduler names a call `<tool>__<id>` and answers under that id.
-    assert.deepEqual(calls, recorded.map((id) => `run_shell_command__${id}`), `step ${step}: Gemini CLI asked for the recorded calls`);
-    message = next.map((p) => (p.functionResponse === undefined ? p : { functionResponse: { ...p.functionResponse, id: `run_shell_command__${p.functionResponse.id}` } }));
-  }
-  const chats = join(config.storage.getProjectTempDir(), "chats");
-  const recordings = readdirSync(chats).filter((name) => name.startsWith("session-") && name.endsWith(".jsonl"));
-  assert.equal(recordings.length, 1, `one recording in ${chats}`);
-  return { exchanges, history: [...client.getHistory()], recording: join(chats, recordings[0]!) };
-}
-
-function contentList(value: unknown): Content[] {
-  assert.ok(Array.isArray(value), "contents is a Content[]");
-  return value;
+function drive(session: Session, mode: string): Promise<Drive> {
+  return driveGeminiCli(core, scratch, session, mode, { address: server.address, sessionId: `e2e-${session.id}-${mode}`, windowTokens: WINDOW_TOKENS });
 }
 
 const results = new Map<string, Drive>();
@@ -134,7 +44,7 @@ async function driven(session: Session): Promise<Drive> {
   }
   return result;
 }
-async function exchangesOf(session: Session): Promise<Exchange[]> {
+async function exchangesOf(session: Session): Promise<Drive["exchanges"]> {
   return (await driven(session)).exchanges;
 }
 
