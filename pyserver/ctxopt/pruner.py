@@ -39,7 +39,8 @@ from ctxopt.model import (
 )
 from ctxopt.registry import Session
 from ctxopt.scoring.hybrid import Scores
-from ctxopt.shrink import mask_text, stash_id
+from ctxopt.scoring.lines import LineBook, analyzer_of, line_book, rare_terms, text_lines
+from ctxopt.shrink import anchored_excerpt, masked, stash_id, with_context
 
 IntArray = npt.NDArray[np.intp]
 FloatArray = npt.NDArray[np.float64]
@@ -50,6 +51,9 @@ PRESERVABLE_TIER = TIER[GcPolicy.PRESERVABLE]
 _TIER_BY_POLICY = np.array([1, 3, 2, 1, 0], dtype=np.int64)  # indexed by GcPolicy value
 
 FULL, SHRUNK, OUT = 0, 1, 2
+_ACTION_BY_CODE = {int(a): a for a in Action}
+_DELETE, _TRIM, _MASK = int(Action.DELETE), int(Action.TRIM), int(Action.MASK)
+SHRINK_WORTH = 0.8  # a shrink that keeps more than this share of the tokens is not one
 MAX_REPAIR_ROUNDS = 8
 
 
@@ -68,6 +72,10 @@ class Tuning:
     summary_discount: float = 0.3  # value left to chunks a kept summary covers
     aggressive_target: float = 0.9
     reachability_first: bool = True  # inside a tier, unreachable chunks go first
+    anchor_context: int = 0  # lines kept either side of an anchor line in its excerpt
+    anchor_retention: float = 0.9  # share of a chunk's value its anchored excerpt keeps
+    anchors_last: bool = True  # anchored excerpts go only after everything else of their tier
+    link_df_share: float = 0.0  # a query term at most this share of chunks hold is a link
 
 
 @dataclass(slots=True)
@@ -173,14 +181,19 @@ def plan_session(
     value = scores.total.copy()
     covered_by_summary = _summary_covered(session)
     value[covered_by_summary] *= tuning.summary_discount
-    shrink_tokens, shrink_action, shrink_texts = _shrink_options(
-        session, options, tuning, trim, count_tokens
+    book = line_book(session) if options.strategy == Strategy.HYBRID else None
+    if book is not None:
+        # what a later chunk prints again (a rerun, a re-view, a duplicate) is stale here
+        value *= 1.0 - book.repeated(session)
+    shrink_tokens, shrink_action, shrink_texts, anchored = _shrink_options(
+        session, options, tuning, trim, count_tokens, book, scores.marks.root
     )
     retention = np.where(
         shrink_action == Action.MASK,
         tuning.mask_retention,
         np.where(scores.bm25 > 0, tuning.trim_retention, tuning.trim_retention_irrelevant),
     )
+    retention[anchored] = tuning.anchor_retention
 
     # ---- per-unit aggregates -----------------------------------------
     unit_tokens: FloatArray = np.bincount(
@@ -197,7 +210,7 @@ def plan_session(
     np.maximum.at(unit_tier, sel.unit_of[live], _tier(cols.policy[live]))
     unit_reachable = np.zeros(n, dtype=bool)
     np.logical_or.at(unit_reachable, sel.unit_of[live], scores.marks.reachable[live])
-    shrinkable = unit_shrunk < unit_tokens * 0.8
+    shrinkable = unit_shrunk < unit_tokens * SHRINK_WORTH
 
     exponent = tuning.density_exponent
     out_cost = np.where(shrinkable, unit_shrunk, unit_tokens)
@@ -207,6 +220,10 @@ def plan_session(
         unit_tokens - unit_shrunk, 1.0
     ) ** exponent
     density_out = np.where(shrinkable, np.maximum(density_out, density_shrink), density_out)
+    unit_last = np.zeros(n, dtype=bool)
+    if tuning.anchors_last:
+        np.logical_or.at(unit_last, sel.unit_of[live], anchored[live])
+        unit_last &= shrinkable
     # a parent goes no earlier than its kept children
     child_units = sel.unit_of[sel.child_slots]
     parent_units = sel.unit_of[sel.parent_slots]
@@ -214,10 +231,14 @@ def plan_session(
     child_units, parent_units = child_units[cross], parent_units[cross]
     for _ in range(64):
         before_d, before_t = density_out[parent_units].copy(), unit_tier[parent_units].copy()
+        before_l = unit_last[parent_units].copy()
         np.maximum.at(density_out, parent_units, density_out[child_units])
         np.maximum.at(unit_tier, parent_units, unit_tier[child_units])
-        if np.array_equal(before_d, density_out[parent_units]) and np.array_equal(
-            before_t, unit_tier[parent_units]
+        np.logical_or.at(unit_last, parent_units, unit_last[child_units])
+        if (
+            np.array_equal(before_d, density_out[parent_units])
+            and np.array_equal(before_t, unit_tier[parent_units])
+            and np.array_equal(before_l, unit_last[parent_units])
         ):
             break
 
@@ -236,8 +257,9 @@ def plan_session(
         step_saves = unit_tokens[candidates].astype(np.float64)
     if not tuning.reachability_first:
         unit_reachable = np.ones_like(unit_reachable)
+    step_last = (step_kind == OUT) & unit_last[step_unit]
     order = _removal_order(
-        options.strategy, step_unit, step_kind, step_density, unit_tier, unit_reachable
+        options.strategy, step_unit, step_kind, step_density, unit_tier, unit_reachable, step_last
     )
     step_unit, step_kind, step_saves = step_unit[order], step_kind[order], step_saves[order]
     step_tier = unit_tier[step_unit]
@@ -336,6 +358,7 @@ def _removal_order(
     step_density: FloatArray,
     unit_tier: npt.NDArray[np.int64],
     unit_reachable: npt.NDArray[np.bool_],
+    step_last: npt.NDArray[np.bool_],
 ) -> IntArray:
     """Indices of the steps in removal order (np.lexsort: last key is primary)."""
     if strategy == Strategy.TRUNCATE:
@@ -344,7 +367,14 @@ def _removal_order(
         return np.lexsort((step_kind, step_unit, unit_tier[step_unit]))
     # shrink steps sort before the unit's removal: kind SHRUNK(1) < OUT(2)
     return np.lexsort(
-        (step_kind, step_unit, step_density, unit_reachable[step_unit], unit_tier[step_unit])
+        (
+            step_kind,
+            step_unit,
+            step_density,
+            unit_reachable[step_unit],
+            step_last,
+            unit_tier[step_unit],
+        )
     )
 
 
@@ -369,32 +399,53 @@ def _shrink_options(
     tuning: Tuning,
     trim: Trim,
     count_tokens: TokenCount,
-) -> tuple[FloatArray, npt.NDArray[np.int8], dict[int, tuple[str, int]]]:
-    """Each chunk's tokens once shrunk, how (TRIM, MASK or KEEP), and the shrunk
-    text with its exact count: the greedy plans with the real sizes, so a plan
-    lands at its target rather than near it."""
+    book: LineBook | None,
+    root: npt.NDArray[np.bool_],
+) -> tuple[FloatArray, npt.NDArray[np.int8], dict[int, tuple[str, int]], npt.NDArray[np.bool_]]:
+    """Each chunk's tokens once shrunk, how (TRIM, MASK or KEEP), the shrunk
+    text with its exact count (the greedy plans with the real sizes, so a plan
+    lands at its target rather than near it), and which excerpts are anchored.
+
+    A chunk holding anchor lines (lines.py: echo lines it is the latest to
+    hold) shrinks to those lines verbatim; otherwise a long chunk is trimmed to
+    its query-relevant lines and a big tool result is masked."""
     n = session.n_slots
     cols = session.columns
     tokens = cols.tokens[:n].astype(np.float64)
     action = np.full(n, Action.KEEP, dtype=np.int8)
+    anchored = np.zeros(n, dtype=bool)
     texts: dict[int, tuple[str, int]] = {}
     if options.strategy != Strategy.HYBRID or options.aggressive:
-        return tokens, action, texts
-    alive = cols.alive[:n]
-    trimmable = (
-        alive
-        & (cols.tokens[:n] >= tuning.trim_min_tokens)
-        & (cols.lines[:n] >= tuning.trim_min_lines)
-    )
+        return tokens, action, texts, anchored
+    alive = cols.alive[:n] & ~root[:n]
+    multiline = alive & (cols.lines[:n] >= tuning.trim_min_lines)
+    analyze = analyzer_of(session)
+    links = rare_terms(session, analyze(options.query), tuning.link_df_share)
+    if book is not None:
+        made = book.derived(
+            np.flatnonzero(multiline).tolist(),
+            (links, tuning.anchor_context),
+            lambda slot: _anchored_excerpt(
+                session, book, slot, links, analyze, tuning, count_tokens
+            ),
+        )
+        for slot, (text, after) in made:
+            texts[slot] = (text, after)
+            tokens[slot] = after
+        if made:
+            shrunk_slots = np.fromiter((slot for slot, _ in made), dtype=np.intp, count=len(made))
+            action[shrunk_slots] = Action.TRIM
+            anchored[shrunk_slots] = True
+    trimmable = multiline & ~anchored & (cols.tokens[:n] >= tuning.trim_min_tokens)
     maskable = (
         alive
+        & ~anchored
         & ~trimmable
         & (cols.kind[:n] == ChunkKind.TOOL_RESULT)
         & (cols.tokens[:n] >= tuning.mask_min_tokens)
     )
     action[trimmable] = Action.TRIM
     action[maskable] = Action.MASK
-    shrunk = tokens.copy()
     for slot in np.flatnonzero(trimmable | maskable).tolist():
         entry = session.entry_at(slot)
         chunk = entry.chunk
@@ -402,11 +453,37 @@ def _shrink_options(
         if action[slot] == Action.TRIM:
             goal = int(entry.tokens * tuning.trim_fraction)
             text = trim(chunk.id, chunk.text, stash, goal, entry.tokens)
+            texts[slot] = (text, count_tokens(text))
         else:
-            text = mask_text(chunk.id, chunk.text, stash, entry.tokens)
-        texts[slot] = (text, count_tokens(text))
-        shrunk[slot] = texts[slot][1]
-    return shrunk, action, texts
+            texts[slot] = masked(chunk.id, chunk.text, stash, entry.tokens, count_tokens)
+        tokens[slot] = texts[slot][1]
+    return tokens, action, texts, anchored
+
+
+def _anchored_excerpt(
+    session: Session,
+    book: LineBook,
+    slot: int,
+    links: frozenset[str],
+    analyze: Callable[[str], list[str]],
+    tuning: Tuning,
+    count_tokens: TokenCount,
+) -> tuple[str, int] | None:
+    """The excerpt of a chunk that keeps its anchor and link lines verbatim
+    (with `anchor_context` lines around each), None when it would not shrink."""
+    entry = session.entry_at(slot)
+    chunk = entry.chunk
+    split = text_lines(chunk.text)
+    anchors = book.anchors(slot)
+    if links:
+        anchors = tuple(sorted(set(anchors) | split.lines_with(links, analyze)))
+    if not anchors:
+        return None
+    kept = with_context(anchors, len(split.lines), tuning.anchor_context)
+    text, after = anchored_excerpt(
+        chunk.id, split.lines, kept, entry.origin or stash_id(chunk.id, chunk.text), count_tokens
+    )
+    return (text, after) if after < entry.tokens * SHRINK_WORTH else None
 
 
 def _forced_out(sel: _Selection, options: OptimizeOptions) -> list[int]:
@@ -590,38 +667,55 @@ def _outcome(
     tokens_after = int(session.columns.tokens[live[kept & ~changed]].sum())
     decisions: list[Decision] = []
     outcome = Outcome(Plan([], [], tokens_before, 0, target, triggered, True, repairs))
-    delete_requested = {session.slot_of(i) for i in options.delete_ids}
+    delete_requested = [s for s in map(session.slot_of, options.delete_ids) if s is not None]
     # only chunks that change get a decision: a Python object each, so the
-    # untouched majority stays in numpy
-    for slot in live[changed].tolist():
-        entry = session.entry_at(slot)
+    # untouched majority stays in numpy; per-slot facts are read column-wise
+    changed_slots = live[changed]
+    slot_list = changed_slots.tolist()
+    cols = session.columns
+    requested = np.isin(changed_slots, np.asarray(delete_requested, dtype=np.intp))
+    dead = (
+        (cols.policy[changed_slots] == GcPolicy.EPHEMERAL)
+        & (cols.kind[changed_slots] == ChunkKind.ENRICHMENT)
+        & ~scores.marks.reachable[changed_slots]
+    )
+    codes = np.where(
+        state[changed_slots] == OUT,
+        np.where(requested | dead, int(Action.DELETE), int(Action.STASH)),
+        shrink_action[changed_slots],
+    ).tolist()
+    facts = _reason_facts(sel, scores, changed_slots, covered_by_summary, requested)
+    breakdowns = scores.breakdowns(changed_slots)
+    totals = scores.total[changed_slots].tolist()
+    reasons_of: dict[tuple[object, ...], tuple[str, ...]] = {}
+    entries, ids = session.entries, session.slot_ids
+    strategy = sel.options.strategy
+    shrunk_out, removed_out = outcome.shrunk, outcome.removed
+    for i, slot in enumerate(slot_list):
+        entry = entries[ids[slot]]
         chunk = entry.chunk
-        if state[slot] == OUT:
-            dead = (
-                chunk.gc_policy == GcPolicy.EPHEMERAL
-                and chunk.kind == ChunkKind.ENRICHMENT
-                and not scores.marks.reachable[slot]
-            )
-            action = Action.DELETE if slot in delete_requested or dead else Action.STASH
-        else:
-            action = Action(int(shrink_action[slot]))
-        reasons = _reasons(sel, scores, slot, action, covered_by_summary, slot in delete_requested)
-        stash = "" if action == Action.DELETE else entry.origin or stash_id(chunk.id, chunk.text)
-        shrunk = action in (Action.TRIM, Action.MASK)
-        text, after = shrink_texts[slot] if shrunk else ("", 0)
-        if shrunk:
+        code = codes[i]
+        action = _ACTION_BY_CODE[code]
+        key = (code, *facts[i])
+        reasons = reasons_of.get(key)
+        if reasons is None:
+            reasons = reasons_of[key] = _reasons(strategy, action, *facts[i])
+        stash = "" if code == _DELETE else entry.origin or stash_id(chunk.id, chunk.text)
+        if code in (_TRIM, _MASK):
+            text, after = shrink_texts[slot]
             tokens_after += after
-            outcome.shrunk[slot] = (action, text, after)
+            shrunk_out[slot] = (action, text, after)
         else:
-            outcome.removed[slot] = action
+            text, after = "", 0
+            removed_out[slot] = action
         decisions.append(
             Decision(
                 chunk.id,
                 action,
                 entry.tokens,
                 after,
-                float(scores.total[slot]),
-                scores.breakdown(slot),
+                totals[i],
+                breakdowns[i],
                 reasons,
                 text,
                 stash,
@@ -651,30 +745,55 @@ def _outcome(
     return outcome
 
 
-def _reasons(
+def _reason_facts(
     sel: _Selection,
     scores: Scores,
-    slot: int,
-    action: Action,
+    slots: IntArray,
     covered_by_summary: npt.NDArray[np.bool_],
+    requested: npt.NDArray[np.bool_],
+) -> list[tuple[bool, int, bool, bool, str]]:
+    """Per slot, what its reasons depend on besides the action: delete
+    requested, policy, reachable, summarised, and the id of its group's leader
+    ("" if alone)."""
+    units = sel.unit_of[slots]
+    grouped = (sel.unit_size[units] > 1).tolist()
+    ids = sel.session.slot_ids
+    leaders = [ids[u] if g else "" for u, g in zip(units.tolist(), grouped, strict=True)]
+    return list(
+        zip(
+            requested.tolist(),
+            sel.session.columns.policy[slots].tolist(),
+            scores.marks.reachable[slots].tolist(),
+            covered_by_summary[slots].tolist(),
+            leaders,
+            strict=True,
+        )
+    )
+
+
+def _reasons(
+    strategy: Strategy,
+    action: Action,
     delete_requested: bool,
+    policy: int,
+    reachable: bool,
+    summarized: bool,
+    group_leader: str,
 ) -> tuple[str, ...]:
-    chunk = sel.session.entry_at(slot).chunk
     reasons: list[str] = []
     if delete_requested:
         reasons.append("explicit_delete")
-    policy = chunk.gc_policy
     if policy == GcPolicy.EPHEMERAL:
         reasons.append("ephemeral")
     elif policy == GcPolicy.PRESERVABLE:
         reasons.append("preservable_under_pressure")
-    if not scores.marks.reachable[slot]:
+    if not reachable:
         reasons.append("unreachable")
-    if covered_by_summary[slot]:
+    if summarized:
         reasons.append("summarized")
-    if sel.options.strategy == Strategy.TRUNCATE:
+    if strategy == Strategy.TRUNCATE:
         reasons.append("truncate_oldest")
-    elif sel.options.strategy == Strategy.BUDGET:
+    elif strategy == Strategy.BUDGET:
         reasons.append("budget_tier_oldest")
     else:
         reasons.append("low_value_per_token")
@@ -682,9 +801,8 @@ def _reasons(
         reasons.append("trimmed_to_relevant_lines")
     elif action == Action.MASK:
         reasons.append("masked_tool_result")
-    unit = int(sel.unit_of[slot])
-    if sel.unit_size[unit] > 1:
-        reasons.append(f"group_with:{sel.session.slot_ids[unit]}")
+    if group_leader:
+        reasons.append(f"group_with:{group_leader}")
     return tuple(reasons)
 
 

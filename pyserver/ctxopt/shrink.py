@@ -17,6 +17,7 @@ from typing import TypeVar
 
 TRIM_CONTEXT_LINES = 2
 MASK_EDGE_CHARS = 160
+GAP_MARK = "[...]"
 
 
 @lru_cache(maxsize=4096)  # every plan names the stash of each decision; texts hash once
@@ -174,6 +175,74 @@ def _excerpt(chunk_id: str, lines: list[str], kept: list[int], stash: str) -> st
             out.append(lines[i])
             i += 1
     return "\n".join(out)
+
+
+def with_context(anchors: Sequence[int], n_lines: int, context: int) -> tuple[int, ...]:
+    """The anchor lines and `context` lines either side, sorted, inside the text."""
+    kept: set[int] = set()
+    for line in anchors:
+        kept.update(range(max(0, line - context), min(n_lines, line + context + 1)))
+    return tuple(sorted(kept))
+
+
+_anchored: OrderedDict[tuple[str, tuple[int, ...], Callable[[str], int]], tuple[str, int]] = (
+    OrderedDict()
+)
+_anchored_lock = threading.Lock()
+ANCHORED_CACHE_SIZE = 16384
+
+
+def anchored_excerpt(
+    chunk_id: str,
+    lines: Sequence[str],
+    kept: tuple[int, ...],
+    stash: str,
+    count_tokens: Callable[[str], int],
+) -> tuple[str, int]:
+    """The excerpt that keeps exactly the lines `kept` verbatim, and its tokens
+    (cached: the same lines of the same text give the same bytes)."""
+    key = (stash, kept, count_tokens)
+    found = _anchored.get(key)
+    if found is not None:
+        return found
+    text = _compact_excerpt(chunk_id, lines, kept, stash)
+    made = (text, count_tokens(text))
+    with _anchored_lock:
+        _remember(_anchored, key, made, ANCHORED_CACHE_SIZE)
+    return made
+
+
+def _compact_excerpt(chunk_id: str, lines: Sequence[str], kept: Sequence[int], stash: str) -> str:
+    """Kept lines verbatim, each gap a bare `[...]`: an anchored excerpt keeps
+    a few scattered lines, and a per-gap line range would cost more than they do."""
+    out = [
+        f"[ctxopt: trimmed {chunk_id}; showing lines {_show(_ranges(kept))} of {len(lines)}; "
+        f"full text in stash {stash}]"
+    ]
+    previous = -1
+    for line in kept:
+        if line != previous + 1:
+            out.append(GAP_MARK)
+        out.append(lines[line])
+        previous = line
+    if previous != len(lines) - 1:
+        out.append(GAP_MARK)
+    return "\n".join(out)
+
+
+def masked(
+    chunk_id: str, text: str, stash: str, tokens: int, count_tokens: Callable[[str], int]
+) -> tuple[str, int]:
+    """`mask_text` and its tokens, cached (the same text masks to the same bytes)."""
+    key = (stash, (tokens,), count_tokens)
+    found = _anchored.get(key)
+    if found is not None:
+        return found
+    placeholder = mask_text(chunk_id, text, stash, tokens)
+    made = (placeholder, count_tokens(placeholder))
+    with _anchored_lock:
+        _remember(_anchored, key, made, ANCHORED_CACHE_SIZE)
+    return made
 
 
 def mask_text(chunk_id: str, text: str, stash: str, tokens: int) -> str:

@@ -213,6 +213,11 @@ class BM25Index:
 
     # ---- scoring ---------------------------------------------------------
 
+    def document_frequency(self, term: str) -> int:
+        """How many live documents hold `term`."""
+        tid = self._term_ids.get(term)
+        return 0 if tid is None else int(self._df[tid])
+
     def scores(self, query_terms: Sequence[str], n_slots: int) -> FloatArray:
         """BM25 score of every slot for the query (float64, length `n_slots`,
         0 for empty slots); `n_slots` must exceed every live slot."""

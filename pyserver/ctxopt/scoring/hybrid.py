@@ -20,6 +20,7 @@ from ctxopt.gc import Marks
 from ctxopt.model import Breakdown, Weights
 from ctxopt.registry import Session
 from ctxopt.scoring.embedding import cosine
+from ctxopt.scoring.lines import analyzer_of
 from ctxopt.scoring.recency import recency
 from ctxopt.scoring.structure import structure_term
 
@@ -83,6 +84,40 @@ def normalised_bm25(session: Session, query_terms: list[str]) -> FloatArray:
     return raw / top if top > 0 else np.zeros_like(raw)
 
 
+# Pseudo-relevance feedback: the query grows by the rarest terms its best hits
+# share, so a turn that answers in other words than the question still scores.
+PRF_DOCS = 3  # the top hits the expansion reads
+PRF_TERMS = 8  # terms added
+PRF_WEIGHT = 0.3  # the expansion's relevance against the query's own (0: off)
+
+
+def expanded_relevance(
+    session: Session, query_terms: list[str], relevance: FloatArray, weight: float
+) -> FloatArray:
+    """`relevance` plus `weight` times the (normalised) BM25 of the expansion
+    terms: the terms of the top PRF_DOCS hits not in the query, rarest first
+    (fewest chunks holding them, then most top hits holding them)."""
+    if weight <= 0 or not query_terms or not relevance.any():
+        return relevance
+    top = np.argsort(-relevance, kind="stable")[:PRF_DOCS]
+    top = top[relevance[top] > 0]
+    asked = set(query_terms)
+    seen: dict[str, int] = {}
+    analyze = analyzer_of(session)
+    for slot in top.tolist():
+        for term in set(analyze(session.entry_at(slot).chunk.text)):
+            if term not in asked:
+                seen[term] = seen.get(term, 0) + 1
+    index = session.index
+    ranked = sorted(seen, key=lambda t: (index.document_frequency(t), -seen[t], t))
+    extra = [t for t in ranked if index.document_frequency(t) > 1][:PRF_TERMS]
+    if not extra:
+        return relevance
+    grown = relevance + weight * normalised_bm25(session, extra)
+    top_value = float(grown.max(initial=0.0))
+    return grown / top_value if top_value > 0 else grown
+
+
 def spread_to_neighbours(
     relevance: FloatArray, live: npt.NDArray[np.intp], share: float
 ) -> FloatArray:
@@ -113,9 +148,10 @@ def score_session(
     n = session.n_slots
     cols = session.columns
     alive = cols.alive[:n]
-    bm25 = spread_to_neighbours(
-        normalised_bm25(session, query_terms), session.live_slots(), neighbour_share
+    relevance = expanded_relevance(
+        session, query_terms, normalised_bm25(session, query_terms), PRF_WEIGHT
     )
+    bm25 = spread_to_neighbours(relevance, session.live_slots(), neighbour_share)
     recent = recency(cols.turn[:n], alive, half_life_turns)
     with_embedding = bool(query_embedding) and bool(session.embeddings)
     embedding = (

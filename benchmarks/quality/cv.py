@@ -1,0 +1,217 @@
+"""Cross-validated choice of the default's constants, and out-of-fold figures.
+
+    .venv/bin/python -m benchmarks.quality.cv [--data ../shared/datasets]
+        [--smoke] [--out benchmarks/results/quality_cv.json]
+
+Every candidate configuration in GRID (and every baseline, which has no
+constant to choose) is scored on every item once: each LoCoMo question, each
+SWE trajectory's hunks, each needed-later step. Fold k holds LoCoMo
+conversation k (leave one conversation out) and every fifth SWE trajectory
+from the k-th; the configuration for fold k is the one with the best mean over
+the nine cells (three metrics x three budgets) on the *other* folds, and fold
+k's items are scored with it. The out-of-fold figures are those scores pooled;
+one configuration serves both data sets in every fold (no per-data-set
+switch). The shipped default is the choice on all folds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxopt.config import Config
+from ctxopt.engine import Engine
+from ctxopt.model import Strategy, Weights
+from ctxopt.pruner import Tuning
+
+from benchmarks.quality.datasets import LOCOMO_FILE, SWE_FILE, Conversation, Trajectory
+from benchmarks.quality.methods import (
+    Bm25,
+    EngineMethod,
+    Method,
+    ObsMask,
+    RandomChoice,
+    Recent,
+)
+from benchmarks.quality.metrics import evidence_recall, hunk_covered, mean, needed_recall
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_DATA = REPO.parent / "shared" / "datasets"
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "quality_cv.json"
+BUDGETS = (0.5, 0.3, 0.2)
+FOLDS = 5
+METRICS = ("locomo_recall", "swe_coverage", "needed_later_recall")
+MEMORY = Config(data_dir=":memory:")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One configuration of the default's constants."""
+
+    name: str
+    tuning: Tuning
+    weights: Weights
+
+
+# The constants chosen here; everything else is fixed a priori.
+GRID = tuple(
+    Candidate(
+        f"exp={exponent} recency={recency} retention={retention}",
+        Tuning(density_exponent=exponent, anchor_retention=retention),
+        Weights(recency=recency),
+    )
+    for exponent in (0.0, 0.4)
+    for recency in (0.15, 0.4)
+    for retention in (0.5, 0.9)
+)
+
+
+@dataclass(slots=True)
+class Scores:
+    """Per item and budget: (fold, numerator, denominator). Hunk coverage pools
+    hunks (numerator: covered, denominator: hunks); the rest are means."""
+
+    cells: dict[tuple[str, float], list[tuple[int, float, float]]] = field(default_factory=dict)
+
+    def add(self, metric: str, budget: float, fold: int, value: float, weight: float) -> None:
+        self.cells.setdefault((metric, budget), []).append((fold, value, weight))
+
+    def cell(self, metric: str, budget: float, folds: Callable[[int], bool]) -> float:
+        items = [(v, w) for f, v, w in self.cells.get((metric, budget), []) if folds(f)]
+        total = sum(w for _, w in items)
+        return sum(v for v, _ in items) / total if total else float("nan")
+
+    def objective(self, folds: Callable[[int], bool]) -> float:
+        return mean([self.cell(m, b, folds) for m in METRICS for b in BUDGETS])
+
+
+def score_method(
+    method: Method, conversations: Sequence[Conversation], trajectories: Sequence[Trajectory]
+) -> Scores:
+    scores = Scores()
+    for fold, conversation in enumerate(conversations):
+        for question in conversation.questions:
+            case = conversation.case(question)
+            for budget in BUDGETS:
+                present = method.select(case, budget).content_ids()
+                recall = evidence_recall(question.evidence, present)
+                scores.add("locomo_recall", budget, fold % FOLDS, recall, 1)
+    for number, trajectory in enumerate(trajectories):
+        fold = number % FOLDS
+        for budget in BUDGETS:
+            text = method.select(trajectory.case, budget).text(trajectory.case)
+            covered = sum(hunk_covered(lines, text) for lines in trajectory.hunks)
+            scores.add("swe_coverage", budget, fold, covered, len(trajectory.hunks))
+            for step in trajectory.steps:
+                kept = method.select_step(trajectory.instance_id, step.case, budget)
+                recall = needed_recall(step.needed, kept.text(step.case))
+                scores.add("needed_later_recall", budget, fold, recall, 1)
+        method.end_trajectory(trajectory.instance_id)
+    return scores
+
+
+def out_of_fold(by_candidate: dict[str, Scores]) -> tuple[Scores, list[str]]:
+    """The pooled held-out scores, each fold scored with the candidate that is
+    best on the other folds; and the choice per fold."""
+    chosen = []
+    pooled = Scores()
+    for fold in range(FOLDS):
+
+        def train(f: int, held_out: int = fold) -> bool:
+            return f != held_out
+
+        best = max(by_candidate, key=lambda name: by_candidate[name].objective(train))
+        chosen.append(best)
+        for key, items in by_candidate[best].cells.items():
+            pooled.cells.setdefault(key, []).extend(i for i in items if i[0] == fold)
+    return pooled, chosen
+
+
+def figures(scores: Scores) -> dict[str, dict[str, float]]:
+    return {
+        metric: {f"{round(b * 100)}%": scores.cell(metric, b, lambda _: True) for b in BUDGETS}
+        for metric in METRICS
+    }
+
+
+def table(rows: dict[str, dict[str, dict[str, float]]]) -> str:
+    labels = [f"{round(b * 100)}%" for b in BUDGETS]
+    header = ["method", *(f"{m.split('_')[0]} {b}" for m in METRICS for b in labels)]
+    lines = [header]
+    for name, data in rows.items():
+        lines.append([name, *(f"{data[m][b]:.3f}" for m in METRICS for b in labels)])
+    widths = [max(len(r[i]) for r in lines) for i in range(len(header))]
+    out = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in lines]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.quality.cv", description=__doc__)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--smoke", action="store_true", help="two candidates, a tiny slice")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    for name in (LOCOMO_FILE, SWE_FILE):
+        if not (args.data / name).is_file():
+            parser.error(f"--data {args.data}: no {name} there")
+    from benchmarks.quality.datasets import load_locomo, load_swe
+
+    started = time.perf_counter()
+    engine = Engine(MEMORY)
+    count = engine.counter.count_many
+    conversations = load_locomo(args.data / LOCOMO_FILE, count, questions=3 if args.smoke else 0)
+    swe = load_swe(args.data / SWE_FILE, count, limit=FOLDS if args.smoke else 0)
+    grid = GRID[:2] if args.smoke else GRID
+    by_candidate: dict[str, Scores] = {}
+    for candidate in grid:
+        method = EngineMethod(
+            "default",
+            Engine(MEMORY, candidate.tuning),
+            Strategy.HYBRID,
+            candidate.weights,
+        )
+        by_candidate[candidate.name] = score_method(method, conversations, swe.trajectories)
+        print(
+            f"[cv] {candidate.name}: {by_candidate[candidate.name].objective(lambda _: True):.4f}",
+            file=sys.stderr,
+        )
+    pooled, chosen = out_of_fold(by_candidate)
+    on_all = max(by_candidate, key=lambda name: by_candidate[name].objective(lambda _: True))
+    baselines: list[Method] = [
+        RandomChoice(),
+        Recent(),
+        Bm25(engine.analyzer.terms),
+        ObsMask(engine.counter.count),
+        EngineMethod("truncate", engine, Strategy.TRUNCATE),
+    ]
+    rows = {"default (out-of-fold)": figures(pooled)}
+    rows |= {m.name: figures(score_method(m, conversations, swe.trajectories)) for m in baselines}
+    results: dict[str, Any] = {
+        "command": " ".join(["python -m benchmarks.quality.cv", *(argv or sys.argv[1:])]),
+        "data": str(args.data),
+        "smoke": args.smoke,
+        "folds": FOLDS,
+        "chosen_per_fold": chosen,
+        "chosen_on_all_folds": on_all,
+        "in_sample": {name: figures(s) for name, s in by_candidate.items()},
+        "methods": rows,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print(table(rows))
+    print(f"chosen per fold: {chosen}")
+    print(f"chosen on all folds (the shipped default): {on_all}")
+    print(f"wrote {args.out} in {results['seconds']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

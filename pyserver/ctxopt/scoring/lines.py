@@ -1,0 +1,221 @@
+"""Lines that other chunks repeat: the trail an agent leaves through its history.
+
+An agent reads a file, then quotes the lines it will change in its next
+command; a later run of the same command or a later view of the same region
+prints the same lines again. A line (stripped, at least ECHO_MIN_CHARS long)
+that two live chunks hold is an *echo*; its *owner* is the latest chunk that
+holds it. Three signals follow:
+
+- anchors: the echo lines a chunk owns. They are what an excerpt keeps
+  verbatim (the lines the work points at, once each, in their newest copy);
+- links: the lines that hold a rare term of the query (the current step's
+  paths, identifiers, line numbers; rare: few chunks of the session hold it).
+  They are kept verbatim beside the anchors;
+- repeated share: the share of a chunk's keyed characters that a later chunk
+  holds too. An output printed again later (the same command run again, the
+  same file region viewed again, an exact duplicate) carries nothing new.
+
+`LineBook` keeps, per session, which live slots hold each line, updated
+incrementally: a plan re-reads only chunks whose text changed since the last.
+
+>>> from ctxopt.scoring.lines import text_lines
+>>> text_lines("short\\n    value = compute_total(items)\\n").keys
+('', 'value = compute_total(items)', '')
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from ctxopt.registry import Session
+
+# Shorter lines (`return x`, `}`, `else:`) repeat everywhere and prove nothing.
+ECHO_MIN_CHARS = 20
+TEXT_CACHE_SIZE = 16384
+
+FloatArray = npt.NDArray[np.float64]
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class TextLines:
+    """A text split into lines, each with its echo key ("" when too short)."""
+
+    lines: tuple[str, ...]
+    keys: tuple[str, ...]
+    distinct: frozenset[str]  # the non-empty keys
+    key_chars: int  # characters of the keyed lines (each distinct key once)
+    postings: dict[str, tuple[int, ...]] | None = None  # term -> lines, on first use
+
+    def lines_with(self, terms: frozenset[str], analyze: Callable[[str], list[str]]) -> set[int]:
+        """Numbers of the lines holding any of `terms`."""
+        if self.postings is None:
+            found: dict[str, list[int]] = defaultdict(list)
+            for number, line in enumerate(self.lines):
+                for term in set(analyze(line)):
+                    found[term].append(number)
+            self.postings = {t: tuple(n) for t, n in found.items()}
+        postings = self.postings
+        return {n for t in terms if t in postings for n in postings[t]}
+
+
+_texts: OrderedDict[str, TextLines] = OrderedDict()
+_texts_lock = threading.Lock()  # plans of different sessions run in parallel
+
+
+def text_lines(text: str) -> TextLines:
+    """The lines and keys of a text, cached by the text itself."""
+    found = _texts.get(text)
+    if found is not None:
+        return found
+    lines = tuple(text.split("\n"))
+    keys = tuple(s if len(s) >= ECHO_MIN_CHARS else "" for s in (line.strip() for line in lines))
+    distinct = frozenset(k for k in keys if k)
+    made = TextLines(lines, keys, distinct, sum(len(k) for k in distinct))
+    with _texts_lock:
+        _texts[text] = made
+        if len(_texts) > TEXT_CACHE_SIZE:
+            _texts.popitem(last=False)
+    return made
+
+
+class LineBook:
+    """Which live slots of one session hold each keyed line."""
+
+    def __init__(self) -> None:
+        self.text: dict[int, str] = {}  # slot -> the text indexed for it
+        self.holders: dict[str, set[int]] = defaultdict(set)
+        self._anchors: dict[int, tuple[int, ...]] = {}  # slot -> cached anchors
+        self._repeated: dict[int, float] = {}
+        self._derived: dict[int, tuple[object, object]] = {}  # slot -> (key, value)
+        self._repeated_all: tuple[int, FloatArray] | None = None
+        self.version = 0  # bumps on every change
+
+    def sync(self, session: Session) -> None:
+        """Bring the book up to the session's live chunks (changed texts only)."""
+        live = {e.slot: e.chunk.text for e in session.entries.values()}
+        for slot in [s for s in self.text if s not in live]:
+            self._drop(slot)
+        for slot, text in live.items():
+            if self.text.get(slot) is not text:
+                if slot in self.text:
+                    self._drop(slot)
+                self._add(slot, text)
+
+    def _touch(self, keys: frozenset[str]) -> None:
+        """Cached answers of every slot sharing these keys are stale."""
+        self.version += 1
+        for key in keys:
+            for slot in self.holders.get(key, ()):
+                self._anchors.pop(slot, None)
+                self._repeated.pop(slot, None)
+                self._derived.pop(slot, None)
+
+    def derived(
+        self, slots: Iterable[int], key: object, make: Callable[[int], T | None]
+    ) -> list[tuple[int, T]]:
+        """`make(slot)` for each slot, a value computed from the slot's text and
+        anchors (and `key`), remembered until either changes, so a plan
+        recomputes only what changed; the slots whose value is not None."""
+        cache = self._derived
+        out: list[tuple[int, T]] = []
+        for slot in slots:
+            found = cache.get(slot)
+            if found is None or found[0] != key:
+                found = cache[slot] = (key, make(slot))
+            if found[1] is not None:
+                out.append((slot, found[1]))  # type: ignore[arg-type]
+        return out
+
+    def _add(self, slot: int, text: str) -> None:
+        self.version += 1
+        self.text[slot] = text
+        keys = text_lines(text).distinct
+        self._touch(keys)
+        for key in keys:
+            self.holders[key].add(slot)
+
+    def _drop(self, slot: int) -> None:
+        keys = text_lines(self.text.pop(slot)).distinct
+        for key in keys:
+            holders = self.holders[key]
+            holders.discard(slot)
+            if not holders:
+                del self.holders[key]
+        self._touch(keys)
+        self._anchors.pop(slot, None)
+        self._repeated.pop(slot, None)
+        self._derived.pop(slot, None)
+
+    def anchors(self, slot: int) -> tuple[int, ...]:
+        """Line numbers of the echo lines this slot owns (it is their latest holder)."""
+        found = self._anchors.get(slot)
+        if found is not None:
+            return found
+        lines = text_lines(self.text[slot])
+        owned = []
+        for number, key in enumerate(lines.keys):
+            if key:
+                holders = self.holders[key]
+                if len(holders) > 1 and max(holders) == slot:
+                    owned.append(number)
+        result = tuple(owned)
+        self._anchors[slot] = result
+        return result
+
+    def repeated_share(self, slot: int) -> float:
+        """The share of this slot's keyed characters a later live slot holds."""
+        found = self._repeated.get(slot)
+        if found is not None:
+            return found
+        lines = text_lines(self.text[slot])
+        later = sum(len(k) for k in lines.distinct if max(self.holders[k]) > slot)
+        share = later / lines.key_chars if lines.key_chars else 0.0
+        self._repeated[slot] = share
+        return share
+
+    def repeated(self, session: Session) -> FloatArray:
+        """`repeated_share` of every slot (0 for dead ones)."""
+        cached = self._repeated_all
+        if cached is not None and cached[0] == self.version and len(cached[1]) == session.n_slots:
+            return cached[1]
+        out = np.zeros(session.n_slots, dtype=np.float64)
+        for slot in self.text:
+            out[slot] = self.repeated_share(slot)
+        self._repeated_all = (self.version, out)
+        return out
+
+
+def rare_terms(session: Session, terms: Iterable[str], max_share: float) -> frozenset[str]:
+    """The query terms at most `max_share` of the session's chunks hold (at
+    least one chunk, and always those only one chunk holds)."""
+    if max_share <= 0:
+        return frozenset()
+    limit = max(1, int(max_share * len(session)))
+    index = session.index
+    return frozenset(t for t in set(terms) if 0 < index.document_frequency(t) <= limit)
+
+
+def analyzer_of(session: Session) -> Callable[[str], list[str]]:
+    """The analyzer that indexed the session (line links must use the same terms)."""
+    return session._analyzer.terms
+
+
+_books: weakref.WeakKeyDictionary[Session, LineBook] = weakref.WeakKeyDictionary()
+
+
+def line_book(session: Session) -> LineBook:
+    """The session's book, brought up to date (callers hold the session lock)."""
+    book = _books.get(session)
+    if book is None:
+        book = _books[session] = LineBook()
+    book.sync(session)
+    return book
