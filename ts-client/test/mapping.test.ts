@@ -123,3 +123,10 @@ test("thought and thoughtSignature parts come back exactly as received", () => {
 test("a turn with a role other than user or model is refused, naming it", () => {
   assert.throws(() => mapContents([{ role: "system", parts: [text("x")] }]), /history\[0\]\.role.*"system"/);
 });
+
+test("Gemini CLI 0.61's <session_context> turn (coalesced with the task) is recognised as the environment context", () => {
+  const opening = user(text("<session_context>\nThis is the Gemini CLI. We are setting up the context for our chat.\nToday's date is ...\n</session_context>"), text("Fix the bug."));
+  assert.equal(environmentContextTurns([opening, model(call("ls", "1")), user(response("ls", "1", "a"))]), 1);
+  assert.equal(environmentContextTurns([user(text("<session_context>\nsomething else\n</session_context>"))]), 0);
+  assert.equal(environmentContextTurns([user(text("Fix the bug."))]), 0);
+});
