@@ -212,12 +212,10 @@ def results_json(
     meta: dict[str, Any],
 ) -> dict[str, Any]:
     ratios = sorted({ratio, DEFAULT_RATIO, OTHER_RATIO}, reverse=True)
+    ran = [name for name in METHODS if any(name in by_name for by_name in tallies.values())]
+    # every method that ran appears under both windows, with zero calls where no session reached it
     windows = {
-        label: {
-            name: tallies[label][name].summary(ratio, ratios)
-            for name in METHODS
-            if name in tallies[label]
-        }
+        label: {name: tallies[label].get(name, Tally()).summary(ratio, ratios) for name in ran}
         for label in (SHARE_WINDOW, FIXED_WINDOW)
     }
     gaps = []
