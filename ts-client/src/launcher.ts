@@ -106,7 +106,8 @@ async function serving(address: string): Promise<boolean> {
 /** Starts `ctxopt serve` on `address` and resolves once it listens. */
 function startServer(address: string): Promise<ChildProcess> {
   const bin = process.env["CTXOPT_SERVE_BIN"] || "ctxopt";
-  const child = spawn(bin, ["serve", "--addr", address], { stdio: ["ignore", "pipe", "pipe"] });
+  // Its own process group: a Ctrl-C in Gemini CLI's terminal must not stop the server mid-session.
+  const child = spawn(bin, ["serve", "--addr", address], { stdio: ["ignore", "pipe", "pipe"], detached: true });
   return new Promise((resolve, reject) => {
     let stderr = "";
     child.stderr!.on("data", (chunk: Buffer) => {

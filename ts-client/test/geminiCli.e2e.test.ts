@@ -58,6 +58,7 @@ for (const session of SESSIONS) {
     exchanges.forEach(({ sent, summary }, index) => {
       const where = `request ${index} (${summary.outcome}: ${summary.note})`;
       assert.ok(estimateContentsTokens(sent) <= WINDOW_TOKENS, `${where}: ${estimateContentsTokens(sent)} tokens fit the window`);
+      assert.doesNotThrow(() => new core.GeminiChat(config0(), "", [], sent), `${where}: GeminiChat accepts it as a history`);
       chat.setHistory(sent);
       assert.deepEqual(chat.getHistory(true), sent, `${where}: Gemini CLI's curated history keeps every turn`);
       const hardened = hardenHistory(sent.map((content, i) => ({ id: `turn-${i}`, content: structuredClone(content) }))).map((turn) => turn.content);

@@ -54,7 +54,6 @@ function geminiEnv(extra: NodeJS.ProcessEnv): { env: NodeJS.ProcessEnv; project:
     HOME: home,
     GEMINI_API_KEY: "fake-key-for-tests",
     GEMINI_CLI_TRUST_WORKSPACE: "true",
-    GEMINI_CLI_NO_RELAUNCH: "true",
     CTXOPT_SERVE_BIN: join(repoRoot, ".venv/bin/ctxopt"),
     CTXOPT_DATA_DIR: join(home, "ctxopt-data"),
     // Gemini CLI's first request is ~6k tokens: a 10k window makes it cross the 40% threshold.
@@ -80,7 +79,7 @@ test("ctxopt-gemini says clearly when Gemini CLI is not installed", async () => 
   assert.match(result.stderr, /Gemini CLI not found on PATH: install it/);
 });
 
-test("ctxopt-gemini runs the installed Gemini CLI with the adapter, starting ctxopt serve and stopping it at exit", async () => {
+test("ctxopt-gemini runs the installed Gemini CLI with the adapter (through its relaunch), starting ctxopt serve and stopping it at exit", async () => {
   const port = await closedPort();
   const { env, project, log, fake } = geminiEnv({ CTXOPT_ADDR: `127.0.0.1:${port}` });
   const result = await run(["--ctxopt-gemini", geminiEntry, "--ctxopt-log", log, "--", "--fake-responses-non-strict", fake, "-p", "Say hello."], env, project);
@@ -96,7 +95,7 @@ test("ctxopt-gemini runs the installed Gemini CLI with the adapter, starting ctx
 
 test("ctxopt-gemini --ctxopt-no-serve starts no server: Gemini CLI runs on the local fallback and the summary says so", async () => {
   const port = await closedPort();
-  const { env, project, log, fake } = geminiEnv({ CTXOPT_ADDR: `127.0.0.1:${port}`, CTXOPT_DEADLINE_MS: "300" });
+  const { env, project, log, fake } = geminiEnv({ CTXOPT_ADDR: `127.0.0.1:${port}`, CTXOPT_DEADLINE_MS: "300", GEMINI_CLI_NO_RELAUNCH: "true" });
   const result = await run(["--ctxopt-no-serve", "--ctxopt-gemini", geminiEntry, "--ctxopt-log", log, "--", "--fake-responses-non-strict", fake, "-p", "Say hello."], env, project);
   assert.equal(result.code, 0, result.stderr);
   assert.match(result.stderr, /no ctxopt service at 127\.0\.0\.1:\d+; Gemini CLI runs with the local fallback/);

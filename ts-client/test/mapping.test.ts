@@ -130,3 +130,12 @@ test("Gemini CLI 0.61's <session_context> turn (coalesced with the task) is reco
   assert.equal(environmentContextTurns([user(text("<session_context>\nsomething else\n</session_context>"))]), 0);
   assert.equal(environmentContextTurns([user(text("Fix the bug."))]), 0);
 });
+
+test("Gemini CLI's synthetic thought signature does not change a chunk's id (it comes and goes with the active loop)", () => {
+  const plain = call("run_shell_command", "1", { command: "ls" });
+  const [withSynthetic] = chunksOf(mapContents([model({ ...plain, thoughtSignature: "skip_thought_signature_validator" })]));
+  const [without] = chunksOf(mapContents([model(plain)]));
+  const [withReal] = chunksOf(mapContents([model({ ...plain, thoughtSignature: "real-signature" })]));
+  assert.equal(withSynthetic!.id, without!.id);
+  assert.notEqual(withReal!.id, without!.id);
+});

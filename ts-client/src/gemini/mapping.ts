@@ -93,7 +93,7 @@ function mapContent(content: Content, turn: number, locked: boolean, previous: M
   const role = geminiRole(content, turn);
   const parts = content.parts ?? [];
   const callPartners = role === "user" && previous?.role === "model" ? matchCalls(previous, parts) : new Map<number, MappedPart>();
-  const ids = parts.map((part, partIndex) => `t${turn}.${partIndex}-${digest(`${role}\n${canonicalJson(part)}`)}`);
+  const ids = parts.map((part, partIndex) => `t${turn}.${partIndex}-${digest(`${role}\n${canonicalJson(identityOf(part))}`)}`);
   // A parallel step (several calls in one model turn) is one group: Gemini 3
   // signs only its first call, so the step must be kept or removed as a whole.
   const firstCall = parts.findIndex((p) => p.functionCall !== undefined);
@@ -119,6 +119,19 @@ function mapContent(content: Content, turn: number, locked: boolean, previous: M
     return { part, chunk };
   });
   return { role, turn, parts: mappedParts };
+}
+
+/**
+ * Gemini CLI adds this placeholder signature to unsigned first calls of the
+ * active tool loop and drops it once the loop is over: the same part, so the
+ * same id.
+ */
+export const SYNTHETIC_THOUGHT_SIGNATURE = "skip_thought_signature_validator";
+
+function identityOf(part: Part): Part {
+  if (part.thoughtSignature !== SYNTHETIC_THOUGHT_SIGNATURE) return part;
+  const { thoughtSignature: _synthetic, ...rest } = part;
+  return rest;
 }
 
 function toolName(part: Part): Record<string, string> {
