@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ctxopt.model import ChunkKind, Role
+from ctxopt.model import Chunk, ChunkKind, Role, Roots
 
 from benchmarks.quality.datasets import (
     TASK_ID,
+    Case,
     conversation_chunks,
     evidence_ids,
     history_of,
@@ -20,6 +21,17 @@ from benchmarks.quality.datasets import (
     questions_of,
     session_ms,
     trajectory_case,
+    trajectory_steps,
+)
+from benchmarks.quality.evaluate import cause
+from benchmarks.quality.methods import (
+    CAUSE_MASK,
+    CAUSE_NOT_CHOSEN,
+    CAUSE_TRIM,
+    CAUSE_VALUE,
+    OBS_MASK_PLACEHOLDER,
+    Kept,
+    ObsMask,
 )
 from benchmarks.quality.metrics import (
     all_evidence_kept,
@@ -28,6 +40,8 @@ from benchmarks.quality.metrics import (
     hunk_coverage,
     hunk_covered,
     hunk_lines,
+    needed_lines,
+    needed_recall,
 )
 
 
@@ -257,3 +271,75 @@ def test_load_swe_stops_after_the_limit(tmp_path: Path) -> None:
     path = tmp_path / "swe.jsonl.gz"
     write_jsonl_gz(path, [trajectory(f"t{i}", LINE) for i in range(3)])
     assert len(load_swe(path, words, limit=2).trajectories) == 2
+
+
+# ---- needed-later recall --------------------------------------------------------
+
+
+NEEDED = "def compute_total(values, scale_factor):"  # 40 chars: counts
+SHORT = "return total * 2"  # under 25 chars: never needed
+
+
+def test_needed_lines_are_earlier_output_lines_a_later_text_quotes() -> None:
+    outputs = [f"  {NEEDED}\n  {SHORT}\nan output line nobody quotes later on", NEEDED]
+    later = [f"I will replace {NEEDED} and {SHORT}", "patch"]
+    assert needed_lines(outputs, later) == (NEEDED,)
+
+
+def test_needed_recall_is_the_share_of_needed_lines_in_the_prompt() -> None:
+    other = "x" * 30
+    assert needed_recall((NEEDED, other), f"prompt with {NEEDED}") == 0.5
+
+
+def printed(step: int) -> str:
+    return f"line printed by step number {step} of the run"
+
+
+def test_steps_sit_at_quarters_see_the_messages_before_and_skip_if_nothing_is_needed() -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Fix the bug."},
+    ]
+    for i in range(7):
+        messages.append({"role": "assistant", "content": f"THOUGHT: step {i}\n```bash\nls\n```"})
+        messages.append({"role": "user", "content": f"<returncode>0</returncode>\n{printed(i)}"})
+    messages.append({"role": "assistant", "content": f"quoting {printed(1)} and {printed(5)}"})
+    steps = trajectory_steps("t", messages, "", words)
+    # the last assistant message is the 17th: points at 4, 8, 12 and 16 messages;
+    # at 4 nothing printed yet is quoted later, so that step is skipped
+    assert [len(s.case.chunks) for s in steps] == [8, 12, 16]
+    assert [s.needed for s in steps] == [(printed(1),), (printed(1),), (printed(1), printed(5))]
+    assert [s.case.key for s in steps] == ["t@0.5", "t@0.75", "t@1.0"]
+
+
+def test_obs_mask_keeps_every_turn_and_the_newest_outputs_that_fit() -> None:
+    chunks = [
+        Chunk("sys", Role.SYSTEM, ChunkKind.SYSTEM, "system", tokens=10),
+        Chunk("task", Role.USER, ChunkKind.MESSAGE, "task", tokens=10),
+        Chunk("c1", Role.MODEL, ChunkKind.TOOL_CALL, "call 1", tokens=10),
+        Chunk("o1", Role.USER, ChunkKind.TOOL_RESULT, "output 1", tokens=100),
+        Chunk("c2", Role.MODEL, ChunkKind.TOOL_CALL, "call 2", tokens=10),
+        Chunk("o2", Role.USER, ChunkKind.TOOL_RESULT, "output 2", tokens=100),
+        Chunk("c3", Role.MODEL, ChunkKind.TOOL_CALL, "call 3", tokens=10),
+        Chunk("o3", Role.USER, ChunkKind.TOOL_RESULT, "output 3", tokens=100),
+        Chunk("last", Role.MODEL, ChunkKind.MESSAGE, "latest", tokens=10),
+    ]
+    case = Case("k", tuple(chunks), "q", Roots(), frozenset({"sys", "task", "o3", "last"}))
+    method = ObsMask(lambda text: 5)  # placeholders of 5 tokens; 360 tokens in all
+    roomy = method.select(case, 0.75)  # 270: o2 verbatim, o1 a placeholder
+    assert roomy.ids == tuple(c.id for c in chunks)
+    assert roomy.masked == {"o1"} and roomy.replacements == {"o1": OBS_MASK_PLACEHOLDER}
+    assert roomy.tokens == 265
+    middle = method.select(case, 0.6)  # 216: both old outputs placeholders, every turn stays
+    assert middle.ids == roomy.ids and middle.masked == {"o1", "o2"} and middle.tokens == 170
+    tight = method.select(case, 0.4)  # 144: then the oldest turns go
+    assert tight.ids == ("sys", "task", "c3", "o3", "last")
+    assert tight.masked == frozenset() and tight.tokens == 140
+
+
+def test_a_loss_is_charged_to_the_holder_that_came_closest_to_keeping_it() -> None:
+    kept = Kept((), 0, causes={"a": CAUSE_VALUE, "b": CAUSE_TRIM, "c": CAUSE_MASK})
+    assert cause(kept, ["a", "b", "c"]) == CAUSE_TRIM
+    assert cause(kept, ["a", "c"]) == CAUSE_MASK
+    assert cause(kept, ["a"]) == CAUSE_VALUE
+    assert cause(kept, ["z"]) == CAUSE_NOT_CHOSEN
