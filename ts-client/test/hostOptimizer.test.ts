@@ -159,3 +159,39 @@ test("with the flag off the contents pass through untouched and the service is n
   assert.equal(result.summary.outcome, "pass-through");
   assert.deepEqual(result.contents, contents);
 });
+
+/** 20 shell calls of 300-line logs; one line of log 3 is what the latest question asks about. */
+function logSession(): Content[] {
+  const contents: Content[] = [user(text("Fix the failing date parser."))];
+  for (let i = 0; i < 20; i += 1) {
+    const id = `c${i}`;
+    contents.push(model(text(`step ${i}`), { ...call("run_shell_command", id, { command: `cat log${i}` }), thoughtSignature: `s${i}` }));
+    const lines = Array.from({ length: 300 }, (_, l) => `log ${i} line ${l}: ordinary output number ${l * 7}`);
+    if (i === 3) lines[150] = "ERROR ZEBRA_TOKEN_42 failure in parse_date at dates.py:88";
+    contents.push(user(response("run_shell_command", id, lines.join("\n"))));
+  }
+  contents.push(model(text("I looked at all logs.")), user(text("Why does ZEBRA_TOKEN_42 fail in parse_date?")));
+  return contents;
+}
+
+test("a trimmed tool output is the excerpt itself: no tool-name prefix, name and id kept", async () => {
+  const contents = logSession();
+  const result = await optimizer({}, { windowTokens: 150_000 }).optimize(contents);
+  assert.ok(result.summary.trimmed > 0, result.summaryLine);
+  const outputs = result.contents.flatMap((c) => (c.parts ?? []).flatMap((p) => (p.functionResponse ? [p.functionResponse] : [])));
+  const trimmed = outputs.filter((r) => String(r.response?.["output"]).startsWith("[ctxopt: trimmed"));
+  assert.ok(trimmed.length > 0);
+  for (const r of outputs) assert.ok(!String(r.response?.["output"]).startsWith("run_shell_command: "), String(r.response?.["output"]).slice(0, 80));
+  for (const r of trimmed) assert.equal(r.name, "run_shell_command");
+  assert.ok(trimmed.every((r) => typeof r.id === "string" && r.id.startsWith("c")));
+  assert.match(JSON.stringify(result.contents), /ZEBRA_TOKEN_42 failure in parse_date/);
+});
+
+test("shadow mode asks for a dry plan, reports what it would save and sends the original", async () => {
+  const contents = toolSession(30);
+  const result = await optimizer({ mode: "shadow" }).optimize(contents);
+  assert.equal(result.summary.outcome, "shadow");
+  assert.deepEqual(result.contents, contents);
+  assert.ok(result.summary.tokensAfter < result.summary.tokensBefore, result.summaryLine);
+  assert.match(result.summaryLine, /would save/);
+});
