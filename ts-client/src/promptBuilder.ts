@@ -168,7 +168,7 @@ export class PromptBuilder {
     if (!inRollout(input.sessionId, this.flags.rolloutPercent)) {
       return this.finish(prompt, "pass-through", prompt.turns, { note: `session outside the ${this.flags.rolloutPercent}% rollout` });
     }
-    const threshold = prompt.windowTokens * ((this.budget.thresholdPercent ?? 80) / 100);
+    const threshold = prompt.windowTokens * (this.thresholdPercent() / 100);
     const tooManyChunks = this.flags.maxChunks > 0 && prompt.chunks.length > this.flags.maxChunks;
     if (prompt.tokensBefore < threshold && !tooManyChunks) return this.finish(prompt, "below-threshold", prompt.turns);
     if (Date.now() < this.breakerUntil) {
@@ -206,7 +206,7 @@ export class PromptBuilder {
       fixedTokens,
       chunks: [...fixed, ...chunksOf(turns)],
       tokensBefore: fixedTokens + tokensOf(turns),
-      windowTokens: this.budget.contextLimitTokens ?? tokenLimit(input.model),
+      windowTokens: this.budget.contextLimitTokens ?? this.flags.windowTokens ?? tokenLimit(input.model),
     };
   }
 
@@ -221,7 +221,7 @@ export class PromptBuilder {
   /** No plan: shadow mode sends the original; otherwise local truncation under the same history rules. */
   private withoutService(prompt: PreparedPrompt, reason: string): BuiltPrompt {
     if (this.flags.mode === "shadow") return this.finish(prompt, "shadow", prompt.turns, { note: `no plan: ${reason}` });
-    const target = prompt.windowTokens * ((this.budget.targetPercent ?? 60) / 100);
+    const target = prompt.windowTokens * (this.targetPercent() / 100);
     const truncated = truncateHistory(prompt.turns, target, prompt.lockedTurns, prompt.fixedTokens);
     if (findViolations(toContents(truncated.turns)).length > 0) {
       return this.finish(prompt, "fallback", prompt.turns, { note: `${reason}; history invalid, sent as is` });
@@ -337,8 +337,8 @@ export class PromptBuilder {
       query: [messageText, input.activeTask ?? ""].filter(Boolean).join("\n"),
       budget: {
         contextLimitTokens: windowTokens,
-        thresholdPercent: this.budget.thresholdPercent ?? 80,
-        targetPercent: this.budget.targetPercent ?? 60,
+        thresholdPercent: this.thresholdPercent(),
+        targetPercent: this.targetPercent(),
         pressurePercent: this.budget.pressurePercent ?? 90,
       },
       roots: {
@@ -351,6 +351,16 @@ export class PromptBuilder {
       strategy: Strategy.STRATEGY_HYBRID,
       maxChunks: this.flags.maxChunks,
     };
+  }
+
+  /** Budget option, else GEMINI_CONTEXT_THRESHOLD_PERCENT, else 80 (DESIGN.md 4). */
+  private thresholdPercent(): number {
+    return this.budget.thresholdPercent ?? this.flags.thresholdPercent ?? 80;
+  }
+
+  /** Budget option, else GEMINI_CONTEXT_TARGET_PERCENT, else 60; never above the threshold. */
+  private targetPercent(): number {
+    return Math.min(this.budget.targetPercent ?? this.flags.targetPercent ?? 60, this.thresholdPercent());
   }
 
   private async ensureHealthy(settings: CallSettings): Promise<void> {

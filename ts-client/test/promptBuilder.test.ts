@@ -93,3 +93,17 @@ test("the summary line shows the window share, the token counts and the latency"
   const built = await (await builderFor({ mode: "false" })).build(input);
   assert.match(built.summaryLine, /^ctxopt\[false\] gemini-2\.5-pro: \d+\.\d% of 10,000 tokens used \([\d,]+ -> [\d,]+, saved 0\), [\d.]+ ms, pass-through$/);
 });
+
+test("GEMINI_CONTEXT_THRESHOLD_PERCENT moves PromptBuilder's trigger (the history is ~9k tokens of a 100k window)", async () => {
+  const below = await (await builderFor({ mode: "true" }, 100_000)).build(input);
+  assert.equal(below.summary.outcome, "below-threshold");
+  const early = await (await builderFor({ mode: "true", thresholdPercent: 5 }, 100_000)).build({ ...input, sessionId: "s-threshold" });
+  assert.equal(early.summary.outcome, "fallback", early.summaryLine);
+});
+
+test("GEMINI_CONTEXT_WINDOW_TOKENS sets the window when the budget names none", async () => {
+  const address = `127.0.0.1:${await closedPort()}`;
+  const builder = new PromptBuilder({ flags: { ...DEFAULT_FLAGS, mode: "true", deadlineMs: 300, address, windowTokens: 12_345 } });
+  builders.push(builder);
+  assert.equal((await builder.build(input)).summary.windowTokens, 12_345);
+});
