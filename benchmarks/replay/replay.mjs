@@ -1,5 +1,5 @@
 // The Node legs of the session replay (benchmarks/replay): Gemini CLI 0.61's
-// own context management, and ctxopt through the TypeScript prompt builder
+// own context management, and ctxopt through the Gemini CLI adapter's code
 // against a real server.
 //
 // stdin:  {"address", "tsClient", "model", "summaryText", "trajectories": {key: [{role, content}]},
@@ -36,12 +36,12 @@
 // window as windowTokens, the adapter's own defaults unless the job sets a
 // threshold, target or recent-turn roots (null: the default).
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 
 // Gemini CLI logs to stdout; stdout carries the results.
 console.log = (...args) => console.error(...args);
 console.info = console.log;
 console.debug = console.log;
-import { fileURLToPath } from "node:url";
 
 const chunks = [];
 for await (const chunk of process.stdin) chunks.push(chunk);
