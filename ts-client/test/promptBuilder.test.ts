@@ -107,3 +107,13 @@ test("GEMINI_CONTEXT_WINDOW_TOKENS sets the window when the budget names none", 
   builders.push(builder);
   assert.equal((await builder.build(input)).summary.windowTokens, 12_345);
 });
+
+test("after a failure PromptBuilder skips the service for CTXOPT_BREAKER_MS and says so", async () => {
+  const builder = await builderFor({ mode: "true", breakerMs: 60_000 });
+  const first = await builder.build({ ...input, sessionId: "s-breaker" });
+  assert.equal(first.summary.outcome, "fallback");
+  const started = performance.now();
+  const second = await builder.build({ ...input, sessionId: "s-breaker" });
+  assert.ok(performance.now() - started < 100, `${(performance.now() - started).toFixed(0)} ms`);
+  assert.match(second.summaryLine, /service skipped for \d+ s after a failure .*circuit open/);
+});
