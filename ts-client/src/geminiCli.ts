@@ -43,7 +43,7 @@ export function withContextOptimizer(generator: ContentGenerator, options: Conte
     const contents: unknown = request.contents;
     if (role !== MAIN_ROLE || !isContentList(contents)) return request;
     const optimized = await optimizer.optimize(contents, { model: request.model, systemInstruction: systemText(request.config?.systemInstruction) });
-    return optimized.contents === contents ? request : { ...request, contents: optimized.contents };
+    return optimized.changed ? { ...request, contents: optimized.contents } : request;
   };
   const wrapped: ContentGenerator = {
     generateContent: async (request, userPromptId, role) => generator.generateContent(await rewrite(request, role), userPromptId, role),

@@ -55,8 +55,10 @@ export interface HostOptimizerOptions {
 
 /** One request's contents, optimized. */
 export interface OptimizedContents {
-  /** What to send: the input itself when nothing changed. */
+  /** What to send (a copy of the input when nothing changed). */
   readonly contents: Content[];
+  /** Whether `contents` differs from the input (false: send the original request as is). */
+  readonly changed: boolean;
   readonly summary: ContextSummary;
   readonly summaryLine: string;
   /** The plan, when this call ran a collection. */
@@ -360,7 +362,7 @@ export class HostHistoryOptimizer {
     };
     const line = summaryLine(summary);
     this.options.onSummary?.(summary, line);
-    return { contents, summary, summaryLine: line, ...(plan ? { plan } : {}), ...(sync ? { sync } : {}) };
+    return { contents, changed: sent !== undefined, summary, summaryLine: line, ...(plan ? { plan } : {}), ...(sync ? { sync } : {}) };
   }
 }
 
