@@ -278,6 +278,12 @@ export class HostHistoryOptimizer {
       const verdict = judgePlan(call.turns, plan);
       return this.finish(call, "shadow", undefined, { ...countActions(plan), tokensAfter: call.fixedTokens + verdict.tokensAfter, note: verdict.reason }, plan, sync);
     }
+    // The service's plan is authoritative for what it holds: a chunk it keeps
+    // that was removed before was restored (e.g. through MCP) and comes back.
+    for (const id of plan.keptIds) {
+      const action = this.decisions.get(id)?.action;
+      if (action === Action.ACTION_STASH || action === Action.ACTION_DELETE) this.decisions.delete(id);
+    }
     for (const decision of plan.decisions) {
       if (decision.action === Action.ACTION_KEEP) this.decisions.delete(decision.chunkId);
       else this.decisions.set(decision.chunkId, decision);

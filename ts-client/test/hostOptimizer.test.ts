@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
+import { CtxoptClient } from "../src/client.js";
 import { DEFAULT_FLAGS, type Flags } from "../src/flags.js";
 import { Action, Decision } from "../src/generated/ctxopt/v1/ctxopt.js";
 import { findViolations } from "../src/gemini/history.js";
@@ -194,4 +195,26 @@ test("shadow mode asks for a dry plan, reports what it would save and sends the 
   assert.deepEqual(result.contents, contents);
   assert.ok(result.summary.tokensAfter < result.summary.tokensBefore, result.summaryLine);
   assert.match(result.summaryLine, /would save/);
+});
+
+test("a chunk restored (and pinned) on the service comes back into the prompt at the next collection", async () => {
+  const client = new CtxoptClient(server.address, { deadlineMs: 5000 });
+  try {
+    const host = optimizer();
+    const first = await host.optimize(toolSession(30));
+    const stashed = first.plan!.decisions.find((d) => d.action === Action.ACTION_STASH && /^t\d+\.0-/.test(d.chunkId));
+    assert.ok(stashed !== undefined, first.summaryLine);
+    const turn = Number(/^t(\d+)\./.exec(stashed.chunkId)![1]);
+    const restoredPart = JSON.stringify(toolSession(30)[turn]!.parts![0]);
+    await client.restore({ sessionId: host.sessionId, chunkIds: [stashed.chunkId], force: true });
+    await client.updateChunks({ sessionId: host.sessionId, updates: [{ id: stashed.chunkId, pinned: true }] });
+    let later = await host.optimize(toolSession(31));
+    assert.ok(!JSON.stringify(later.contents).includes(restoredPart), "between collections the earlier decision holds");
+    for (let steps = 32; later.plan === undefined && steps < 60; steps += 1) later = await host.optimize(toolSession(steps));
+    assert.ok(later.plan !== undefined, "a collection ran");
+    assert.ok(later.plan.keptIds.includes(stashed.chunkId));
+    assert.ok(JSON.stringify(later.contents).includes(restoredPart), later.summaryLine);
+  } finally {
+    client.close();
+  }
 });
