@@ -61,7 +61,7 @@ MAX_REPAIR_ROUNDS = 8
 class Tuning:
     """Knobs of the hybrid strategy (tuned on ../shared/datasets)."""
 
-    density_exponent: float = 0.4  # value / tokens**exponent: 1 favours many small chunks too much
+    density_exponent: float = 0.0  # value / tokens**exponent; chosen by cross-validation
     trim_min_tokens: int = 2000  # shorter ones are kept whole or stashed (excerpts lost hunks)
     trim_min_lines: int = 6
     trim_fraction: float = 0.5  # an excerpt of a quarter lost the code a fix needed (SWE)
@@ -288,8 +288,7 @@ def plan_session(
     if incremental_batch and options.incremental:
         stop = min(stop, incremental_batch)
     applied[:stop] = True
-    for unit, kind in zip(step_unit[:stop], step_kind[:stop], strict=True):
-        sel.state[unit] = max(sel.state[unit], kind)
+    np.maximum.at(sel.state, step_unit[:stop], step_kind[:stop])
     total -= float(step_saves[:stop].sum())
 
     # ---- backfill: put back what still fits, best first ----------------
@@ -422,20 +421,17 @@ def _shrink_options(
     analyze = analyzer_of(session)
     links = rare_terms(session, analyze(options.query), tuning.link_df_share)
     if book is not None:
-        made = book.derived(
-            np.flatnonzero(multiline).tolist(),
+        excerpt = book.excerpts(
+            multiline,
             (links, tuning.anchor_context),
             lambda slot: _anchored_excerpt(
                 session, book, slot, links, analyze, tuning, count_tokens
             ),
         )
-        for slot, (text, after) in made:
-            texts[slot] = (text, after)
-            tokens[slot] = after
-        if made:
-            shrunk_slots = np.fromiter((slot for slot, _ in made), dtype=np.intp, count=len(made))
-            action[shrunk_slots] = Action.TRIM
-            anchored[shrunk_slots] = True
+        anchored = multiline & (excerpt >= 0)
+        action[anchored] = Action.TRIM
+        tokens[anchored] = excerpt[anchored]
+        texts = _ShrunkTexts(book, tokens)
     trimmable = multiline & ~anchored & (cols.tokens[:n] >= tuning.trim_min_tokens)
     maskable = (
         alive
@@ -458,6 +454,19 @@ def _shrink_options(
             texts[slot] = masked(chunk.id, chunk.text, stash, entry.tokens, count_tokens)
         tokens[slot] = texts[slot][1]
     return tokens, action, texts, anchored
+
+
+class _ShrunkTexts(dict[int, tuple[str, int]]):
+    """Shrunk texts by slot: the fallbacks stored, anchored excerpts read from
+    the line book on use (a plan reads only the few it applies)."""
+
+    def __init__(self, book: LineBook, tokens: FloatArray) -> None:
+        super().__init__()
+        self._book = book
+        self._tokens = tokens
+
+    def __missing__(self, slot: int) -> tuple[str, int]:
+        return self._book.excerpt_text(slot), int(self._tokens[slot])
 
 
 def _anchored_excerpt(

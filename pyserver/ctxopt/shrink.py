@@ -215,10 +215,7 @@ def anchored_excerpt(
 def _compact_excerpt(chunk_id: str, lines: Sequence[str], kept: Sequence[int], stash: str) -> str:
     """Kept lines verbatim, each gap a bare `[...]`: an anchored excerpt keeps
     a few scattered lines, and a per-gap line range would cost more than they do."""
-    out = [
-        f"[ctxopt: trimmed {chunk_id}; showing lines {_show(_ranges(kept))} of {len(lines)}; "
-        f"full text in stash {stash}]"
-    ]
+    out = [f"[ctxopt: trimmed {chunk_id} ({len(lines)} lines); full text in stash {stash}]"]
     previous = -1
     for line in kept:
         if line != previous + 1:

@@ -111,6 +111,11 @@ class BM25Index:
     def __len__(self) -> int:
         return self._docs
 
+    @property
+    def version(self) -> int:
+        """Bumps on every change of a document (set or removed)."""
+        return self._version
+
     # ---- updates ---------------------------------------------------------
 
     def set_doc(self, slot: int, terms: Sequence[str]) -> None:
@@ -221,6 +226,31 @@ class BM25Index:
     def scores(self, query_terms: Sequence[str], n_slots: int) -> FloatArray:
         """BM25 score of every slot for the query (float64, length `n_slots`,
         0 for empty slots); `n_slots` must exceed every live slot."""
+        get = self._term_ids.get
+        return self._scores([tid for t in query_terms if (tid := get(t)) is not None], n_slots)
+
+    def feedback_scores(
+        self, slots: Sequence[int], query_terms: Sequence[str], count: int, n_slots: int
+    ) -> FloatArray:
+        """BM25 of the expansion of a query by pseudo-relevance feedback: the
+        `count` terms of the documents at `slots` (the query's top hits) that
+        the query lacks, fewest documents holding them first, then most of
+        `slots` holding them; terms one document alone holds are left out."""
+        parts = [self._doc_terms[s] for s in slots if s < len(self._doc_terms)]
+        held = [np.frombuffer(p, dtype=np.uint32) for p in parts if p is not None]
+        if not held:
+            return np.zeros(n_slots, dtype=np.float64)
+        tids, hits = np.unique(np.concatenate(held).astype(np.int64), return_counts=True)
+        get = self._term_ids.get
+        asked = {get(t) for t in query_terms}
+        df = self._df[tids]
+        new = np.fromiter((t not in asked for t in tids.tolist()), dtype=bool, count=len(tids))
+        wanted = (df > 1) & new
+        tids, hits, df = tids[wanted], hits[wanted], df[wanted]
+        chosen = tids[np.lexsort((tids, -hits, df))[:count]]
+        return self._scores(chosen.tolist(), n_slots)
+
+    def _scores(self, tids: Sequence[int], n_slots: int) -> FloatArray:
         if n_slots < self._end:
             raise ValueError(
                 f"n_slots: must exceed the highest live slot {self._end - 1} (got {n_slots!r})"
@@ -231,9 +261,8 @@ class BM25Index:
         slot_parts: list[SlotArray] = []
         tf_parts: list[TfArray] = []
         idfs: list[float] = []
-        for term in query_terms:
-            tid = self._term_ids.get(term)
-            if tid is None or self._df[tid] == 0:
+        for tid in tids:
+            if self._df[tid] == 0:
                 continue  # outside the vocabulary: idf 0
             df = int(self._df[tid])
             slots, tf = self._live_postings_of(tid)

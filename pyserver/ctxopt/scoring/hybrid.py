@@ -20,7 +20,6 @@ from ctxopt.gc import Marks
 from ctxopt.model import Breakdown, Weights
 from ctxopt.registry import Session
 from ctxopt.scoring.embedding import cosine
-from ctxopt.scoring.lines import analyzer_of
 from ctxopt.scoring.recency import recency
 from ctxopt.scoring.structure import structure_term
 
@@ -95,27 +94,19 @@ def expanded_relevance(
     session: Session, query_terms: list[str], relevance: FloatArray, weight: float
 ) -> FloatArray:
     """`relevance` plus `weight` times the (normalised) BM25 of the expansion
-    terms: the terms of the top PRF_DOCS hits not in the query, rarest first
-    (fewest chunks holding them, then most top hits holding them)."""
+    terms: the terms the top PRF_DOCS hits hold and the query lacks, rarest
+    first (BM25Index.feedback_scores), renormalised so the best scores 1."""
     if weight <= 0 or not query_terms or not relevance.any():
         return relevance
-    top = np.argsort(-relevance, kind="stable")[:PRF_DOCS]
-    top = top[relevance[top] > 0]
-    asked = set(query_terms)
-    seen: dict[str, int] = {}
-    analyze = analyzer_of(session)
-    for slot in top.tolist():
-        for term in set(analyze(session.entry_at(slot).chunk.text)):
-            if term not in asked:
-                seen[term] = seen.get(term, 0) + 1
-    index = session.index
-    ranked = sorted(seen, key=lambda t: (index.document_frequency(t), -seen[t], t))
-    extra = [t for t in ranked if index.document_frequency(t) > 1][:PRF_TERMS]
-    if not extra:
+    top = np.argpartition(-relevance, PRF_DOCS)[:PRF_DOCS] if len(relevance) > PRF_DOCS else None
+    top = np.flatnonzero(relevance) if top is None else top
+    top = np.sort(top[relevance[top] > 0])
+    raw = session.index.feedback_scores(top.tolist(), query_terms, PRF_TERMS, session.n_slots)
+    best = float(raw.max(initial=0.0))
+    if best <= 0:
         return relevance
-    grown = relevance + weight * normalised_bm25(session, extra)
-    top_value = float(grown.max(initial=0.0))
-    return grown / top_value if top_value > 0 else grown
+    grown = relevance + weight * (raw / best)
+    return grown / float(grown.max())
 
 
 def spread_to_neighbours(

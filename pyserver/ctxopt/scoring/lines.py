@@ -30,7 +30,6 @@ import weakref
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -40,9 +39,9 @@ from ctxopt.registry import Session
 # Shorter lines (`return x`, `}`, `else:`) repeat everywhere and prove nothing.
 ECHO_MIN_CHARS = 20
 TEXT_CACHE_SIZE = 16384
+UNKNOWN, NONE = -2.0, -1.0  # LineBook.excerpts: not computed yet, no excerpt
 
 FloatArray = npt.NDArray[np.float64]
-T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -95,12 +94,19 @@ class LineBook:
         self.holders: dict[str, set[int]] = defaultdict(set)
         self._anchors: dict[int, tuple[int, ...]] = {}  # slot -> cached anchors
         self._repeated: dict[int, float] = {}
-        self._derived: dict[int, tuple[object, object]] = {}  # slot -> (key, value)
+        # excerpts: per slot its tokens (NONE: no excerpt, UNKNOWN: to compute)
+        self._excerpt_key: object = None
+        self._excerpt_tokens: FloatArray = np.zeros(0, dtype=np.float64)
+        self._excerpt_text: dict[int, str] = {}
         self._repeated_all: tuple[int, FloatArray] | None = None
         self.version = 0  # bumps on every change
+        self._synced_index = -1  # the session index version last synced with
 
     def sync(self, session: Session) -> None:
         """Bring the book up to the session's live chunks (changed texts only)."""
+        if session.index.version == self._synced_index:
+            return  # every change of a chunk's text goes through the index
+        self._synced_index = session.index.version
         live = {e.slot: e.chunk.text for e in session.entries.values()}
         for slot in [s for s in self.text if s not in live]:
             self._drop(slot)
@@ -117,23 +123,43 @@ class LineBook:
             for slot in self.holders.get(key, ()):
                 self._anchors.pop(slot, None)
                 self._repeated.pop(slot, None)
-                self._derived.pop(slot, None)
+                self._forget_excerpt(slot)
 
-    def derived(
-        self, slots: Iterable[int], key: object, make: Callable[[int], T | None]
-    ) -> list[tuple[int, T]]:
-        """`make(slot)` for each slot, a value computed from the slot's text and
-        anchors (and `key`), remembered until either changes, so a plan
-        recomputes only what changed; the slots whose value is not None."""
-        cache = self._derived
-        out: list[tuple[int, T]] = []
-        for slot in slots:
-            found = cache.get(slot)
-            if found is None or found[0] != key:
-                found = cache[slot] = (key, make(slot))
-            if found[1] is not None:
-                out.append((slot, found[1]))  # type: ignore[arg-type]
-        return out
+    def _forget_excerpt(self, slot: int) -> None:
+        if slot < len(self._excerpt_tokens):
+            self._excerpt_tokens[slot] = UNKNOWN
+        self._excerpt_text.pop(slot, None)
+
+    def excerpts(
+        self,
+        wanted: npt.NDArray[np.bool_],
+        key: object,
+        make: Callable[[int], tuple[str, int] | None],
+    ) -> FloatArray:
+        """Per slot, the tokens of its excerpt (NONE when it has none), for the
+        slots `wanted` marks: `make(slot)` runs only for slots whose text or
+        anchors changed since it last ran with this `key`; `excerpt_text`
+        gives the text."""
+        n = len(wanted)
+        if key != self._excerpt_key:
+            self._excerpt_key = key
+            self._excerpt_tokens = np.full(n, UNKNOWN, dtype=np.float64)
+            self._excerpt_text.clear()
+        elif len(self._excerpt_tokens) < n:
+            grown = np.full(n, UNKNOWN, dtype=np.float64)
+            grown[: len(self._excerpt_tokens)] = self._excerpt_tokens
+            self._excerpt_tokens = grown
+        tokens = self._excerpt_tokens
+        for slot in np.flatnonzero(wanted & (tokens[:n] == UNKNOWN)).tolist():
+            made = make(slot)
+            if made is None:
+                tokens[slot] = NONE
+            else:
+                self._excerpt_text[slot], tokens[slot] = made
+        return tokens[:n]
+
+    def excerpt_text(self, slot: int) -> str:
+        return self._excerpt_text[slot]
 
     def _add(self, slot: int, text: str) -> None:
         self.version += 1
@@ -153,7 +179,7 @@ class LineBook:
         self._touch(keys)
         self._anchors.pop(slot, None)
         self._repeated.pop(slot, None)
-        self._derived.pop(slot, None)
+        self._forget_excerpt(slot)
 
     def anchors(self, slot: int) -> tuple[int, ...]:
         """Line numbers of the echo lines this slot owns (it is their latest holder)."""
@@ -195,11 +221,11 @@ class LineBook:
 
 
 def rare_terms(session: Session, terms: Iterable[str], max_share: float) -> frozenset[str]:
-    """The query terms at most `max_share` of the session's chunks hold (at
-    least one chunk, and always those only one chunk holds)."""
+    """The query terms at most `max_share` of the session's chunks hold (and
+    always those at most two hold: the chunk that asks and the one it points at)."""
     if max_share <= 0:
         return frozenset()
-    limit = max(1, int(max_share * len(session)))
+    limit = max(2, int(max_share * len(session)))
     index = session.index
     return frozenset(t for t in set(terms) if 0 < index.document_frequency(t) <= limit)
 
