@@ -81,11 +81,15 @@ def method_factories(engine: Engine) -> dict[str, Callable[[], Method]]:
         "gemini-cli": GeminiCli,
         "langchain": LangChainTrim,
         "obs-mask": lambda: ObsMask(engine.counter.count),
-        # ablations: the default without one component each
+        # ablations: the default without one component each (+: with one more)
         "-reachability": lambda: ablation("-reachability", tuning=Tuning(reachability_first=False)),
         "-neighbours": lambda: ablation("-neighbours", config=replace(MEMORY, neighbour_share=0.0)),
         "-trim": lambda: ablation("-trim", tuning=Tuning(trim_min_tokens=2**31)),
-        "-value/token": lambda: ablation("-value/token", tuning=Tuning(density_exponent=0.0)),
+        "-anchors": lambda: ablation("-anchors", tuning=Tuning(anchored_excerpts=False)),
+        "-anchors-last": lambda: ablation("-anchors-last", tuning=Tuning(anchors_last=False)),
+        "-repeated": lambda: ablation("-repeated", tuning=Tuning(discount_repeated=False)),
+        "+links": lambda: ablation("+links", tuning=Tuning(link_df_share=0.02)),
+        "+value/token": lambda: ablation("+value/token", tuning=Tuning(density_exponent=0.4)),
         "-recency": lambda: ablation("-recency", weights=replace(DEFAULT_WEIGHTS, recency=0.0)),
     }
 

@@ -16,13 +16,14 @@ from benchmarks.quality.report import metric
 PANELS = (
     ("LoCoMo evidence-turn recall", "locomo", "recall"),
     ("SWE-agent hunk coverage", "swe", "coverage"),
+    ("SWE-agent needed-later recall", "swe", "needed_later_recall"),
 )
 
 
 def plot_recall(results: dict[str, Any], path: Path) -> None:
     budgets = sorted(results["budgets"])
     percents = [b * 100 for b in budgets]
-    figure, axes = plt.subplots(1, len(PANELS), figsize=(11, 4.5), sharey=True)
+    figure, axes = plt.subplots(1, len(PANELS), figsize=(16, 4.5), sharey=True)
     for axis, (title, dataset, key) in zip(axes, PANELS, strict=True):
         for name in results["methods"]:
             values = [metric(results, name, dataset, b, key) for b in budgets]

@@ -72,6 +72,8 @@ class Tuning:
     summary_discount: float = 0.3  # value left to chunks a kept summary covers
     aggressive_target: float = 0.9
     reachability_first: bool = True  # inside a tier, unreachable chunks go first
+    anchored_excerpts: bool = True  # shrink a chunk to the lines other chunks repeat (lines.py)
+    discount_repeated: bool = True  # what a later chunk prints again loses that share of value
     anchor_context: int = 0  # lines kept either side of an anchor line in its excerpt
     anchor_retention: float = 0.9  # share of a chunk's value its anchored excerpt keeps
     anchors_last: bool = True  # anchored excerpts go only after everything else of their tier
@@ -182,7 +184,7 @@ def plan_session(
     covered_by_summary = _summary_covered(session)
     value[covered_by_summary] *= tuning.summary_discount
     book = line_book(session) if options.strategy == Strategy.HYBRID else None
-    if book is not None:
+    if book is not None and tuning.discount_repeated:
         # what a later chunk prints again (a rerun, a re-view, a duplicate) is stale here
         value *= 1.0 - book.repeated(session)
     shrink_tokens, shrink_action, shrink_texts, anchored = _shrink_options(
@@ -420,7 +422,7 @@ def _shrink_options(
     multiline = alive & (cols.lines[:n] >= tuning.trim_min_lines)
     analyze = analyzer_of(session)
     links = rare_terms(session, analyze(options.query), tuning.link_df_share)
-    if book is not None:
+    if book is not None and tuning.anchored_excerpts:
         excerpt = book.excerpts(
             multiline,
             (links, tuning.anchor_context),
