@@ -67,7 +67,7 @@ export async function explainContents(contents: readonly Content[], options: Exp
   const turns = mapContents(contents, { lockedIndexes: locked });
   const parts = turns.flatMap((t) => t.parts.map((p) => ({ turn: t.turn, role: t.role, mapped: p })));
   const system = options.systemInstruction ? systemChunk("system", options.systemInstruction) : undefined;
-  const byCategory = Object.fromEntries(CATEGORIES.map((c) => [c, 0])) as Record<Category, number>;
+  const byCategory: Record<Category, number> = { system: 0, "user text": 0, "model text": 0, "tool calls": 0, "tool outputs": 0, "inline data": 0 };
   if (system) byCategory.system += system.tokens;
   for (const { role, mapped } of parts) byCategory[categoryOf(role, mapped)] += mapped.chunk.tokens;
   const totalTokens = Object.values(byCategory).reduce((a, b) => a + b, 0);

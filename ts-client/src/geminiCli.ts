@@ -60,13 +60,20 @@ export function withContextOptimizer(generator: ContentGenerator, options: Conte
 
 /** Gemini CLI always sends a `Content[]`; any other form of `contents` passes through. */
 function isContentList(value: unknown): value is Content[] {
-  return Array.isArray(value) && value.every((item) => item !== null && typeof item === "object" && Array.isArray((item as { parts?: unknown }).parts) && typeof (item as { role?: unknown }).role === "string");
+  return (
+    Array.isArray(value) &&
+    value.every((item: unknown) => item !== null && typeof item === "object" && "parts" in item && Array.isArray(item.parts) && "role" in item && typeof item.role === "string")
+  );
 }
 
 /** The system instruction's text (a string, a Content, or parts), for its token count. */
 function systemText(instruction: unknown): string {
   if (typeof instruction === "string") return instruction;
-  const parts: unknown = Array.isArray(instruction) ? instruction : instruction !== null && typeof instruction === "object" ? (instruction as { parts?: unknown }).parts : undefined;
+  const parts: unknown = Array.isArray(instruction) ? instruction : instruction !== null && typeof instruction === "object" && "parts" in instruction ? instruction.parts : undefined;
   if (!Array.isArray(parts)) return "";
-  return parts.map((part: string | Part) => (typeof part === "string" ? part : (part.text ?? ""))).join("\n");
+  return parts.map((part: unknown) => (typeof part === "string" ? part : isPart(part) && typeof part.text === "string" ? part.text : "")).join("\n");
+}
+
+function isPart(value: unknown): value is Part {
+  return value !== null && typeof value === "object";
 }

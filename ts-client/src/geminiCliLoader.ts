@@ -34,7 +34,9 @@ type NextLoad = (url: string, context?: unknown) => Promise<LoadResult>;
 export async function load(url: string, context: unknown, nextLoad: NextLoad): Promise<LoadResult> {
   const result = await nextLoad(url, context);
   if (data === undefined || !url.startsWith(data.bundleDir) || result.format !== "module" || result.source == null) return result;
-  const source = typeof result.source === "string" ? result.source : Buffer.from(result.source as ArrayBuffer).toString("utf8");
+  const raw = result.source;
+  const source =
+    typeof raw === "string" ? raw : raw instanceof ArrayBuffer ? Buffer.from(raw).toString("utf8") : Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength).toString("utf8");
   const patched = wrapFactory(source, data.hookUrl);
   return patched === undefined ? result : { ...result, source: patched };
 }
