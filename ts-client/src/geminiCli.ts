@@ -28,7 +28,9 @@ const MAIN_ROLE = "main";
  *
  * Under the usual flags (GEMINI_CONTEXT_OPTIMIZATION, the rollout,
  * CTXOPT_ADDR, CTXOPT_DEADLINE_MS, CTXOPT_BREAKER_MS); `options` win over
- * the environment. Gemini CLI owns the history: ctxopt rewrites only what is
+ * the environment. Off (pass-through) unless GEMINI_CONTEXT_OPTIMIZATION
+ * says `true` or `shadow` (`ctxopt-gemini` sets `true` when it is unset), or
+ * `defaultMode` sets the mode for an unset variable. Gemini CLI owns the history: ctxopt rewrites only what is
  * sent, keeps its decisions stable between collections (the prompt's prefix
  * stays byte-identical), never sends more than the window and falls back to
  * local truncation when the service fails. See `HostHistoryOptimizer`.

@@ -18,7 +18,9 @@ const optimizers = new Map<string, HostHistoryOptimizer>();
  * returned `contents` instead. Your history stays yours; ctxopt recognises
  * what it already saw, keeps its decisions stable between collections and
  * never returns more than the window. `Content[]` of `@google/genai` 1.30 and
- * 3.x go in and come out without casts.
+ * 3.x go in and come out without casts. Like every client entry it is off
+ * (pass-through) unless GEMINI_CONTEXT_OPTIMIZATION says `true` or `shadow`,
+ * or `defaultMode` sets the mode for an unset variable.
  *
  * @example
  * const { contents, summaryLine } = await optimizeContents(history, { sessionId: "chat-1", model: "gemini-2.5-pro" });
