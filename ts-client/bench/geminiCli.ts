@@ -5,13 +5,14 @@
  * generator, no network) over the first N SWE-agent trajectories, once with
  * GEMINI_CONTEXT_OPTIMIZATION=false (Gemini CLI's own path) and once with
  * `true`, through a real server. Prints a table and writes
- * bench/results/gemini_cli.json. Tokens are Gemini CLI's own estimate.
+ * bench/results/gemini_cli.json. Tokens are Gemini CLI's own estimate of the
+ * whole prompt (contents, system instruction, tool declarations), which the
+ * fake model reports back as Gemini CLI's usage.
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { estimateContentsTokens } from "../src/tokens.js";
 import { type Drive, driveGeminiCli } from "../test/support/geminiCliDriver.js";
 import { packageRoot } from "../test/support/paths.js";
 import { startServer } from "../test/support/server.js";
@@ -46,7 +47,8 @@ interface Row {
 
 function summarise(mode: string, drives: Drive[]): Row {
   const exchanges = drives.flatMap((d) => d.exchanges);
-  const tokens = exchanges.map((e) => estimateContentsTokens(e.sent));
+  // The prompt as the model counts it (contents, system instruction, tool declarations): what Gemini CLI's checks read.
+  const tokens = exchanges.map((e) => e.reportedPromptTokens);
   const latencies = exchanges.map((e) => e.adapterMs).sort((a, b) => a - b);
   let steady = 0;
   let steadyChecked = 0;

@@ -44,7 +44,13 @@ export function withContextOptimizer(generator: ContentGenerator, options: Conte
   const rewrite = async <R extends Request>(request: R, role: string): Promise<R> => {
     const contents: unknown = request.contents;
     if (role !== MAIN_ROLE || !isContentList(contents)) return request;
-    const optimized = await optimizer.optimize(contents, { model: request.model, systemInstruction: systemText(request.config?.systemInstruction) });
+    const tools = request.config?.tools;
+    const optimized = await optimizer.optimize(contents, {
+      model: request.model,
+      systemInstruction: systemText(request.config?.systemInstruction),
+      // Tool declarations count in the prompt the model reports, as Gemini CLI estimates JSON: 4 characters a token.
+      overheadTokens: tools === undefined ? 0 : Math.floor(JSON.stringify(tools).length / 4),
+    });
     return optimized.changed ? { ...request, contents: optimized.contents } : request;
   };
   const wrapped: ContentGenerator = {

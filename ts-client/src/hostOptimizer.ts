@@ -71,6 +71,11 @@ export interface OptimizedContents {
 export interface RequestExtras {
   readonly model?: string;
   readonly systemInstruction?: string;
+  /**
+   * Tokens of what else the request carries that the model counts (tool
+   * declarations): they count against the window, not as chunks.
+   */
+  readonly overheadTokens?: number;
 }
 
 /** Health is asked again after this long. */
@@ -169,7 +174,7 @@ export class HostHistoryOptimizer {
   private passThrough(contents: readonly Content[], extras: RequestExtras, note: string): OptimizedContents {
     const started = performance.now();
     const model = this.options.model ?? extras.model ?? "gemini-2.5-pro";
-    const tokens = estimateContentsTokens(contents) + (extras.systemInstruction ? estimateTextTokens(extras.systemInstruction) : 0);
+    const tokens = estimateContentsTokens(contents) + (extras.systemInstruction ? estimateTextTokens(extras.systemInstruction) : 0) + (extras.overheadTokens ?? 0);
     const call: PreparedCall = {
       started,
       original: contents,
@@ -181,6 +186,7 @@ export class HostHistoryOptimizer {
       turns: [],
       fixed: [],
       fixedTokens: tokens,
+      overheadTokens: extras.overheadTokens ?? 0,
       chunks: [],
       tokensBefore: tokens,
     };
@@ -196,7 +202,7 @@ export class HostHistoryOptimizer {
     for (let index = 0; index < lockedTurns; index += 1) locked.add(index);
     const turns = mapContents(contents, { lockedIndexes: locked });
     const fixed = extras.systemInstruction ? [systemChunk("system", extras.systemInstruction)] : [];
-    const fixedTokens = fixed.reduce((sum, c) => sum + c.tokens, 0);
+    const fixedTokens = fixed.reduce((sum, c) => sum + c.tokens, extras.overheadTokens ?? 0);
     return {
       started,
       original: contents,
@@ -208,6 +214,7 @@ export class HostHistoryOptimizer {
       turns,
       fixed,
       fixedTokens,
+      overheadTokens: extras.overheadTokens ?? 0,
       chunks: [...fixed, ...chunksOf(turns)],
       tokensBefore: fixedTokens + tokensOf(turns),
     };
@@ -255,14 +262,21 @@ export class HostHistoryOptimizer {
       ...(lastIsPendingCall ? (beforeLast?.parts ?? []) : []),
     ].map((p) => p.chunk.id);
     const threshold = this.flags.thresholdPercent ?? HOST_THRESHOLD_PERCENT;
+    // A threshold set below the default target drags the target (and pressure) along.
+    const target = Math.min(this.flags.targetPercent ?? HOST_TARGET_PERCENT, threshold);
+    const pressure = Math.max(this.options.pressurePercent ?? HOST_PRESSURE_PERCENT, threshold);
+    // The service sees the chunks only: the request's other tokens (tool
+    // declarations) come off its window, and the percentages are restated on it.
+    const overhead = call.overheadTokens;
+    const chunkWindow = Math.max(1, call.windowTokens - overhead);
+    const restated = (percent: number) => Math.min(100, Math.max(0, (100 * ((call.windowTokens * percent) / 100 - overhead)) / chunkWindow));
     return {
       query: queryOf(call.turns),
       budget: {
-        contextLimitTokens: call.windowTokens,
-        thresholdPercent: threshold,
-        // A threshold set below the default target drags the target (and pressure) along.
-        targetPercent: Math.min(this.flags.targetPercent ?? HOST_TARGET_PERCENT, threshold),
-        pressurePercent: Math.max(this.options.pressurePercent ?? HOST_PRESSURE_PERCENT, threshold),
+        contextLimitTokens: chunkWindow,
+        thresholdPercent: restated(threshold),
+        targetPercent: restated(target),
+        pressurePercent: restated(pressure),
       },
       roots: { rootIds: mandatory, ...(this.options.recentTurns === undefined ? {} : { recentTurns: this.options.recentTurns }) },
       dryRun: this.flags.mode === "shadow",
@@ -383,6 +397,8 @@ interface PreparedCall {
   readonly turns: MappedContent[];
   readonly fixed: Chunk[];
   readonly fixedTokens: number;
+  /** Tokens of the request outside the chunks (tool declarations). */
+  readonly overheadTokens: number;
   readonly chunks: Chunk[];
   readonly tokensBefore: number;
 }

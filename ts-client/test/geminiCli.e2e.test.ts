@@ -19,7 +19,7 @@ process.env["GEMINI_CLI_HOME"] = scratch;
 const core = await import("@google/gemini-cli-core");
 const { hardenHistory } = await import("@google/gemini-cli-core/dist/src/utils/historyHardening.js");
 
-const WINDOW_TOKENS = 40_000;
+const WINDOW_TOKENS = 60_000;
 const SESSIONS = loadSessions([0, 9, 27]);
 
 let server: RunningServer;
@@ -127,7 +127,8 @@ function config0(): InstanceType<typeof core.Config> {
 }
 
 function explain(args: readonly string[]): ContextReport {
-  const run = spawnSync(process.execPath, [cliPath, ...args, "--addr", server.address, "--context-limit", String(WINDOW_TOKENS), "--json"], {
+  // A 40k window: a collection now (to 30%) must cut into the ~23k-token session.
+  const run = spawnSync(process.execPath, [cliPath, ...args, "--addr", server.address, "--context-limit", "40000", "--json"], {
     encoding: "utf8",
     env: { ...process.env, HOME: scratch },
   });
@@ -161,4 +162,26 @@ test("ctxopt-prompt --explain reads a /chat save checkpoint ({history: Content[]
   assert.equal(report.totalTokens, estimateContentsTokens(history));
   assert.ok(report.byCategory["user text"] > 0);
   assert.equal(report.noPlan, undefined);
+});
+
+test("acting before Gemini CLI's compression threshold keeps the prompt size it sees under that line (without the adapter it crosses it)", async () => {
+  // Gemini CLI compresses at 5% of gemini-2.5-pro's 1,048,576 tokens here; the adapter acts at 4% and lands at 3%.
+  const compressionLine = 0.05 * 1_048_576;
+  const session = SESSIONS[2]!;
+  const drives: Record<string, Drive> = {};
+  for (const mode of ["false", "true"]) {
+    drives[mode] = await driveGeminiCli(
+      core,
+      scratch,
+      session,
+      mode,
+      { address: server.address, sessionId: `e2e-compression-${mode}`, thresholdPercent: 4, targetPercent: 3 },
+      { compressionThreshold: 0.05 },
+    );
+  }
+  const reported = (mode: string) => drives[mode]!.exchanges.map((e) => e.reportedPromptTokens);
+  assert.ok(Math.max(...reported("false")) >= compressionLine, `alone: up to ${Math.max(...reported("false"))} tokens`);
+  assert.ok(Math.max(...reported("true")) < compressionLine, `with ctxopt: up to ${Math.max(...reported("true"))} tokens`);
+  assert.equal(drives["true"]!.compressions, 0);
+  assert.ok(drives["true"]!.exchanges.some((e) => e.summary.serverMs > 0), "the adapter collected");
 });

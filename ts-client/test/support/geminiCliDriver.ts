@@ -5,6 +5,7 @@ import type { ContentGenerator } from "@google/gemini-cli-core";
 import type { Content, Part } from "../../src/gemini/types.js";
 import { type ContextOptimizerOptions, withContextOptimizer } from "../../src/geminiCli.js";
 import type { ContextSummary } from "../../src/summary.js";
+import { estimateContentsTokens, estimateTextTokens } from "../../src/tokens.js";
 import type { Session } from "./trajectories.js";
 
 type Core = typeof import("@google/gemini-cli-core");
@@ -16,6 +17,14 @@ export interface Exchange {
   readonly summary: ContextSummary;
   /** Time the adapter took, in milliseconds. */
   readonly adapterMs: number;
+  /** The prompt size Gemini CLI holds after the turn (what the fake model reported for what was sent). */
+  readonly reportedPromptTokens: number;
+}
+
+/** Gemini CLI settings for a drive. */
+export interface GeminiCliSettings {
+  /** Gemini CLI's compression threshold, a share of the model's window (its default is 0.5). */
+  readonly compressionThreshold?: number;
 }
 
 export interface Drive {
@@ -24,6 +33,8 @@ export interface Drive {
   readonly history: Content[];
   /** The session recording Gemini CLI wrote (chats/session-*.jsonl). */
   readonly recording: string;
+  /** ChatCompressed events Gemini CLI emitted (it summarised its history). */
+  readonly compressions: number;
 }
 
 /**
@@ -33,7 +44,14 @@ export interface Drive {
  * answered with the recorded output. `core` must be loaded with HOME pointing
  * at `scratch` (Gemini CLI keeps its state there).
  */
-export async function driveGeminiCli(core: Core, scratch: string, session: Session, mode: string, options: ContextOptimizerOptions): Promise<Drive> {
+export async function driveGeminiCli(
+  core: Core,
+  scratch: string,
+  session: Session,
+  mode: string,
+  options: ContextOptimizerOptions,
+  settings: GeminiCliSettings = {},
+): Promise<Drive> {
   const project = mkdtempSync(join(scratch, "project-"));
   const replies: Part[][] = [...session.steps.map((s) => s.model), [{ text: "Done." }]];
   const fakeFile = join(project, "responses.jsonl");
@@ -49,8 +67,21 @@ export async function driveGeminiCli(core: Core, scratch: string, session: Sessi
     generateContent: (request, id, role) => fake.generateContent(request, id, role),
     generateContentStream: async (request, id, role) => {
       pending.adapterMs = performance.now() - (pending.started ?? performance.now());
-      pending.sent = structuredClone(contentList(request.contents));
-      return fake.generateContentStream(request, id, role);
+      const sent = structuredClone(contentList(request.contents));
+      pending.sent = sent;
+      // The model reports the prompt it got: contents, system instruction and tool declarations.
+      const system = request.config?.systemInstruction;
+      const promptTokenCount =
+        estimateContentsTokens(sent) +
+        (typeof system === "string" ? estimateTextTokens(system) : 0) +
+        Math.floor(JSON.stringify(request.config?.tools ?? []).length / 4);
+      const stream = await fake.generateContentStream(request, id, role);
+      return (async function* () {
+        for await (const response of stream) {
+          response.usageMetadata = { promptTokenCount };
+          yield response;
+        }
+      })();
     },
     countTokens: (request) => fake.countTokens(request),
     embedContent: (request) => fake.embedContent(request),
@@ -67,19 +98,35 @@ export async function driveGeminiCli(core: Core, scratch: string, session: Sessi
     countTokens: (request) => fake.countTokens(request),
     embedContent: (request) => fake.embedContent(request),
   };
-  const config = new core.Config({ sessionId: `drive-${session.id}-${mode}`, targetDir: project, cwd: project, debugMode: false, model: "gemini-2.5-pro", interactive: false });
+  const config = new core.Config({
+    sessionId: `drive-${session.id}-${mode}`,
+    targetDir: project,
+    cwd: project,
+    debugMode: false,
+    model: "gemini-2.5-pro",
+    interactive: false,
+    ...(settings.compressionThreshold === undefined ? {} : { compressionThreshold: settings.compressionThreshold }),
+  });
   await config.initialize();
   Reflect.set(config, "contentGenerator", recordReceived);
   const client = config.getGeminiClient();
   let message: Part[] = [{ text: session.task }];
+  let compressions = 0;
   for (let step = 0; step <= session.steps.length; step += 1) {
     const calls: string[] = [];
     for await (const event of client.sendMessageStream(message, new AbortController().signal, `prompt-${step}`)) {
       if (event.type === core.GeminiEventType.ToolCallRequest) calls.push(event.value.callId);
+      if (event.type === core.GeminiEventType.ChatCompressed) compressions += 1;
       if (event.type === core.GeminiEventType.Error) assert.fail(`Gemini CLI error at step ${step}: ${JSON.stringify(event.value)}`);
     }
     assert.ok(pending.received && pending.sent, `step ${step}: the model was called`);
-    exchanges.push({ received: pending.received, sent: pending.sent, summary: summaries.at(-1)!, adapterMs: pending.adapterMs ?? 0 });
+    exchanges.push({
+      received: pending.received,
+      sent: pending.sent,
+      summary: summaries.at(-1)!,
+      adapterMs: pending.adapterMs ?? 0,
+      reportedPromptTokens: client.getChat().getLastPromptTokenCount(),
+    });
     pending.received = undefined;
     pending.sent = undefined;
     const next = session.steps[step]?.next;
@@ -92,7 +139,7 @@ export async function driveGeminiCli(core: Core, scratch: string, session: Sessi
   const chats = join(config.storage.getProjectTempDir(), "chats");
   const recordings = readdirSync(chats).filter((name) => name.startsWith("session-") && name.endsWith(".jsonl"));
   assert.equal(recordings.length, 1, `one recording in ${chats}`);
-  return { exchanges, history: [...client.getHistory()], recording: join(chats, recordings[0]!) };
+  return { exchanges, history: [...client.getHistory()], recording: join(chats, recordings[0]!), compressions };
 }
 
 function contentList(value: unknown): Content[] {
