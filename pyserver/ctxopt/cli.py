@@ -82,11 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = _config(args)
         if args.command == "serve":
-            from ctxopt.server import serve
+            from ctxopt.api.grpc.server import serve
 
             serve(config)
         elif args.command == "mcp":
-            from ctxopt.mcp_server import serve_stdio
+            from ctxopt.api.mcp.server import serve_stdio
 
             serve_stdio(config)
         else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -22,7 +23,13 @@ from dataclasses import replace
 
 from ctxopt import validate
 from ctxopt.config import Config
-from ctxopt.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from ctxopt.errors import (
+    CtxoptError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+)
 from ctxopt.gc import Marks, mark
 from ctxopt.model import (
     Action,
@@ -58,6 +65,8 @@ from ctxopt.store import (
     read_export,
 )
 from ctxopt.tokens import TokenCounter
+
+log = logging.getLogger(__name__)
 
 STATELESS_SESSIONS = 8  # warm OptimizeContext conversations kept in memory
 
@@ -138,6 +147,20 @@ class Engine:
             session.restore_entry(_entry(item))
         if change.collections is not None:
             session.collections = change.collections
+        if change.removals and session.needs_compaction():
+            self._compact(session, change.owner)
+
+    def _compact(self, session: Session, owner: str) -> None:
+        """Renumber the live chunks densely, in the store and then in memory. The
+        write that led here already committed: a failure only leaves the slots as
+        they were, so it is logged, not raised."""
+        entries = session.compacted()
+        try:
+            self.store.commit(Change(session.id, owner, upserts=[_stored(e) for e in entries]))
+        except CtxoptError as err:
+            log.warning("session %r not compacted: %s", session.id, err)
+            return
+        session.compact(entries)
 
     # ---- chunks ----------------------------------------------------------
 
@@ -562,7 +585,13 @@ class Engine:
                     "set force to restore anyway",
                 )
             now = _now_ms()
-            slots = session.slots_for([e.chunk.id for e in back if e.chunk.id not in session])
+            # ids the session no longer places (after a restart or a compaction) come
+            # back at the end, in conversation order
+            returning = sorted(
+                (e.chunk for e in back if e.chunk.id not in session),
+                key=lambda c: (c.turn, c.created_at_ms),
+            )
+            slots = session.slots_for([c.id for c in returning])
             upserts = []
             for stashed, count in zip(back, counts, strict=True):
                 current = session.entries.get(stashed.chunk.id)

@@ -27,6 +27,8 @@ from ctxopt.scoring.analyzer import Analyzer
 from ctxopt.scoring.bm25 import BM25Index
 
 _INITIAL_CAPACITY = 64
+# Below this many dead slots, their memory costs less than rebuilding the indexes.
+COMPACT_MIN_DEAD_SLOTS = 4096
 
 
 @dataclass(slots=True)
@@ -128,6 +130,11 @@ class Session:
         self.owner = owner
         self.lock = threading.RLock()
         self.collections = 0
+        self._analyzer = analyzer
+        self._clear()
+
+    def _clear(self) -> None:
+        """No chunks and no slots (the collection count stays)."""
         self.embedding_dim = 0
         self.entries: dict[str, Entry] = {}
         self.slot_ids: list[str] = []  # slot -> id, kept after removal
@@ -141,7 +148,6 @@ class Session:
         self.in_edges: dict[str, set[str]] = defaultdict(set)
         self.parent_of: dict[str, str] = {}  # child id -> parent id
         self.tokens_total = 0
-        self._analyzer = analyzer
 
     # ---- reading -------------------------------------------------------
 
@@ -241,6 +247,25 @@ class Session:
         if entry is not None:
             self._unlink(entry)
         return entry
+
+    def needs_compaction(self) -> bool:
+        """Dead slots outnumber live ones (and are many): a long session that keeps
+        stashing would otherwise hold a slot per chunk it ever saw."""
+        dead = self.n_slots - len(self.entries)
+        return dead > max(COMPACT_MIN_DEAD_SLOTS, len(self.entries))
+
+    def compacted(self) -> list[Entry]:
+        """The live entries renumbered 0, 1, ... in prompt order."""
+        live = self.live_slots().tolist()
+        return [replace(self.entries[self.slot_ids[s]], slot=i) for i, s in enumerate(live)]
+
+    def compact(self, entries: Sequence[Entry]) -> None:
+        """Rebuild holding exactly `entries` (from `compacted`): the ids of dead
+        chunks are forgotten, so one restored later comes back at the end, as it
+        does after a restart."""
+        self._clear()
+        for entry in entries:
+            self.restore_entry(entry)
 
     def touch(self, chunk_id: str, now_ms: int) -> None:
         self.entries[chunk_id].last_touched_ms = now_ms

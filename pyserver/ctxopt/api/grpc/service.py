@@ -2,8 +2,8 @@
 
 Each RPC converts its request (convert.py), calls one engine method and
 converts the answer back. Around every call, in one place (`_call`): the
-owner from the bearer token, the deadline, engine errors mapped to their
-status codes (the message names the field and value), unexpected errors
+owner the auth interceptor established, the deadline, engine errors mapped to
+their status codes (the message names the field and value), unexpected errors
 contained as INTERNAL, and one structured log line with no chunk text.
 """
 
@@ -18,8 +18,8 @@ from typing import TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from ctxopt import convert
-from ctxopt.auth import Tokens, Unauthenticated
+from ctxopt.api.grpc import convert
+from ctxopt.api.grpc.interceptors import current_owner
 from ctxopt.engine import Engine
 from ctxopt.errors import CtxoptError
 from ctxopt.v1 import ctxopt_pb2 as pb
@@ -31,9 +31,8 @@ R = TypeVar("R", bound=Message)
 
 
 class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
-    def __init__(self, engine: Engine, tokens: Tokens) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.tokens = tokens
 
     # ---- session chunks ---------------------------------------------------
 
@@ -191,14 +190,12 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
         response: R | None = None
         code, message = grpc.StatusCode.OK, ""
         try:
-            owner = self.tokens.owner(context.invocation_metadata())
+            owner = current_owner()
             remaining = context.time_remaining()
             if remaining is not None and remaining <= 0:
                 code, message = grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed before start"
             else:
                 response = run(owner)
-        except Unauthenticated as e:
-            code, message = grpc.StatusCode.UNAUTHENTICATED, str(e)
         except CtxoptError as e:
             code, message = grpc.StatusCode[e.status], str(e)
         except Exception:  # contained: a bad request must never take the server down
@@ -208,9 +205,6 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
         if response is None:
             context.abort(code, message)
         return response
-
-
-_WITH_SESSION_TOKENS = (pb.AppendChunksResponse, pb.RemoveChunksResponse, pb.RestoreResponse)
 
 
 def _log_call(

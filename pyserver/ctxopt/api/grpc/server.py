@@ -20,12 +20,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ctxopt.auth import AuthInterceptor, Tokens
+from ctxopt.api.grpc.interceptors import AuthInterceptor, DecodeInterceptor, Tokens
+from ctxopt.api.grpc.service import ContextOptimizerService
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.errors import FailedPrecondition
-from ctxopt.interceptors import DecodeInterceptor
-from ctxopt.service import ContextOptimizerService
 from ctxopt.v1 import ctxopt_pb2 as pb
 from ctxopt.v1 import ctxopt_pb2_grpc as pb_grpc
 
@@ -44,6 +43,7 @@ class Server:
         self.health = health.HealthServicer(experimental_non_blocking=True)
         self._grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="ctxopt"),
+            # outermost first: see interceptors.py
             interceptors=[DecodeInterceptor(), AuthInterceptor(self.tokens, f"/{SERVICE_NAME}/")],
             options=[
                 ("grpc.max_receive_message_length", config.max_message_bytes),
@@ -53,7 +53,7 @@ class Server:
         )
         # grpcio-tools writes no stubs for the *_grpc module, hence the ignore
         pb_grpc.add_ContextOptimizerServicer_to_server(  # type: ignore[no-untyped-call]
-            ContextOptimizerService(self.engine, self.tokens), self._grpc
+            ContextOptimizerService(self.engine), self._grpc
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
         reflection.enable_server_reflection(

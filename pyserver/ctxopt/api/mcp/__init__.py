@@ -1,0 +1,1 @@
+"""The MCP front: the engine's garbage collector as tools, over stdio."""

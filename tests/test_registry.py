@@ -1,0 +1,100 @@
+"""The registry's sessions: staged upserts, slots, and compaction of dead slots."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from ctxopt import registry
+from ctxopt.config import Config
+from ctxopt.engine import Engine
+from ctxopt.model import UpsertStatus
+from ctxopt.registry import Session
+from ctxopt.scoring.analyzer import Analyzer
+
+from tests.factory import chunk
+
+
+def session_of(*ids: str) -> Session:
+    session = Session("s", "", Analyzer())
+    for chunk_id in ids:
+        session.upsert(chunk(chunk_id), 3, 0)
+    return session
+
+
+def test_staged_changes_nothing_and_gives_new_ids_the_slots_they_get() -> None:
+    session = session_of("a", "b", "c")
+    session.remove("b")
+    before = dict(session.entries)
+    staged = session.staged(
+        [chunk("d"), chunk("b"), chunk("a"), chunk("c", "new")], [1, 2, 3, 4], 9
+    )
+    assert session.entries == before  # nothing applied yet
+    assert [(e.chunk.id, e.slot) for e in staged] == [("d", 3), ("b", 1), ("c", 2)]  # a unchanged
+    for entry in staged:
+        session.restore_entry(entry)
+    assert [session.slot_ids[s] for s in session.live_slots()] == ["a", "b", "c", "d"]
+
+
+def test_upsert_reports_added_updated_unchanged() -> None:
+    session = session_of("a")
+    assert session.upsert(chunk("a"), 3, 0) == UpsertStatus.UNCHANGED
+    assert session.upsert(chunk("a", "other"), 3, 0) == UpsertStatus.UPDATED
+    assert session.upsert(chunk("b"), 3, 0) == UpsertStatus.ADDED
+
+
+def test_compaction_waits_until_dead_slots_are_many_and_outnumber_live(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(registry, "COMPACT_MIN_DEAD_SLOTS", 4)
+    session = session_of(*"abcdefghij")
+    for chunk_id in "abcd":
+        session.remove(chunk_id)
+    assert not session.needs_compaction()  # 4 dead: not more than the minimum
+    for chunk_id in "efg":
+        session.remove(chunk_id)
+    assert session.needs_compaction()  # 7 dead, 3 live
+
+
+def test_compaction_renumbers_in_prompt_order_and_forgets_dead_ids() -> None:
+    session = session_of("a", "b", "c", "d")
+    session.remove("a")
+    session.remove("c")
+    scores_before = session.index.scores(["text"], session.n_slots)[session.live_slots()]
+    session.compact(session.compacted())
+    assert session.slot_ids == ["b", "d"]
+    assert session.slot_by_id == {"b": 0, "d": 1}
+    assert session.tokens_total == 6
+    assert list(session.index.scores(["text"], session.n_slots)) == list(scores_before)
+    assert session.slots_for(["a"]) == {"a": 2}  # a forgotten id comes back at the end
+
+
+def test_a_session_that_keeps_stashing_holds_bounded_slots_and_survives_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry, "COMPACT_MIN_DEAD_SLOTS", 32)
+    config = replace(Config(), data_dir=str(tmp_path / "data"))
+    engine = Engine(config)
+    live: list[str] = []
+    for i in range(400):
+        engine.append("", "s", [chunk(f"c{i}", f"turn {i} text", turn=i)])
+        live.append(f"c{i}")
+        if len(live) > 12:
+            engine.remove("", "s", [live.pop(0)], stash_originals=True)
+    session = engine.registry.get("s")
+    assert session is not None
+    assert session.n_slots <= 12 + 2 * 32
+    order = [c["chunk"]["id"] for c in json.loads(engine.export_session("", "s"))["chunks"]]
+    assert order == live
+    engine.restore("", "s", ["c0"], None, False)  # forgotten long ago: back at the end
+    engine.close()
+
+    reopened = Engine(config)
+    try:
+        again = json.loads(reopened.export_session("", "s"))
+        assert [c["chunk"]["id"] for c in again["chunks"]] == [*live, "c0"]
+        assert [c["seq"] for c in again["chunks"]] == sorted(c["seq"] for c in again["chunks"])
+    finally:
+        reopened.close()
