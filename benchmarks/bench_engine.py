@@ -1,5 +1,5 @@
 """In-process engine latency: append throughput, Score and Optimize against
-session size (issues 2 and 3). Prints a table, writes JSON and a log-log PNG.
+session size. Prints a table, writes JSON and a log-log PNG.
 
     .venv/bin/python -m benchmarks.bench_engine [--sizes 100,1000,10000,100000] [--smoke]
 """

@@ -1,4 +1,4 @@
-"""gRPC latency over loopback next to the same calls in-process (issue 4).
+"""gRPC latency over loopback next to the same calls in-process.
 
 A real `ctxopt serve` process and the generated Python stubs, against an
 Engine in this process on its own data directory: the difference is the
@@ -33,7 +33,7 @@ from tests.serverproc import start_server
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TIMEOUT = 60.0
-# targets from issue 4, milliseconds
+# the targets set when the gRPC front was built, milliseconds
 TARGETS = {
     "optimize": (3.0, 10.0),
     "append_10": (2.0, None),

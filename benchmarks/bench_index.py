@@ -1,6 +1,6 @@
 """Token counting, analysis and the incremental BM25 index on real agent text.
 
-Measures (issue 2): append throughput (count + analyze + index, tokens/s,
+Measures: append throughput (count + analyze + index, tokens/s,
 cold caches), BM25 query latency for 20-term queries at 100 ... 100,000
 documents of ~300 tokens (median, p99; warm, and right after an append), and
 the index's memory against the raw text bytes. Prints a table, writes JSON.

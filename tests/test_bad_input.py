@@ -1,5 +1,5 @@
 """Bad input to the engine: a clear error naming the field and the value, and
-the session exactly as it was (issue 2, each case)."""
+the session exactly as it was, case by case."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""DESIGN.md section 5, invariants 1-5, over random sessions (hypothesis)."""
+"""The plan's invariants over random sessions (hypothesis): protected chunks kept,
+landing at the target, tier order, coherence, determinism."""
 
 from __future__ import annotations
 

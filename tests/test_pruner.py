@@ -1,4 +1,4 @@
-"""The GC engine and pruner, one behaviour per test (issue 3)."""
+"""The GC engine and pruner, one behaviour per test."""
 
 from __future__ import annotations
 

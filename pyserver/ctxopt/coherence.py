@@ -1,4 +1,4 @@
-"""Conversation rules a plan must satisfy (DESIGN.md 5, rule 4).
+"""Conversation rules a plan must satisfy, so the result is still a valid conversation.
 
 Groups are atomic by construction (the pruner moves whole units), and the
 latest turn and pending calls are roots, so what is left to check is:

@@ -7,6 +7,13 @@ stash entries to the credential that created them ("" when auth is off).
 Durability: every write is one `store.Change`, committed to the store in one
 transaction and only then applied to memory (`_commit`), so an acknowledged
 call survives a crash and a refused one changed nothing.
+
+Locks, always taken in this order (a thread holding one never waits for an
+earlier one): the MCP front's tool lock, `Engine._load_lock` (bringing a
+stored session into memory, importing), a session's `lock` (every read and
+write of that session), then the leaf locks that guard one structure each and
+call nothing that locks: the store's connection lock, the trimmer's excerpt
+cache, the stateless-session cache, the token counter's cache.
 """
 
 from __future__ import annotations
@@ -362,7 +369,7 @@ class Engine:
             trim,
             self.counter.count,
             self.tuning,
-            self.config.incremental_batch,
+            options.incremental_batch or self.config.incremental_batch,
             self.config.old_generation_after,
         )
 

@@ -1,6 +1,6 @@
 """GC structure: which chunks are roots, and what the roots reach.
 
-Roots are what the next prompt cannot do without (issue 3, item 1). Marking
+Roots are what the next prompt cannot do without (see `Roots`). Marking
 walks explicit edges (references, parent, summary_of) forward and implicit
 hubs (same file, shared tag, same topic, same group) in both directions; every
 slot and every hub is visited at most once, so marking is O(V + E) and safe on
@@ -72,7 +72,8 @@ def pending_call_mask(session: Session) -> BoolArray:
 
 
 def root_mask(session: Session, roots: Roots) -> BoolArray:
-    """Every root kind of issue 3 item 1, as one per-slot mask."""
+    """Every root kind `Roots` lists, plus LOCKED, pinned and the latest turn, as one
+    per-slot mask."""
     cols, n = session.columns, session.n_slots
     alive = cols.alive[:n]
     mask = cols.pinned[:n] | (cols.policy[:n] == GcPolicy.LOCKED)

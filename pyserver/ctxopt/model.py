@@ -99,7 +99,7 @@ def effective_policy(policy: GcPolicy, kind: ChunkKind, role: Role) -> GcPolicy:
 
 @dataclass(slots=True)
 class Chunk:
-    """One piece of conversation history, as a client sends it (DESIGN.md 4)."""
+    """One piece of conversation history, as a client sends it (the proto's `Chunk`)."""
 
     id: str
     role: Role
@@ -159,7 +159,8 @@ DEFAULT_RECENT_TURNS = 10
 
 @dataclass(frozen=True, slots=True)
 class Roots:
-    """What must survive (DESIGN.md 4, issue 3 item 1)."""
+    """What must survive: the current task, the active file, the latest
+    `recent_turns` turns and the chunks named in `root_ids`."""
 
     current_task_id: str = ""
     active_file_path: str = ""
@@ -248,6 +249,8 @@ class OptimizeOptions:
     delete_ids: tuple[str, ...] = ()
     max_chunks: int = 0
     incremental: bool = False
+    # most removal steps of an incremental collection; 0: the server's default
+    incremental_batch: int = 0
 
 
 @dataclass(frozen=True, slots=True)

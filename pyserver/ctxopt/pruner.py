@@ -1,6 +1,6 @@
 """Pruner: from scores and GC marks to a plan that fits the budget.
 
-The removal order, in one place (issue 3 item 3):
+The removal order, in one place:
 
     1. policy tier: EPHEMERAL, then PARTIAL, then PRESERVABLE (the last only
        while usage is above the pressure level); LOCKED, pinned and root
@@ -150,7 +150,7 @@ def plan_session(
 ) -> Outcome:
     """Decide what to keep, trim, mask, stash or delete (see the module doc).
 
-    Invariants (DESIGN.md 5): LOCKED, pinned and root chunks are always kept
+    Invariants: LOCKED, pinned and root chunks are always kept
     as is; a triggered plan lands at or under the target when the mandatory
     set allows it (else `feasible=False` with an explanation); removal follows
     the tier order; groups move as one and the result passes the coherence

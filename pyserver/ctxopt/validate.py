@@ -206,6 +206,10 @@ def validate_options(options: OptimizeOptions, config: Config) -> None:
     validate_query_embedding(options.query_embedding, config)
     if options.max_chunks < 0:
         raise InvalidArgument("max_chunks", options.max_chunks, "must not be negative")
+    if options.incremental_batch < 0:
+        raise InvalidArgument(
+            "incremental_batch", options.incremental_batch, "must not be negative"
+        )
     if options.delete_ids:
         validate_ids(options.delete_ids, "delete_ids")
 

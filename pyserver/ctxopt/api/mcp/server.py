@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Annotated, Literal, TypeVar
 
 from mcp.server.mcpserver import MCPServer
@@ -231,8 +231,6 @@ class ContextTools:
         validate.validate_budget(settings.budget(), "settings")
         validate.validate_roots(Roots(recent_turns=settings.recent_turns), "settings")
         validate.validate_weights(settings.weights(), "settings")
-        # the planner reads the minor-collection batch from the engine's config
-        self.engine.config = replace(self.engine.config, incremental_batch=settings.batch_size)
         self.settings = settings
         return settings
 
@@ -247,6 +245,7 @@ class ContextTools:
             dry_run=dry_run,
             force=True,
             incremental=s.batch_size > 0,
+            incremental_batch=s.batch_size,
         )
 
     def append(self, session_id: str, chunks: list[ChunkIn]) -> AppendResult:
