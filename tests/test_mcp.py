@@ -258,7 +258,8 @@ def test_refusals_name_the_field_and_change_nothing(tmp_path: Path) -> None:
         refused: list[tuple[str, dict[str, Any], str]] = [
             ("context_gc_prune", {"ids": ["t5"]}, "t5 (pinned)"),
             ("context_gc_prune", {"ids": ["t6", "sys"], "strategy": "delete"}, "sys (LOCKED)"),
-            ("context_gc_prune", {"ids": ["nope"]}, "chunk_ids"),
+            ("context_gc_prune", {"ids": ["nope"]}, "ids: no such chunks"),
+            ("context_gc_prune", {"ids": ["t15"]}, "t15 (root)"),  # the rule of delete_ids
             ("context_gc_prune", {"ids": ["t6"], "strategy": "shred"}, "strategy"),
             ("context_gc_prune", {}, "ids"),
             ("context_gc_prune", {"ids": ["t6"], "strategy": "auto"}, "ids"),
@@ -361,6 +362,8 @@ def test_state_is_shared_with_the_grpc_front(tmp_path: Path) -> None:
             "context_append", {"chunks": [{"id": "m0", "text": "from mcp", "turn": 9}]}
         )
         assert ok and appended["session_chunks"] == 4
+        ok, _ = await call("context_gc_configure", {"recent_turns": 0})  # g2 is no longer a root
+        assert ok
         ok, pruned = await call("context_gc_prune", {"ids": ["g2"]})
         assert ok and pruned["stashed"] == ["g2"]
 

@@ -251,34 +251,58 @@ class Engine:
     def remove(
         self, owner: str, session_id: str, chunk_ids: Sequence[str], stash_originals: bool
     ) -> tuple[int, int]:
-        """Remove chunks, their originals stashed when asked; returns (removed, session_tokens)."""
+        """The client dropped these chunks from its history: remove them, their
+        originals stashed when asked; returns (removed, session_tokens)."""
         validate.validate_ids(chunk_ids, "chunk_ids")
         session = self._session(owner, session_id)
         with session.lock:
             self._require_known(session, chunk_ids, "chunk_ids")
-            stash: list[StashEntry] = []
-            restash: list[Restash] = []
-            if stash_originals:
-                now = _now_ms()
-                for chunk_id in chunk_ids:
-                    entry = session.entries[chunk_id]
-                    self._keep_original(
-                        session,
-                        owner,
-                        entry,
-                        Action.STASH,
-                        ("removed_by_client",),
-                        0.0,
-                        now,
-                        "",
-                        stash,
-                        restash,
-                    )
-            change = Change(
-                session_id, owner, removals=list(chunk_ids), stash=stash, restash=restash
-            )
-            self._commit(session, change)
-            return len(chunk_ids), session.tokens_total
+            return self._remove(session, owner, chunk_ids, stash_originals)
+
+    def prune(
+        self,
+        owner: str,
+        session_id: str,
+        chunk_ids: Sequence[str],
+        *,
+        stash_originals: bool,
+        roots: Roots,
+    ) -> tuple[int, int]:
+        """Remove chunks someone asked to prune, by the rule of `_check_removable`;
+        returns (removed, session_tokens)."""
+        validate.validate_ids(chunk_ids, "ids")
+        validate.validate_roots(roots)
+        session = self._session(owner, session_id)
+        with session.lock:
+            self._check_removable(session, chunk_ids, roots, "ids")
+            return self._remove(session, owner, chunk_ids, stash_originals)
+
+    def _remove(
+        self, session: Session, owner: str, chunk_ids: Sequence[str], stash_originals: bool
+    ) -> tuple[int, int]:
+        stash: list[StashEntry] = []
+        restash: list[Restash] = []
+        if stash_originals:
+            now = _now_ms()
+            for chunk_id in chunk_ids:
+                entry = session.entries[chunk_id]
+                self._keep_original(
+                    session,
+                    owner,
+                    entry,
+                    Action.STASH,
+                    ("removed_on_request",),
+                    0.0,
+                    now,
+                    "",
+                    stash,
+                    restash,
+                )
+        removals = list(chunk_ids)
+        self._commit(
+            session, Change(session.id, owner, removals=removals, stash=stash, restash=restash)
+        )
+        return len(chunk_ids), session.tokens_total
 
     @staticmethod
     def _keep_original(
@@ -379,22 +403,39 @@ class Engine:
         validate.validate_options(options, self.config)
         session = self._session(owner, session_id)
         with session.lock:
-            self._check_deletable(session, options)
+            self._check_removable(session, options.delete_ids, options.roots, "delete_ids")
             outcome = self._plan(session, options)
             if outcome.plan.triggered and not options.dry_run:
                 self._apply(session, owner, outcome)
         outcome.plan.server_ms = (time.perf_counter() - started) * 1000
         return outcome.plan
 
-    def _check_deletable(self, session: Session, options: OptimizeOptions) -> None:
-        self._require_known(session, options.delete_ids, "delete_ids")
-        roots = mark(session, options.roots).root if options.delete_ids else None
-        for i, chunk_id in enumerate(options.delete_ids):
+    def _check_removable(
+        self, session: Session, chunk_ids: Sequence[str], roots: Roots, field: str
+    ) -> None:
+        """The one rule for removal asked for by id (`Optimize.delete_ids`, the MCP
+        prune tool): LOCKED, pinned and root chunks are refused, each named with why.
+        (`remove` is the client dropping chunks from its own history: no rule.)"""
+        self._require_known(session, chunk_ids, field)
+        if not chunk_ids:
+            return
+        is_root = mark(session, roots).root
+        refused = []
+        for chunk_id in chunk_ids:
             entry = session.entries[chunk_id]
-            if roots is not None and roots[entry.slot]:
-                raise FailedPrecondition(
-                    f"delete_ids[{i}]", chunk_id, "LOCKED, pinned and root chunks are never deleted"
-                )
+            if entry.chunk.gc_policy == GcPolicy.LOCKED:
+                refused.append(f"{chunk_id} (LOCKED)")
+            elif entry.chunk.pinned:
+                refused.append(f"{chunk_id} (pinned)")
+            elif is_root[entry.slot]:
+                refused.append(f"{chunk_id} (root)")
+        if refused:
+            raise FailedPrecondition(
+                field,
+                refused,
+                "LOCKED, pinned and root chunks are never removed on request "
+                "(unpin a pinned one first)",
+            )
 
     def _apply(self, session: Session, owner: str, outcome: Outcome) -> None:
         """Keep every original, then change the session, as one committed change."""
@@ -485,7 +526,7 @@ class Engine:
         with session.lock:
             session = self._sync_stateless(session, chunks, tokens)
             self._check_embeddings(session, chunks)
-            self._check_deletable(session, options)
+            self._check_removable(session, options.delete_ids, options.roots, "delete_ids")
             plan = self._plan(session, replace(options, dry_run=True)).plan
         plan.server_ms = (time.perf_counter() - started) * 1000
         return plan

@@ -295,18 +295,14 @@ class ContextTools:
             return _auto_result(self.engine.optimize(OWNER, session_id, options))
         if not ids:
             raise ToolError("ids: give the chunk ids to prune (or strategy 'auto')")
-        protected = [
-            f"{c.id} ({'pinned' if c.pinned else 'LOCKED'})"
-            for c in self.engine.chunks(OWNER, session_id, ids)
-            if c.pinned or c.gc_policy == GcPolicy.LOCKED
-        ]
-        if protected:
-            raise ToolError(
-                f"ids: refused, protected chunks: {', '.join(protected)} "
-                "(LOCKED chunks are never pruned; pinned ones after context_gc_unpin)"
-            )
         before = self.engine.stats(OWNER, session_id).tokens
-        _, after = self.engine.remove(OWNER, session_id, ids, stash_originals=strategy == "stash")
+        _, after = self.engine.prune(
+            OWNER,
+            session_id,
+            ids,
+            stash_originals=strategy == "stash",
+            roots=Roots(recent_turns=self.settings.recent_turns),
+        )
         return PruneResult(
             strategy=strategy,
             stashed=ids if strategy == "stash" else [],
