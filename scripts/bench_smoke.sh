@@ -25,4 +25,7 @@ run replay scripts/replay.sh --smoke --out "$out/replay.json"
 echo "== smoke: bench_ts"
 (cd ts-client && npm run --silent bench -- --smoke)
 "$PY" -c 'import json,sys; json.load(open(sys.argv[1]))' benchmarks/results/smoke/bench_ts.json
+echo "== smoke: bench_gemini_cli"
+(cd ts-client && npm run --silent bench:gemini-cli -- --smoke)
+"$PY" -c 'import json,sys; json.load(open(sys.argv[1]))' ts-client/bench/results/gemini_cli_smoke.json
 echo "all benchmark smokes wrote valid JSON"
