@@ -37,7 +37,6 @@ from ctxopt.errors import (
     NotFound,
     PermissionDenied,
 )
-from ctxopt.gc import Marks, mark
 from ctxopt.model import (
     Action,
     AppendResult,
@@ -59,6 +58,7 @@ from ctxopt.model import (
 )
 from ctxopt.pruner import Outcome, Tuning, plan_session
 from ctxopt.registry import Entry, Registry, Session
+from ctxopt.roots import Marks, mark
 from ctxopt.scoring.analyzer import Analyzer
 from ctxopt.scoring.hybrid import Scores, score_session
 from ctxopt.shrink import Trimmer, stash_id

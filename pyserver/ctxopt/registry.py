@@ -97,7 +97,8 @@ class Hubs:
     by_group: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     by_task: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
 
-    def _keys(self, chunk: Chunk) -> Iterator[tuple[dict[str, set[int]], str]]:
+    def keys_of(self, chunk: Chunk) -> Iterator[tuple[dict[str, set[int]], str]]:
+        """Each hub this chunk belongs to, with its key there."""
         if chunk.file_path:
             yield self.by_file, chunk.file_path
         for tag in chunk.tags:
@@ -110,11 +111,11 @@ class Hubs:
             yield self.by_task, chunk.task_id
 
     def add(self, chunk: Chunk, slot: int) -> None:
-        for hub, key in self._keys(chunk):
+        for hub, key in self.keys_of(chunk):
             hub[key].add(slot)
 
     def discard(self, chunk: Chunk, slot: int) -> None:
-        for hub, key in self._keys(chunk):
+        for hub, key in self.keys_of(chunk):
             members = hub.get(key)
             if members is not None:
                 members.discard(slot)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ctxopt.gc import Marks
 from ctxopt.model import Breakdown, Weights
 from ctxopt.registry import Session
+from ctxopt.roots import Marks
 from ctxopt.scoring.embedding import cosine
 from ctxopt.scoring.recency import recency
 from ctxopt.scoring.structure import structure_term

@@ -2,7 +2,7 @@
 
 Roots are what the next prompt cannot do without (see `Roots`). Marking
 walks explicit edges (references, parent, summary_of) forward and implicit
-hubs (same file, shared tag, same topic, same group) in both directions; every
+hubs (same file, shared tag, same topic, group or task) in both directions; every
 slot and every hub is visited at most once, so marking is O(V + E) and safe on
 cycles.
 """
@@ -103,7 +103,6 @@ def mark_reachable(session: Session, roots: BoolArray) -> BoolArray:
     n = session.n_slots
     seen = roots.copy()
     stack = [int(s) for s in np.flatnonzero(roots)]
-    hubs = session.hubs
     seen_hubs: set[tuple[int, str]] = set()
     while stack:
         chunk = session.entry_at(stack.pop()).chunk
@@ -112,16 +111,10 @@ def mark_reachable(session: Session, roots: BoolArray) -> BoolArray:
             slot = session.slot_of(target)
             if slot is not None:
                 neighbours.append(slot)
-        for hub_no, hub, keys in (
-            (0, hubs.by_file, (chunk.file_path,) if chunk.file_path else ()),
-            (1, hubs.by_tag, chunk.tags),
-            (2, hubs.by_topic, (chunk.topic_id,) if chunk.topic_id else ()),
-            (3, hubs.by_group, (chunk.group_id,) if chunk.group_id else ()),
-        ):
-            for key in keys:
-                if (hub_no, key) not in seen_hubs:
-                    seen_hubs.add((hub_no, key))
-                    neighbours.extend(hub.get(key, ()))
+        for hub, key in session.hubs.keys_of(chunk):
+            if (id(hub), key) not in seen_hubs:
+                seen_hubs.add((id(hub), key))
+                neighbours.extend(hub.get(key, ()))
         for slot in neighbours:
             if slot < n and not seen[slot]:
                 seen[slot] = True
