@@ -165,3 +165,14 @@ def test_expansion_reaches_a_turn_that_answers_in_other_words() -> None:
     assert plain[1] == 0.0 < grown[1]
     assert grown[2] == 0.0
     assert expanded_relevance(session, terms, plain, 0.0) is plain
+
+
+def test_a_chunk_removed_and_sent_again_is_read_afresh() -> None:
+    session = session_of(QUOTED, f"see\n{QUOTED}")
+    assert line_book(session).owns_anchors(2).tolist() == [False, True]
+    removed = session.remove("c1")
+    assert removed is not None
+    assert line_book(session).owns_anchors(2).tolist() == [False, False]
+    session.upsert(removed.chunk, removed.tokens, 0)
+    assert line_book(session).owns_anchors(2).tolist() == [False, True]
+    assert line_book(session).anchors(1) == (1,)

@@ -223,9 +223,11 @@ def plan_session(
     ) ** exponent
     density_out = np.where(shrinkable, np.maximum(density_out, density_shrink), density_out)
     unit_last = np.zeros(n, dtype=bool)
-    if tuning.anchors_last:
-        np.logical_or.at(unit_last, sel.unit_of[live], anchored[live])
-        unit_last &= shrinkable
+    if tuning.anchors_last and book is not None:
+        # a unit holding the latest copy of an echo line: its excerpt, or all
+        # of it when it is too small for one, goes after the rest of its tier
+        owns = book.owns_anchors(n) & ~scores.marks.root[:n]
+        np.logical_or.at(unit_last, sel.unit_of[live], owns[live])
     # a parent goes no earlier than its kept children
     child_units = sel.unit_of[sel.child_slots]
     parent_units = sel.unit_of[sel.parent_slots]

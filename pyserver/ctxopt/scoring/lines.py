@@ -98,6 +98,7 @@ class LineBook:
         self._excerpt_key: object = None
         self._excerpt_tokens: FloatArray = np.zeros(0, dtype=np.float64)
         self._excerpt_text: dict[int, str] = {}
+        self._owns: npt.NDArray[np.int8] = np.zeros(0, dtype=np.int8)  # -1 unknown, 0, 1
         self._repeated_all: tuple[int, FloatArray] | None = None
         self.version = 0  # bumps on every change
         self._synced_index = -1  # the session index version last synced with
@@ -128,7 +129,21 @@ class LineBook:
     def _forget_excerpt(self, slot: int) -> None:
         if slot < len(self._excerpt_tokens):
             self._excerpt_tokens[slot] = UNKNOWN
+        if slot < len(self._owns):
+            self._owns[slot] = -1
         self._excerpt_text.pop(slot, None)
+
+    def owns_anchors(self, n_slots: int) -> npt.NDArray[np.bool_]:
+        """Per slot, whether it is the latest holder of some echo line."""
+        if len(self._owns) < n_slots:
+            grown = np.full(n_slots, -1, dtype=np.int8)
+            grown[: len(self._owns)] = self._owns
+            self._owns = grown
+        owns = self._owns
+        for slot in np.flatnonzero(owns[:n_slots] < 0).tolist():
+            owns[slot] = 1 if slot in self.text and self.anchors(slot) else 0
+        result: npt.NDArray[np.bool_] = owns[:n_slots] == 1
+        return result
 
     def excerpts(
         self,
@@ -166,6 +181,9 @@ class LineBook:
         self.text[slot] = text
         keys = text_lines(text).distinct
         self._touch(keys)
+        self._anchors.pop(slot, None)  # answered while the slot was empty or held another text
+        self._repeated.pop(slot, None)
+        self._forget_excerpt(slot)
         for key in keys:
             self.holders[key].add(slot)
 
