@@ -20,6 +20,7 @@ run analyzer_ablation "$PY" -m benchmarks.analyzer_ablation --smoke --out "$out/
 run bench_stash "$PY" -m benchmarks.bench_stash --smoke --out "$out/bench_stash.json"
 run bench_grpc "$PY" -m benchmarks.bench_grpc --smoke --out "$out/bench_grpc.json"
 run latency "$PY" -m benchmarks.latency --smoke --out "$out/latency.json"
+run bench_memory "$PY" -m benchmarks.bench_memory --smoke --out "$out/bench_memory.json"
 run quality "$PY" -m benchmarks.quality --smoke --out "$out/quality.json"
 run replay scripts/replay.sh --smoke --out "$out/replay.json"
 echo "== smoke: bench_ts"

@@ -8,6 +8,7 @@ import fcntl
 import json
 import os
 import signal
+import socket
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from ctxopt.store import DB_FILE, PID_FILE
 from ctxopt.v1 import ctxopt_pb2 as pb
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.serverproc import CTXOPT, serving
 
@@ -379,3 +381,79 @@ def test_state_is_shared_with_the_grpc_front(tmp_path: Path) -> None:
             pb.SearchStashRequest(session_id="default", query="grpc"), timeout=10
         )
         assert {h.chunk_id for h in found.hits} == {"g0", "g2"}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_mcp_over_http_shares_the_grpc_servers_sessions_and_stash(tmp_path: Path) -> None:
+    """`ctxopt serve --mcp-addr`: an agent's MCP tools see what a gRPC client (the
+    Gemini CLI adapter) stashed, and its restore reaches that client's session."""
+    port = free_port()
+    with (
+        serving(tmp_path, "--mcp-addr", f"127.0.0.1:{port}") as server,
+        grpc.insecure_channel(server.address) as channel,
+    ):
+        stub = server.stub(channel)
+        chunks = [
+            pb.Chunk(id=f"h{i}", role=pb.ROLE_USER, kind=pb.CHUNK_KIND_MESSAGE, text=f"host {i}")
+            for i in range(3)
+        ]
+        stub.AppendChunks(pb.AppendChunksRequest(session_id="agent-1", chunks=chunks), timeout=10)
+        stub.RemoveChunks(
+            pb.RemoveChunksRequest(session_id="agent-1", chunk_ids=["h0"], stash=True),
+            timeout=10,
+        )
+
+        async def main() -> None:
+            with anyio.fail_after(TIMEOUT_S):
+                while True:  # the HTTP listener starts on its own thread
+                    try:
+                        with socket.create_connection(("127.0.0.1", port), timeout=1):
+                            break
+                    except OSError:
+                        await anyio.sleep(0.05)
+                async with (
+                    streamable_http_client(f"http://127.0.0.1:{port}/mcp") as streams,
+                    ClientSession(streams[0], streams[1]) as session,
+                ):
+                    await session.initialize()
+                    found = await session.call_tool(
+                        "context_stash_search", {"query": "host", "session_id": ""}
+                    )
+                    assert found.structured_content is not None
+                    hits = found.structured_content["hits"]  # every session's
+                    assert [(h["chunk_id"], h["session_id"]) for h in hits] == [("h0", "agent-1")]
+                    restored = await session.call_tool(
+                        "context_stash_restore", {"ids": ["h0"], "session_id": "agent-1"}
+                    )
+                    assert not restored.is_error, restored.content
+
+        anyio.run(main)
+        stats = stub.GetSessionStats(pb.GetSessionStatsRequest(session_id="agent-1"), timeout=10)
+        assert (stats.chunk_count, stats.stashed_count) == (3, 0)
+
+
+def test_mcp_over_http_is_refused_with_auth_on(tmp_path: Path) -> None:
+    data_dir, mcp_addr = str(tmp_path / "d"), f"127.0.0.1:{free_port()}"
+    result = subprocess.run(
+        [
+            str(CTXOPT),
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--data-dir",
+            data_dir,
+            "--mcp-addr",
+            mcp_addr,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "CTXOPT_AUTH_TOKEN": "alice=s1"},
+    )
+    assert result.returncode == 2
+    assert "mcp_addr" in result.stderr and "Traceback" not in result.stderr

@@ -34,6 +34,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-cert", help="PEM certificate chain (CTXOPT_TLS_CERT)")
     serve.add_argument("--tls-key", help="PEM private key (CTXOPT_TLS_KEY)")
     serve.add_argument(
+        "--mcp-addr",
+        help="also serve the MCP tools over HTTP at HOST:PORT/mcp, loopback only (CTXOPT_MCP_ADDR)",
+    )
+    serve.add_argument(
         "--insecure",
         action="store_true",
         default=None,

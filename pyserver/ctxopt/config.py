@@ -32,6 +32,9 @@ class Config:
     tls_cert: str = ""
     tls_key: str = ""
     insecure: bool = False
+    # The MCP tools over streamable HTTP in the same process, sharing sessions and
+    # stash with gRPC clients (a Gemini CLI adapter and its agent); "" is off
+    mcp_addr: str = ""
     # Storage
     data_dir: str = ""  # empty: default_data_dir(); ":memory:" for tests only
     fsync: Literal["full", "normal"] = "normal"

@@ -83,6 +83,7 @@ END;
 # Created after the migrations: they name columns older schemas lack.
 _INDEXES = """
 CREATE INDEX IF NOT EXISTS chunks_by_origin ON chunks (session_id, origin) WHERE origin != '';
+CREATE INDEX IF NOT EXISTS stash_by_session_owner ON stash (session_id, owner);
 """
 
 # version -> statements that bring a database of that version to the next one

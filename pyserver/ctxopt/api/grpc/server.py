@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from ctxopt.api.grpc.interceptors import AuthInterceptor, DecodeInterceptor, Tokens
 from ctxopt.api.grpc.service import ContextOptimizerService
+from ctxopt.api.mcp.server import serve_http
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.errors import FailedPrecondition
@@ -40,6 +41,11 @@ class Server:
         self.tokens = Tokens(config.auth_token)
         credentials = _credentials(config)
         self.engine = Engine(config)
+        try:
+            self._mcp = serve_http(self.engine, config) if config.mcp_addr else None
+        except BaseException:
+            self.engine.close()
+            raise
         self.health = health.HealthServicer(experimental_non_blocking=True)
         self._grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="ctxopt"),
@@ -84,7 +90,11 @@ class Server:
         self.health.enter_graceful_shutdown()  # every service NOT_SERVING
         time.sleep(self.config.drain_notice_seconds)
         self._grpc.stop(self.config.grace_seconds).wait()
-        self.engine.close()
+        if self._mcp is None:
+            self.engine.close()
+        else:
+            with self._mcp.lock:  # a running tool call finishes first
+                self.engine.close()
 
 
 def _credentials(config: Config) -> grpc.ServerCredentials | None:

@@ -19,8 +19,10 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Annotated, Literal, TypeVar
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ctxopt import validate
 from ctxopt.config import Config
 from ctxopt.engine import Engine
-from ctxopt.errors import CtxoptError, NotFound
+from ctxopt.errors import CtxoptError, FailedPrecondition, NotFound
 from ctxopt.model import (
     DEFAULT_RECENT_TURNS,
     Budget,
@@ -191,6 +193,7 @@ class AppendResult(BaseModel):
 
 class StashHitOut(BaseModel):
     chunk_id: str
+    session_id: str = Field(description="restore it with this session_id")
     stash_id: str
     kind: KindName
     action: str = Field(description="how it left the context: trim, mask, stash")
@@ -330,6 +333,7 @@ class ContextTools:
             hits=[
                 StashHitOut(
                     chunk_id=h.chunk_id,
+                    session_id=h.session_id,
                     stash_id=h.stash_id,
                     kind=_kind_name(h.kind),
                     action=h.action.name.lower(),
@@ -586,6 +590,30 @@ def _close_on_signal(tools: ContextTools) -> None:
 
     for sig in STOP_SIGNALS:
         signal.signal(sig, handler)
+
+
+def serve_http(engine: Engine, config: Config) -> ContextTools:
+    """Serve the MCP tools over streamable HTTP at `config.mcp_addr` (path /mcp),
+    on a daemon thread, over an engine the gRPC server also uses; returns the
+    tools, whose lock the caller takes to close the engine under them.
+
+    The tools act as owner "" and check no token, so this is refused with auth
+    on or off loopback."""
+    host, _, port = config.mcp_addr.rpartition(":")
+    if config.auth_token:
+        raise FailedPrecondition(
+            "mcp_addr", config.mcp_addr, "the MCP tools check no token: not with auth on"
+        )
+    if host not in ("127.0.0.1", "localhost", "::1", "[::1]") or not port.isdigit():
+        raise FailedPrecondition("mcp_addr", config.mcp_addr, "must be a loopback HOST:PORT")
+    tools = ContextTools(engine, initial_settings(config))
+    server = build_server(tools)
+
+    def run() -> None:
+        anyio.run(partial(server.run_streamable_http_async, host=host.strip("[]"), port=int(port)))
+
+    threading.Thread(target=run, name="ctxopt-mcp-http", daemon=True).start()
+    return tools
 
 
 def serve_stdio(config: Config) -> None:
