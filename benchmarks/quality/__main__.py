@@ -94,12 +94,11 @@ def method_factories(engine: Engine) -> dict[str, Callable[[], Method]]:
         "+links": lambda: ablation("+links", tuning=Tuning(link_df_share=0.02)),
         "+value/token": lambda: ablation("+value/token", tuning=Tuning(density_exponent=0.4)),
         "-recency": lambda: ablation("-recency", weights=replace(DEFAULT_WEIGHTS, recency=0.0)),
-        "+expansion": lambda: Expanded(ablation("+expansion"), EXPANSION_WEIGHT),
+        "-expansion": lambda: Expanded(ablation("-expansion"), 0.0),
     }
 
 
 MEMORY = Config(data_dir=":memory:")
-EXPANSION_WEIGHT = 0.3  # the +expansion row: pseudo-relevance feedback on
 
 
 class Expanded(Method):
