@@ -14,6 +14,7 @@ from ctxopt.model import UpsertStatus
 from ctxopt.registry import Session
 from ctxopt.scoring.analyzer import Analyzer
 
+from tests import factory
 from tests.factory import chunk
 
 
@@ -71,6 +72,18 @@ def test_compaction_renumbers_in_prompt_order_and_forgets_dead_ids() -> None:
     assert session.slots_for(["a"]) == {"a": 2}  # a forgotten id comes back at the end
 
 
+def test_compaction_never_reuses_an_index_version() -> None:
+    """Caches keyed by the index version (the pruner's line book) see a rebuild as a change."""
+    session = session_of(*"abcdef")
+    for chunk_id in "abcd":
+        session.remove(chunk_id)
+    before = session.index.version
+    session.compact(session.compacted())
+    after = session.index.version
+    session.upsert(chunk("g"), 3, 0)
+    assert before < after < session.index.version
+
+
 def test_a_session_that_keeps_stashing_holds_bounded_slots_and_survives_restart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -98,3 +111,28 @@ def test_a_session_that_keeps_stashing_holds_bounded_slots_and_survives_restart(
         assert [c["seq"] for c in again["chunks"]] == sorted(c["seq"] for c in again["chunks"])
     finally:
         reopened.close()
+
+
+def test_a_compacted_session_plans_like_a_fresh_one_with_the_same_chunks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(registry, "COMPACT_MIN_DEAD_SLOTS", 8)
+    texts = [
+        f"step {i}: ran pytest on module_{i % 7}.py\n" + "line of output\n" * 40 for i in range(60)
+    ]
+    warm = factory.engine()
+    for i, text in enumerate(texts):
+        warm.append("", "s", [chunk(f"c{i}", text, turn=i)])
+        warm.optimize("", "s", factory.options(10_000, "module_3", dry_run=True))
+        if i >= 12:
+            warm.remove("", "s", [f"c{i - 12}"], stash_originals=True)
+    warm_session = warm.registry.get("s")
+    assert warm_session is not None and warm_session.n_slots < 60  # it compacted
+    fresh = factory.engine()
+    fresh.append("", "s", [chunk(f"c{i}", texts[i], turn=i) for i in range(48, 60)])
+    request = factory.options(2_000, "module_3 pytest", dry_run=True)
+    plans = [e.optimize("", "s", request) for e in (warm, fresh)]
+    assert [(d.chunk_id, d.action, d.replacement_text) for d in plans[0].decisions] == [
+        (d.chunk_id, d.action, d.replacement_text) for d in plans[1].decisions
+    ]
+    assert plans[0].kept_ids == plans[1].kept_ids

@@ -264,9 +264,11 @@ class Session:
         """Rebuild holding exactly `entries` (from `compacted`): the ids of dead
         chunks are forgotten, so one restored later comes back at the end, as it
         does after a restart."""
+        version = self.index.version
         self._clear()
         for entry in entries:
             self.restore_entry(entry)
+        self.index.advance_version(version)
 
     def touch(self, chunk_id: str, now_ms: int) -> None:
         self.entries[chunk_id].last_touched_ms = now_ms

@@ -116,6 +116,11 @@ class BM25Index:
         """Bumps on every change of a document (set or removed)."""
         return self._version
 
+    def advance_version(self, past: int) -> None:
+        """Continue another index's versions (a rebuild): a cache keyed by a version
+        of the old index must never match one of this index."""
+        self._version = max(self._version, past) + 1
+
     # ---- updates ---------------------------------------------------------
 
     def set_doc(self, slot: int, terms: Sequence[str]) -> None:
