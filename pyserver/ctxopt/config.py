@@ -11,6 +11,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from ctxopt.model import DEFAULT_PRESSURE_PERCENT, DEFAULT_TARGET_PERCENT, DEFAULT_THRESHOLD_PERCENT
+
 Tokenizer = Literal["cl100k", "gemini"]
 
 
@@ -51,9 +53,9 @@ class Config:
     tokenizer: Tokenizer = "cl100k"
     token_cache_size: int = 200_000
     # GC defaults (percent of the context window)
-    gc_threshold_percent: float = 80.0
-    gc_target_percent: float = 60.0
-    gc_pressure_percent: float = 90.0
+    gc_threshold_percent: float = DEFAULT_THRESHOLD_PERCENT
+    gc_target_percent: float = DEFAULT_TARGET_PERCENT
+    gc_pressure_percent: float = DEFAULT_PRESSURE_PERCENT
     recency_half_life_turns: float = 8.0
     neighbour_share: float = 0.5
     old_generation_after: int = 3

@@ -129,14 +129,23 @@ class Chunk:
         return effective_policy(self.policy, self.kind, self.role)
 
 
+# The one home of the GC defaults (`Config` and every front read these): collect
+# at 80% of the window and land at 60%, so the 20-point gap lets the calls
+# between two collections reuse the prompt's cached prefix; remove PRESERVABLE
+# chunks only above 90%.
+DEFAULT_THRESHOLD_PERCENT = 80.0
+DEFAULT_TARGET_PERCENT = 60.0
+DEFAULT_PRESSURE_PERCENT = 90.0
+
+
 @dataclass(frozen=True, slots=True)
 class Budget:
     """Token budget; percentages are of `context_limit_tokens`."""
 
     context_limit_tokens: int
-    threshold_percent: float = 80.0
-    target_percent: float = 60.0
-    pressure_percent: float = 90.0
+    threshold_percent: float = DEFAULT_THRESHOLD_PERCENT
+    target_percent: float = DEFAULT_TARGET_PERCENT
+    pressure_percent: float = DEFAULT_PRESSURE_PERCENT
     target_tokens: int = 0
 
     @property
