@@ -183,7 +183,9 @@ class PinResult(BaseModel):
     pinned: bool
 
 
-class AppendResult(BaseModel):
+class AppendSummary(BaseModel):
+    """How many chunks an append added, changed or found unchanged (statuses counted)."""
+
     added: int
     updated: int
     unchanged: int
@@ -251,10 +253,10 @@ class ContextTools:
             incremental_batch=s.batch_size,
         )
 
-    def append(self, session_id: str, chunks: list[ChunkIn]) -> AppendResult:
+    def append(self, session_id: str, chunks: list[ChunkIn]) -> AppendSummary:
         result = self.engine.append(OWNER, session_id, [_chunk(c) for c in chunks])
         statuses = [c.status.name for c in result.chunks]
-        return AppendResult(
+        return AppendSummary(
             added=statuses.count("ADDED"),
             updated=statuses.count("UPDATED"),
             unchanged=statuses.count("UNCHANGED"),
@@ -429,7 +431,7 @@ def build_server(tools: ContextTools) -> MCPServer:
     @server.tool()
     def context_append(
         chunks: list[ChunkIn], session_id: SessionId = DEFAULT_SESSION
-    ) -> AppendResult:
+    ) -> AppendSummary:
         """Register chunks of the agent's context (upsert by id; the session is
         created on first use)."""
         return tools.call(lambda: tools.append(session_id, chunks))
