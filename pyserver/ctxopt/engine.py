@@ -257,7 +257,7 @@ class Engine:
         session = self._session(owner, session_id)
         with session.lock:
             self._require_known(session, chunk_ids, "chunk_ids")
-            return self._remove(session, owner, chunk_ids, stash_originals)
+            return self._remove(session, owner, chunk_ids, stash_originals, "removed_by_client")
 
     def prune(
         self,
@@ -275,10 +275,15 @@ class Engine:
         session = self._session(owner, session_id)
         with session.lock:
             self._check_removable(session, chunk_ids, roots, "ids")
-            return self._remove(session, owner, chunk_ids, stash_originals)
+            return self._remove(session, owner, chunk_ids, stash_originals, "pruned_on_request")
 
     def _remove(
-        self, session: Session, owner: str, chunk_ids: Sequence[str], stash_originals: bool
+        self,
+        session: Session,
+        owner: str,
+        chunk_ids: Sequence[str],
+        stash_originals: bool,
+        reason: str,
     ) -> tuple[int, int]:
         stash: list[StashEntry] = []
         restash: list[Restash] = []
@@ -291,7 +296,7 @@ class Engine:
                     owner,
                     entry,
                     Action.STASH,
-                    ("removed_on_request",),
+                    (reason,),
                     0.0,
                     now,
                     "",
