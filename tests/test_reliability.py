@@ -19,10 +19,14 @@ from typing import Any
 
 import grpc
 import pytest
-from ctxopt.store import DB_FILE, PID_FILE
+from ctxopt.api.grpc import convert
+from ctxopt.errors import ResourceExhausted
+from ctxopt.model import Action
+from ctxopt.store import DB_FILE, PID_FILE, Change
 from ctxopt.v1 import ctxopt_pb2 as pb
 from ctxopt.v1 import ctxopt_pb2_grpc as pb_grpc
 
+from tests import factory
 from tests.serverproc import CTXOPT, ServerProcess, serving, start_server
 
 Stub = pb_grpc.ContextOptimizerStub
@@ -569,3 +573,27 @@ def test_cli_import_errors_are_one_line_with_exit_2_and_echo_nothing(
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert secret not in result.stderr
     assert result.stderr.startswith("ctxopt: ")
+
+
+def test_a_restore_the_store_refuses_leaves_the_trimmed_chunk_in_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Store first, then memory: a write the store refuses (a full disk) changes nothing."""
+    engine = factory.engine()
+    chunks = [convert.chunk_from_pb(c, "chunks") for c in tool_session()]
+    total = engine.append("", "s", chunks).session_tokens
+    options = factory.options(total * 6 // 10, "item 17 latency", recent_turns=2)
+    plan = engine.optimize("", "s", options)
+    assert [d.action for d in plan.decisions if d.chunk_id == "tr"] == [Action.TRIM]
+    before = engine.export_session("", "s")
+
+    def full_disk(change: Change) -> None:
+        raise ResourceExhausted("data_dir", "/data", "the disk is full")
+
+    monkeypatch.setattr(engine.store, "commit", full_disk)
+    with pytest.raises(ResourceExhausted):
+        engine.restore("", "s", ["tr"], None, False)
+    monkeypatch.undo()
+    assert engine.export_session("", "s") == before
+    (live,) = engine.chunks("", "s", ["tr"])
+    assert "[ctxopt" in live.text  # still the excerpt, still in memory
