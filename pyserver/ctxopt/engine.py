@@ -26,7 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from ctxopt import validate
 from ctxopt.config import Config
@@ -285,56 +285,19 @@ class Engine:
         stash_originals: bool,
         reason: str,
     ) -> tuple[int, int]:
-        stash: list[StashEntry] = []
-        restash: list[Restash] = []
+        originals = _Originals(session.id, owner, _now_ms())
         if stash_originals:
-            now = _now_ms()
             for chunk_id in chunk_ids:
-                entry = session.entries[chunk_id]
-                self._keep_original(
-                    session,
-                    owner,
-                    entry,
-                    Action.STASH,
-                    (reason,),
-                    0.0,
-                    now,
-                    "",
-                    stash,
-                    restash,
-                )
-        removals = list(chunk_ids)
-        self._commit(
-            session, Change(session.id, owner, removals=removals, stash=stash, restash=restash)
+                originals.keep(session.entries[chunk_id], Action.STASH, (reason,), 0.0)
+        change = Change(
+            session.id,
+            owner,
+            removals=list(chunk_ids),
+            stash=originals.stash,
+            restash=originals.restash,
         )
+        self._commit(session, change)
         return len(chunk_ids), session.tokens_total
-
-    @staticmethod
-    def _keep_original(
-        session: Session,
-        owner: str,
-        entry: Entry,
-        action: Action,
-        reasons: tuple[str, ...],
-        score: float,
-        now: int,
-        plan_id: str,
-        stash: list[StashEntry],
-        restash: list[Restash],
-    ) -> str:
-        """Record the original of a chunk leaving the window (or shrinking): a new
-        stash entry, or, when its text is already an excerpt or placeholder, the
-        newer decision on the entry holding its original. Returns that stash id."""
-        if entry.origin:
-            restash.append(Restash(entry.origin, action, reasons, score, now, plan_id))
-            return entry.origin
-        stash_id = stash_id_of(entry.chunk)
-        stash.append(
-            StashEntry(
-                stash_id, session.id, owner, entry.chunk, action, reasons, score, now, plan_id
-            )
-        )
-        return stash_id
 
     def chunks(self, owner: str, session_id: str, chunk_ids: Sequence[str]) -> list[Chunk]:
         """The live chunks of these ids, as registered (NotFound names unknown ids)."""
@@ -445,28 +408,14 @@ class Engine:
     def _apply(self, session: Session, owner: str, outcome: Outcome) -> None:
         """Keep every original, then change the session, as one committed change."""
         plan = outcome.plan
-        now = _now_ms()
-        plan_id = plan_fingerprint(session.id, plan)
+        originals = _Originals(session.id, owner, _now_ms(), plan_fingerprint(session.id, plan))
         by_id = {d.chunk_id: d for d in plan.decisions}
-        stash: list[StashEntry] = []
-        restash: list[Restash] = []
         upserts: list[StoredChunk] = []
         removals: list[str] = []
 
         def keep_original(entry: Entry, action: Action) -> str:
             decision = by_id[entry.chunk.id]
-            return self._keep_original(
-                session,
-                owner,
-                entry,
-                action,
-                decision.reasons,
-                decision.score,
-                now,
-                plan_id,
-                stash,
-                restash,
-            )
+            return originals.keep(entry, action, decision.reasons, decision.score)
 
         for slot, (action, text, tokens) in outcome.shrunk.items():
             entry = session.entry_at(slot)
@@ -483,8 +432,8 @@ class Engine:
             owner,
             upserts=upserts,
             removals=removals,
-            stash=stash,
-            restash=restash,
+            stash=originals.stash,
+            restash=originals.restash,
             collections=session.collections + 1,
         )
         self._commit(session, change)
@@ -746,6 +695,44 @@ class Engine:
             self.registry.drop(session_id)
         session = self._session(owner, session_id)
         return session_id, len(session)
+
+
+@dataclass
+class _Originals:
+    """The stash side of one change: originals to store, and stored originals
+    whose excerpt or placeholder got a newer decision."""
+
+    session_id: str
+    owner: str
+    now_ms: int
+    plan_id: str = ""
+    stash: list[StashEntry] = field(default_factory=list)
+    restash: list[Restash] = field(default_factory=list)
+
+    def keep(self, entry: Entry, action: Action, reasons: tuple[str, ...], score: float) -> str:
+        """Keep the original of a chunk leaving the window or shrinking: a new
+        entry, or, when its text is already an excerpt or placeholder, the newer
+        decision on the entry holding its original. Returns that stash id."""
+        if entry.origin:
+            self.restash.append(
+                Restash(entry.origin, action, reasons, score, self.now_ms, self.plan_id)
+            )
+            return entry.origin
+        stash_id = stash_id_of(entry.chunk)
+        self.stash.append(
+            StashEntry(
+                stash_id,
+                self.session_id,
+                self.owner,
+                entry.chunk,
+                action,
+                reasons,
+                score,
+                self.now_ms,
+                self.plan_id,
+            )
+        )
+        return stash_id
 
 
 def _entry(item: StoredChunk) -> Entry:
