@@ -115,7 +115,7 @@ def test_an_output_shrinks_to_the_lines_the_work_points_at_verbatim() -> None:
 
 def test_an_output_printed_again_later_goes_before_an_irrelevant_one() -> None:
     view = code(30, "a").replace("helper_a", "parse_config")  # what the query asks about
-    engine = Engine(Config(data_dir=":memory:"))
+    engine = Engine(Config(data_dir=":memory:"), Tuning(discount_repeated=True))
     engine.append(
         "",
         S,

@@ -90,7 +90,7 @@ def method_factories(engine: Engine) -> dict[str, Callable[[], Method]]:
         "-trim": lambda: ablation("-trim", tuning=Tuning(trim_min_tokens=2**31)),
         "-anchors": lambda: ablation("-anchors", tuning=Tuning(anchored_excerpts=False)),
         "-anchors-last": lambda: ablation("-anchors-last", tuning=Tuning(anchors_last=False)),
-        "-repeated": lambda: ablation("-repeated", tuning=Tuning(discount_repeated=False)),
+        "+repeated": lambda: ablation("+repeated", tuning=Tuning(discount_repeated=True)),
         "+links": lambda: ablation("+links", tuning=Tuning(link_df_share=0.02)),
         "+value/token": lambda: ablation("+value/token", tuning=Tuning(density_exponent=0.4)),
         "-recency": lambda: ablation("-recency", weights=replace(DEFAULT_WEIGHTS, recency=0.0)),

@@ -63,12 +63,13 @@ class Candidate:
 # The constants chosen here; everything else is fixed a priori.
 GRID = tuple(
     Candidate(
-        f"exponent={exponent} retention={retention} prf={prf}",
-        Tuning(density_exponent=exponent, anchor_retention=retention),
+        f"exponent={exponent} retention={retention} repeated={repeated} prf={prf}",
+        Tuning(density_exponent=exponent, anchor_retention=retention, discount_repeated=repeated),
         prf,
     )
     for exponent in (0.0, 0.4)
     for retention in (0.5, 0.9)
+    for repeated in (True, False)
     for prf in (0.0, 0.3)
 )
 

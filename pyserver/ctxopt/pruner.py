@@ -73,9 +73,9 @@ class Tuning:
     aggressive_target: float = 0.9
     reachability_first: bool = True  # inside a tier, unreachable chunks go first
     anchored_excerpts: bool = True  # shrink a chunk to the lines other chunks repeat (lines.py)
-    discount_repeated: bool = True  # what a later chunk prints again loses that share of value
+    discount_repeated: bool = False  # what a later chunk prints again loses that share of value
     anchor_context: int = 0  # lines kept either side of an anchor line in its excerpt
-    anchor_retention: float = 0.9  # share of a chunk's value its anchored excerpt keeps
+    anchor_retention: float = 0.5  # share of a chunk's value its anchored excerpt keeps
     anchors_last: bool = True  # anchored excerpts go only after everything else of their tier
     link_df_share: float = 0.0  # a query term at most this share of chunks hold is a link
 
