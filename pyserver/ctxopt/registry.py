@@ -131,7 +131,7 @@ class Session:
         self.owner = owner
         self.lock = threading.RLock()
         self.collections = 0
-        self._analyzer = analyzer
+        self.analyzer = analyzer  # the one that indexed the text; line links use its terms too
         self._clear()
 
     def _clear(self) -> None:
@@ -315,7 +315,7 @@ class Session:
         cols.born[slot] = entry.born
         cols.refcount[slot] = len(self.in_edges.get(chunk.id, ()))
         self.tokens_total += entry.tokens
-        self.index.set_doc(slot, self._analyzer.terms(chunk.text))
+        self.index.set_doc(slot, self.analyzer.terms(chunk.text))
         self.hubs.add(chunk, slot)
         if chunk.embedding:
             self.embedding_dim = len(chunk.embedding)

@@ -250,7 +250,7 @@ def rare_terms(session: Session, terms: Iterable[str], max_share: float) -> froz
 
 def analyzer_of(session: Session) -> Callable[[str], list[str]]:
     """The analyzer that indexed the session (line links must use the same terms)."""
-    return session._analyzer.terms
+    return session.analyzer.terms
 
 
 _books: weakref.WeakKeyDictionary[Session, LineBook] = weakref.WeakKeyDictionary()
