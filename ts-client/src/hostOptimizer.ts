@@ -10,7 +10,7 @@ import { truncateHistory } from "./gemini/truncate.js";
 import type { Content } from "./gemini/types.js";
 import { tokenLimit } from "./models.js";
 import { SessionMirror, type SyncReport } from "./sessionMirror.js";
-import { type BuildOutcome, type ContextSummary, summaryLine } from "./summary.js";
+import { type BuildOutcome, buildSummary, type ContextSummary, summaryLine } from "./summary.js";
 import { countActions, fallbackReason, ServiceUnhealthy } from "./serviceErrors.js";
 import { estimateContentsTokens, estimateTextTokens } from "./tokens.js";
 
@@ -363,23 +363,19 @@ export class HostHistoryOptimizer {
     sync?: SyncReport,
   ): OptimizedContents {
     const contents = sent === undefined ? [...call.original] : toContents(sent);
-    const summary: ContextSummary = {
-      mode: this.flags.mode,
-      model: call.model,
-      windowTokens: call.windowTokens,
-      tokensBefore: call.tokensBefore,
-      outcome,
-      tokensAfter: call.fixedTokens + (sent === undefined ? tokensOf(call.turns) : tokensOf(sent)),
-      stashed: 0,
-      trimmed: 0,
-      masked: 0,
-      deleted: 0,
-      droppedTurns: 0,
-      serverMs: plan?.serverMs ?? 0,
-      note: "",
-      ...extra,
-      latencyMs: performance.now() - call.started,
-    };
+    const summary = buildSummary(
+      {
+        mode: this.flags.mode,
+        model: call.model,
+        windowTokens: call.windowTokens,
+        tokensBefore: call.tokensBefore,
+        outcome,
+        tokensAfter: call.fixedTokens + (sent === undefined ? tokensOf(call.turns) : tokensOf(sent)),
+        serverMs: plan?.serverMs ?? 0,
+        started: call.started,
+      },
+      extra,
+    );
     const line = summaryLine(summary);
     this.options.onSummary?.(summary, line);
     return { contents, changed: sent !== undefined, summary, summaryLine: line, ...(plan ? { plan } : {}), ...(sync ? { sync } : {}) };

@@ -12,7 +12,7 @@ import { truncateHistory } from "./gemini/truncate.js";
 import { tokenLimit } from "./models.js";
 import { SessionMirror, type SyncReport } from "./sessionMirror.js";
 import type { BuildOutcome, ContextSummary } from "./summary.js";
-import { summaryLine } from "./summary.js";
+import { buildSummary, summaryLine } from "./summary.js";
 
 /** Budget knobs, percentages of the model's window (DESIGN.md 4 defaults). */
 export interface BudgetOptions {
@@ -262,23 +262,19 @@ export class PromptBuilder {
   ): BuiltPrompt {
     const contents = toContents(sent);
     const history = outcome === "optimized" ? this.keepRewritten(prompt.state, contents, prompt.message) : [...prompt.input.history];
-    const summary: ContextSummary = {
-      mode: this.flags.mode,
-      model: prompt.input.model,
-      windowTokens: prompt.windowTokens,
-      tokensBefore: prompt.tokensBefore,
-      outcome,
-      tokensAfter: prompt.fixedTokens + tokensOf(sent),
-      stashed: 0,
-      trimmed: 0,
-      masked: 0,
-      deleted: 0,
-      droppedTurns: 0,
-      serverMs: plan?.serverMs ?? 0,
-      note: "",
-      ...extra,
-      latencyMs: performance.now() - prompt.started,
-    };
+    const summary = buildSummary(
+      {
+        mode: this.flags.mode,
+        model: prompt.input.model,
+        windowTokens: prompt.windowTokens,
+        tokensBefore: prompt.tokensBefore,
+        outcome,
+        tokensAfter: prompt.fixedTokens + tokensOf(sent),
+        serverMs: plan?.serverMs ?? 0,
+        started: prompt.started,
+      },
+      extra,
+    );
     return {
       request: this.request(prompt.input, contents),
       contents,

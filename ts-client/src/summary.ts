@@ -36,6 +36,23 @@ export interface ContextSummary {
   readonly note: string;
 }
 
+/** What a build knows before counting decisions; `started` is its `performance.now()`. */
+export interface SummaryBase {
+  readonly mode: OptimizationMode;
+  readonly outcome: BuildOutcome;
+  readonly model: string;
+  readonly windowTokens: number;
+  readonly tokensBefore: number;
+  readonly tokensAfter: number;
+  readonly serverMs: number;
+  readonly started: number;
+}
+
+/** A build's summary: nothing counted unless `extra` says so, latency up to now. */
+export function buildSummary({ started, ...base }: SummaryBase, extra: Partial<ContextSummary> = {}): ContextSummary {
+  return { ...base, stashed: 0, trimmed: 0, masked: 0, deleted: 0, droppedTurns: 0, note: "", ...extra, latencyMs: performance.now() - started };
+}
+
 /**
  * One line like Gemini CLI's context display, e.g.
  * `ctxopt[true] gemini-2.5-pro: 38.2% of 1,048,576 tokens used (612,004 -> 400,513, saved 211,491), 14 stashed, 3 trimmed, 6 masked, 7.9 ms`.
