@@ -15,6 +15,7 @@ pruner applies the fixes and re-checks until none is left.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 
 import numpy as np
 import numpy.typing as npt
@@ -22,7 +23,17 @@ import numpy.typing as npt
 from ctxopt.model import ChunkKind, Role
 from ctxopt.registry import Session
 
-OUT = 2  # the pruner's state code for a removed unit
+
+class UnitState(IntEnum):
+    """Where a unit (a chunk, or a group moving as one) stands in a plan."""
+
+    FULL = 0  # kept as is
+    SHRUNK = 1  # kept as an excerpt or placeholder
+    OUT = 2  # stashed or deleted
+
+
+# module constants: the pruner's loops compare these thousands of times per plan
+OUT = UnitState.OUT
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctxopt import coherence
+from ctxopt.coherence import UnitState
 from ctxopt.model import (
     Action,
     ChunkKind,
@@ -48,12 +49,14 @@ FloatArray = npt.NDArray[np.float64]
 # Removal tiers: lower goes first. LOCKED chunks are mandatory, never candidates.
 TIER = {GcPolicy.EPHEMERAL: 0, GcPolicy.PARTIAL: 1, GcPolicy.PRESERVABLE: 2, GcPolicy.LOCKED: 3}
 PRESERVABLE_TIER = TIER[GcPolicy.PRESERVABLE]
-_TIER_BY_POLICY = np.array([1, 3, 2, 1, 0], dtype=np.int64)  # indexed by GcPolicy value
+# the same table indexed by GcPolicy value (UNSPECIFIED never reaches the planner)
+_TIER_BY_POLICY = np.array(
+    [TIER.get(policy, TIER[GcPolicy.PARTIAL]) for policy in sorted(GcPolicy)], dtype=np.int64
+)
 
-FULL, SHRUNK, OUT = 0, 1, 2
+FULL, SHRUNK, OUT = UnitState.FULL, UnitState.SHRUNK, UnitState.OUT
 _ACTION_BY_CODE = {int(a): a for a in Action}
 _DELETE, _TRIM, _MASK = int(Action.DELETE), int(Action.TRIM), int(Action.MASK)
-SHRINK_WORTH = 0.8  # a shrink that keeps more than this share of the tokens is not one
 MAX_REPAIR_ROUNDS = 8
 
 
@@ -71,6 +74,7 @@ class Tuning:
     mask_retention: float = 0.15
     summary_discount: float = 0.3  # value left to chunks a kept summary covers
     aggressive_target: float = 0.9
+    shrink_worth: float = 0.8  # a shrink that keeps more than this share of the tokens is not one
     reachability_first: bool = True  # inside a tier, unreachable chunks go first
     anchored_excerpts: bool = True  # shrink a chunk to the lines other chunks repeat (lines.py)
     discount_repeated: bool = False  # what a later chunk prints again loses that share of value
@@ -129,9 +133,41 @@ class _Selection:
         self.tuning = tuning
         self.scores = scores
         self.options = options
+        # per unit leader: tokens kept whole and as excerpts or placeholders
+        self.unit_tokens: FloatArray = np.bincount(
+            unit_of[self.live], weights=self.tokens[self.live], minlength=n
+        ).astype(np.float64)
+        self.unit_shrunk: FloatArray = self.unit_tokens.copy()
 
     def slot_state(self) -> npt.NDArray[np.int8]:
         return self.state[self.unit_of]
+
+    def unit_cost(self, unit: int) -> float:
+        """Tokens the unit holds in its current state (0 when out)."""
+        state = self.state[unit]
+        if state == OUT:
+            return 0.0
+        return float(self.unit_shrunk[unit] if state == SHRUNK else self.unit_tokens[unit])
+
+    def current_tokens(self, units: IntArray) -> float:
+        state = self.state[units]
+        return float(
+            self.unit_tokens[units][state == FULL].sum()
+            + self.unit_shrunk[units][state == SHRUNK].sum()
+        )
+
+
+@dataclass(slots=True)
+class _Steps:
+    """The ordered removal steps of one plan: step i moves unit `unit[i]` to
+    `kind[i]` (SHRUNK or OUT), saving `saves[i]` tokens, in tier `tier[i]`;
+    `applied[i]` once it is taken."""
+
+    unit: IntArray
+    kind: npt.NDArray[np.int8]
+    saves: FloatArray
+    tier: npt.NDArray[np.int64]
+    applied: npt.NDArray[np.bool_]
 
 
 def _tier(policy: npt.NDArray[np.int8]) -> npt.NDArray[np.int64]:
@@ -198,12 +234,10 @@ def plan_session(
     retention[anchored] = tuning.anchor_retention
 
     # ---- per-unit aggregates -----------------------------------------
-    unit_tokens: FloatArray = np.bincount(
-        sel.unit_of[live], weights=cols.tokens[live], minlength=n
-    ).astype(np.float64)
-    unit_shrunk: FloatArray = np.bincount(
+    sel.unit_shrunk = np.bincount(
         sel.unit_of[live], weights=shrink_tokens[live], minlength=n
     ).astype(np.float64)
+    unit_tokens, unit_shrunk = sel.unit_tokens, sel.unit_shrunk
     unit_value = np.zeros(n, dtype=np.float64)
     np.maximum.at(unit_value, sel.unit_of[live], value[live])
     unit_shrunk_value = np.zeros(n, dtype=np.float64)
@@ -212,7 +246,7 @@ def plan_session(
     np.maximum.at(unit_tier, sel.unit_of[live], _tier(cols.policy[live]))
     unit_reachable = np.zeros(n, dtype=bool)
     np.logical_or.at(unit_reachable, sel.unit_of[live], scores.marks.reachable[live])
-    shrinkable = unit_shrunk < unit_tokens * SHRINK_WORTH
+    shrinkable = unit_shrunk < unit_tokens * tuning.shrink_worth
 
     exponent = tuning.density_exponent
     out_cost = np.where(shrinkable, unit_shrunk, unit_tokens)
@@ -266,83 +300,53 @@ def plan_session(
         options.strategy, step_unit, step_kind, step_density, unit_tier, unit_reachable, step_last
     )
     step_unit, step_kind, step_saves = step_unit[order], step_kind[order], step_saves[order]
-    step_tier = unit_tier[step_unit]
     if options.incremental:
         young = session.survived()[step_unit] < old_generation_after
-        step_unit, step_kind, step_saves, step_tier = (
-            step_unit[young],
-            step_kind[young],
-            step_saves[young],
-            step_tier[young],
-        )
+        step_unit, step_kind, step_saves = step_unit[young], step_kind[young], step_saves[young]
+    steps = _Steps(
+        step_unit, step_kind, step_saves, unit_tier[step_unit], np.zeros(len(step_unit), bool)
+    )
 
     # ---- greedy cut -----------------------------------------------------
     total = float(tokens_before)
     pressure = float(budget.pressure)
-    applied = np.zeros(len(step_unit), dtype=bool)
     forced_out = _forced_out(sel, options)
     for unit in forced_out:
         total -= float(unit_tokens[unit])
         sel.state[unit] = OUT
-    running = total - np.concatenate([[0.0], np.cumsum(step_saves)[:-1]])
-    allowed = (running > target) & ((step_tier < PRESERVABLE_TIER) | (running > pressure))
+    running = total - np.concatenate([[0.0], np.cumsum(steps.saves)[:-1]])
+    allowed = (running > target) & ((steps.tier < PRESERVABLE_TIER) | (running > pressure))
     if options.strategy == Strategy.TRUNCATE:
         allowed = running > target
     stop = int(np.argmin(allowed)) if not allowed.all() else len(allowed)
     if incremental_batch and options.incremental:
         stop = min(stop, incremental_batch)
-    applied[:stop] = True
-    np.maximum.at(sel.state, step_unit[:stop], step_kind[:stop])
-    total -= float(step_saves[:stop].sum())
+    steps.applied[:stop] = True
+    np.maximum.at(sel.state, steps.unit[:stop], steps.kind[:stop])
+    total -= float(steps.saves[:stop].sum())
 
     # ---- backfill: put back what still fits, best first ----------------
-    total = _backfill(
-        sel,
-        step_unit,
-        step_kind,
-        step_saves,
-        step_tier,
-        applied,
-        total,
-        float(target),
-        forced_out,
-    )
+    total = _backfill(sel, steps, total, float(target), forced_out)
 
     # ---- max_chunks -------------------------------------------------------
     if options.max_chunks > 0:
-        total = _enforce_max_chunks(
-            sel, step_unit, step_kind, applied, total, unit_tokens, unit_shrunk, options.max_chunks
-        )
+        total = _enforce_max_chunks(sel, steps, total, options.max_chunks)
 
     # ---- coherence, resuming removal when a repair overshoots -------------
     # a minor (incremental) collection never goes past its batch
-    resume_steps = 0 if options.incremental else len(step_unit)
+    resume = not options.incremental and len(steps.unit) > 0
     repairs: list[Repair] = []
     for _ in range(MAX_REPAIR_ROUNDS):
         new_repairs = _repair(sel)
         repairs += new_repairs
-        total = _current_tokens(sel, unit_tokens, unit_shrunk, units)
-        if total > target and resume_steps:
-            total = _resume(
-                sel,
-                step_unit,
-                step_kind,
-                step_tier,
-                applied,
-                total,
-                float(target),
-                pressure,
-                unit_tokens,
-                unit_shrunk,
-            )
+        total = sel.current_tokens(units)
+        if total > target and resume:
+            total = _resume(sel, steps, total, float(target), pressure)
         if not new_repairs and not _repair_needed(sel):
             break
 
     return _outcome(
-        session,
         sel,
-        options,
-        scores,
         tokens_before,
         target,
         mandatory_tokens,
@@ -496,7 +500,7 @@ def _anchored_excerpt(
     text, after = anchored_excerpt(
         chunk.id, split.lines, kept, entry.origin or stash_id(chunk.id, chunk.text), count_tokens
     )
-    return (text, after) if after < entry.tokens * SHRINK_WORTH else None
+    return (text, after) if after < entry.tokens * tuning.shrink_worth else None
 
 
 def _forced_out(sel: _Selection, options: OptimizeOptions) -> list[int]:
@@ -508,112 +512,74 @@ def _forced_out(sel: _Selection, options: OptimizeOptions) -> list[int]:
     return sorted(set(units))
 
 
-def _enforce_max_chunks(
-    sel: _Selection,
-    step_unit: IntArray,
-    step_kind: npt.NDArray[np.int8],
-    applied: npt.NDArray[np.bool_],
-    total: float,
-    unit_tokens: FloatArray,
-    unit_shrunk: FloatArray,
-    max_chunks: int,
-) -> float:
+def _enforce_max_chunks(sel: _Selection, steps: _Steps, total: float, max_chunks: int) -> float:
     kept = int((sel.slot_state()[sel.live] != OUT).sum())
-    for i in np.flatnonzero(~applied):
+    for i in np.flatnonzero(~steps.applied):
         if kept <= max_chunks:
             break
-        if step_kind[i] != OUT:
+        if steps.kind[i] != OUT:
             continue
-        unit = int(step_unit[i])
-        before = unit_shrunk[unit] if sel.state[unit] == SHRUNK else unit_tokens[unit]
+        unit = int(steps.unit[i])
+        total -= sel.unit_cost(unit)
         sel.state[unit] = OUT
-        applied[i] = True
-        total -= float(before)
+        steps.applied[i] = True
         kept -= int(sel.unit_size[unit])
     return total
 
 
 def _backfill(
-    sel: _Selection,
-    step_unit: IntArray,
-    step_kind: npt.NDArray[np.int8],
-    step_saves: FloatArray,
-    step_tier: npt.NDArray[np.int64],
-    applied: npt.NDArray[np.bool_],
-    total: float,
-    target: float,
-    forced_out: list[int],
+    sel: _Selection, steps: _Steps, total: float, target: float, forced_out: list[int]
 ) -> float:
     """Undo applied steps, most valuable first, while they still fit; a step
     stays applied when a step of a higher tier does (the tier order holds)."""
     slack = target - total
     forced = set(forced_out)
-    shrunk_units = set(step_unit[applied & (step_kind == SHRUNK)].tolist())
+    shrunk_units = set(steps.unit[steps.applied & (steps.kind == SHRUNK)].tolist())
     highest_kept_cut = -1
-    for i in np.flatnonzero(applied)[::-1]:
-        cost = float(step_saves[i])
-        unit = int(step_unit[i])
+    for i in np.flatnonzero(steps.applied)[::-1]:
+        cost = float(steps.saves[i])
+        unit = int(steps.unit[i])
         undoable = (
             cost <= slack
             and unit not in forced
-            and step_tier[i] >= highest_kept_cut
-            and not (step_kind[i] == SHRUNK and sel.state[unit] == OUT)
+            and steps.tier[i] >= highest_kept_cut
+            and not (steps.kind[i] == SHRUNK and sel.state[unit] == OUT)
         )
         if not undoable:
-            highest_kept_cut = max(highest_kept_cut, int(step_tier[i]))
+            highest_kept_cut = max(highest_kept_cut, int(steps.tier[i]))
             continue
-        if step_kind[i] == SHRUNK:
+        if steps.kind[i] == SHRUNK:
             shrunk_units.discard(unit)
             sel.state[unit] = FULL
         else:
             sel.state[unit] = SHRUNK if unit in shrunk_units else FULL
-        applied[i] = False
+        steps.applied[i] = False
         slack -= cost
         total += cost
     return total
 
 
-def _current_tokens(
-    sel: _Selection, unit_tokens: FloatArray, unit_shrunk: FloatArray, units: IntArray
-) -> float:
-    state = sel.state[units]
-    return float(
-        unit_tokens[units][state == FULL].sum() + unit_shrunk[units][state == SHRUNK].sum()
-    )
-
-
-def _resume(
-    sel: _Selection,
-    step_unit: IntArray,
-    step_kind: npt.NDArray[np.int8],
-    step_tier: npt.NDArray[np.int64],
-    applied: npt.NDArray[np.bool_],
-    total: float,
-    target: float,
-    pressure: float,
-    unit_tokens: FloatArray,
-    unit_shrunk: FloatArray,
-) -> float:
+def _resume(sel: _Selection, steps: _Steps, total: float, target: float, pressure: float) -> float:
     """Keep removing, in order, units no repair or kept child protects."""
     state = sel.slot_state()
     kept_child_parent_units = set(
         sel.unit_of[sel.parent_slots[state[sel.child_slots] != OUT]].tolist()
     )
-    for i in np.flatnonzero(~applied):
+    for i in np.flatnonzero(~steps.applied):
         if total <= target:
             break
-        unit = int(step_unit[i])
-        if sel.protected[unit] or (step_tier[i] >= PRESERVABLE_TIER and total <= pressure):
+        unit = int(steps.unit[i])
+        if sel.protected[unit] or (steps.tier[i] >= PRESERVABLE_TIER and total <= pressure):
             continue
-        if step_kind[i] == OUT and unit in kept_child_parent_units:
+        if steps.kind[i] == OUT and unit in kept_child_parent_units:
             continue
-        if step_kind[i] <= sel.state[unit]:
+        if steps.kind[i] <= sel.state[unit]:
             continue
-        before = unit_shrunk[unit] if sel.state[unit] == SHRUNK else unit_tokens[unit]
-        after = unit_shrunk[unit] if step_kind[i] == SHRUNK else 0.0
-        sel.state[unit] = step_kind[i]
-        applied[i] = True
-        total -= float(before - after)
+        before = sel.unit_cost(unit)
+        after = float(sel.unit_shrunk[unit]) if steps.kind[i] == SHRUNK else 0.0
+        sel.state[unit] = steps.kind[i]
+        steps.applied[i] = True
+        total -= before - after
     return total
 
 
@@ -657,10 +623,7 @@ def _repair(sel: _Selection) -> list[Repair]:
 
 
 def _outcome(
-    session: Session,
     sel: _Selection,
-    options: OptimizeOptions,
-    scores: Scores,
     tokens_before: int,
     target: int,
     mandatory_tokens: int,
@@ -671,6 +634,7 @@ def _outcome(
     triggered: bool,
 ) -> Outcome:
     """Turn unit states into per-chunk decisions, texts and the plan."""
+    session, options, scores = sel.session, sel.options, sel.scores
     state = sel.slot_state()
     live = sel.live
     live_state = state[live]
