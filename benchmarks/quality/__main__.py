@@ -31,8 +31,11 @@ from ctxopt.pruner import Tuning
 from ctxopt.scoring import hybrid
 
 from benchmarks.quality.datasets import (
+    BUDGETS,
+    DEFAULT_DATA,
     EVALUATED_CATEGORIES,
     LOCOMO_FILE,
+    RESULTS,
     SWE_FILE,
     Case,
     Conversation,
@@ -64,10 +67,7 @@ from benchmarks.quality.report import (
     table,
 )
 
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_DATA = REPO.parent / "shared" / "datasets"
-DEFAULT_OUT = REPO / "benchmarks" / "results" / "quality.json"
-BUDGETS = (0.5, 0.3, 0.2)
+DEFAULT_OUT = RESULTS / "quality.json"
 SMOKE_BUDGETS = (0.3,)
 SMOKE_CONVERSATIONS, SMOKE_QUESTIONS, SMOKE_TRAJECTORIES = 1, 5, 3
 

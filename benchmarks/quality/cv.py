@@ -31,7 +31,15 @@ from ctxopt.model import Strategy
 from ctxopt.pruner import Tuning
 from ctxopt.scoring import hybrid
 
-from benchmarks.quality.datasets import LOCOMO_FILE, SWE_FILE, Conversation, Trajectory
+from benchmarks.quality.datasets import (
+    BUDGETS,
+    DEFAULT_DATA,
+    LOCOMO_FILE,
+    RESULTS,
+    SWE_FILE,
+    Conversation,
+    Trajectory,
+)
 from benchmarks.quality.methods import (
     Bm25,
     EngineMethod,
@@ -42,10 +50,7 @@ from benchmarks.quality.methods import (
 )
 from benchmarks.quality.metrics import evidence_recall, hunk_covered, mean, needed_recall
 
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_DATA = REPO.parent / "shared" / "datasets"
-DEFAULT_OUT = REPO / "benchmarks" / "results" / "quality_cv.json"
-BUDGETS = (0.5, 0.3, 0.2)
+DEFAULT_OUT = RESULTS / "quality_cv.json"
 FOLDS = 5
 METRICS = ("locomo_recall", "swe_coverage", "needed_later_recall")
 MEMORY = Config(data_dir=":memory:")

@@ -27,6 +27,10 @@ from ctxopt.model import Chunk, ChunkKind, Role, Roots
 
 from benchmarks.quality.metrics import grounded, hunk_lines, needed_lines
 
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_DATA = REPO.parent / "shared" / "datasets"
+RESULTS = REPO / "benchmarks" / "results"
+BUDGETS = (0.5, 0.3, 0.2)  # shares of each prompt's cl100k tokens
 LOCOMO_FILE = "locomo-dev.json"
 SWE_FILE = "swe-agent-gemini3-dev.jsonl.gz"
 EVALUATED_CATEGORIES = frozenset({1, 2, 3, 4})  # 5 (adversarial) has no answer to recall

@@ -201,15 +201,11 @@ def anchored_excerpt(
 ) -> tuple[str, int]:
     """The excerpt that keeps exactly the lines `kept` verbatim, and its tokens
     (cached: the same lines of the same text give the same bytes)."""
-    key = (stash, kept, count_tokens)
-    found = _anchored.get(key)
-    if found is not None:
-        return found
-    text = _compact_excerpt(chunk_id, lines, kept, stash)
-    made = (text, count_tokens(text))
-    with _anchored_lock:
-        _remember(_anchored, key, made, ANCHORED_CACHE_SIZE)
-    return made
+    return _counted(
+        (stash, kept, count_tokens),
+        lambda: _compact_excerpt(chunk_id, lines, kept, stash),
+        count_tokens,
+    )
 
 
 def _compact_excerpt(chunk_id: str, lines: Sequence[str], kept: Sequence[int], stash: str) -> str:
@@ -231,12 +227,24 @@ def masked(
     chunk_id: str, text: str, stash: str, tokens: int, count_tokens: Callable[[str], int]
 ) -> tuple[str, int]:
     """`mask_text` and its tokens, cached (the same text masks to the same bytes)."""
-    key = (stash, (tokens,), count_tokens)
+    return _counted(
+        (stash, (tokens,), count_tokens),
+        lambda: mask_text(chunk_id, text, stash, tokens),
+        count_tokens,
+    )
+
+
+def _counted(
+    key: tuple[str, tuple[int, ...], Callable[[str], int]],
+    make: Callable[[], str],
+    count_tokens: Callable[[str], int],
+) -> tuple[str, int]:
+    """A shrunk text and its tokens, made once per key (stash id and what was kept)."""
     found = _anchored.get(key)
     if found is not None:
         return found
-    placeholder = mask_text(chunk_id, text, stash, tokens)
-    made = (placeholder, count_tokens(placeholder))
+    text = make()
+    made = (text, count_tokens(text))
     with _anchored_lock:
         _remember(_anchored, key, made, ANCHORED_CACHE_SIZE)
     return made

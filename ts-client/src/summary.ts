@@ -37,16 +37,9 @@ export interface ContextSummary {
 }
 
 /** What a build knows before counting decisions; `started` is its `performance.now()`. */
-export interface SummaryBase {
-  readonly mode: OptimizationMode;
-  readonly outcome: BuildOutcome;
-  readonly model: string;
-  readonly windowTokens: number;
-  readonly tokensBefore: number;
-  readonly tokensAfter: number;
-  readonly serverMs: number;
+export type SummaryBase = Pick<ContextSummary, "mode" | "outcome" | "model" | "windowTokens" | "tokensBefore" | "tokensAfter" | "serverMs"> & {
   readonly started: number;
-}
+};
 
 /** A build's summary: nothing counted unless `extra` says so, latency up to now. */
 export function buildSummary({ started, ...base }: SummaryBase, extra: Partial<ContextSummary> = {}): ContextSummary {
