@@ -123,6 +123,44 @@ def test_optimize_lands_at_target_and_explains(stub: Stub) -> None:
     assert stats.stashed_count >= 1
 
 
+def test_lean_plan_is_the_same_plan_without_breakdowns(stub: Stub) -> None:
+    chunks = conversation()
+    append(stub, "full", chunks)
+    total = append(stub, "lean", chunks).session_tokens
+    request = pb.OptimizeRequest(
+        query="parser cache", budget=pb.Budget(context_limit_tokens=total // 2), dry_run=True
+    )
+    request.session_id = "full"
+    full = stub.Optimize(request, timeout=TIMEOUT)
+    request.session_id, request.lean = "lean", True
+    lean = stub.Optimize(request, timeout=TIMEOUT)
+    assert full.decisions and all(d.HasField("breakdown") for d in full.decisions)
+    assert not any(d.HasField("breakdown") for d in lean.decisions)
+    for d in full.decisions:
+        d.ClearField("breakdown")
+    assert list(lean.decisions) == list(full.decisions)
+    assert lean.kept_ids == full.kept_ids and lean.tokens_after == full.tokens_after
+
+
+def test_server_info_reports_the_defaults_requests_get(stub: Stub) -> None:
+    info = stub.GetServerInfo(pb.GetServerInfoRequest(), timeout=TIMEOUT)
+    assert info.version and info.max_chunks_per_request > 0 and info.max_message_bytes > 0
+    defaults = info.default_budget
+    assert 0 < defaults.target_percent < defaults.threshold_percent < defaults.pressure_percent
+    total = append(stub, "defaults", conversation()).session_tokens
+    # A window where usage sits just above the reported threshold: the plan
+    # triggers and lands at the reported target, though the request set neither.
+    window = int(total * 100 / (defaults.threshold_percent + 1))
+    plan = stub.Optimize(
+        pb.OptimizeRequest(
+            session_id="defaults", budget=pb.Budget(context_limit_tokens=window), dry_run=True
+        ),
+        timeout=TIMEOUT,
+    )
+    assert plan.triggered
+    assert plan.target_tokens == int(window * defaults.target_percent / 100)
+
+
 def test_dry_run_changes_nothing(stub: Stub) -> None:
     total = append(stub, "dry", conversation()).session_tokens
     export = stub.ExportSession(pb.ExportSessionRequest(session_id="dry"), timeout=TIMEOUT).json

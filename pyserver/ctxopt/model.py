@@ -210,7 +210,7 @@ class Decision:
     tokens: int
     tokens_after: int
     score: float
-    breakdown: Breakdown
+    breakdown: Breakdown | None  # None when the caller asked for a lean plan
     reasons: tuple[str, ...]
     replacement_text: str = ""
     stash_id: str = ""
@@ -260,6 +260,8 @@ class OptimizeOptions:
     incremental: bool = False
     # most removal steps of an incremental collection; 0: the server's default
     incremental_batch: int = 0
+    # decisions without score breakdowns (hot paths that apply, not explain)
+    lean: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from ctxopt import coherence
 from ctxopt.coherence import UnitState
 from ctxopt.model import (
     Action,
+    Breakdown,
     ChunkKind,
     Decision,
     GcPolicy,
@@ -662,7 +663,9 @@ def _outcome(
         shrink_action[changed_slots],
     ).tolist()
     facts = _reason_facts(sel, scores, changed_slots, covered_by_summary, requested)
-    breakdowns = scores.breakdowns(changed_slots)
+    breakdowns: list[Breakdown | None] = (
+        [None] * len(slot_list) if options.lean else list(scores.breakdowns(changed_slots))
+    )
     totals = scores.total[changed_slots].tolist()
     reasons_of: dict[tuple[object, ...], tuple[str, ...]] = {}
     entries, ids = session.entries, session.slot_ids

@@ -325,7 +325,7 @@ class RemoveChunksResponse(_message.Message):
     def __init__(self, removed: _Optional[int] = ..., session_tokens: _Optional[int] = ...) -> None: ...
 
 class OptimizeRequest(_message.Message):
-    __slots__ = ("session_id", "query", "query_embedding", "budget", "roots", "dry_run", "weights", "aggressive", "strategy", "force", "delete_ids", "max_chunks", "incremental")
+    __slots__ = ("session_id", "query", "query_embedding", "budget", "roots", "dry_run", "weights", "aggressive", "strategy", "force", "delete_ids", "max_chunks", "incremental", "lean")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     QUERY_EMBEDDING_FIELD_NUMBER: _ClassVar[int]
@@ -339,6 +339,7 @@ class OptimizeRequest(_message.Message):
     DELETE_IDS_FIELD_NUMBER: _ClassVar[int]
     MAX_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     INCREMENTAL_FIELD_NUMBER: _ClassVar[int]
+    LEAN_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     query: str
     query_embedding: _containers.RepeatedScalarFieldContainer[float]
@@ -352,7 +353,8 @@ class OptimizeRequest(_message.Message):
     delete_ids: _containers.RepeatedScalarFieldContainer[str]
     max_chunks: int
     incremental: bool
-    def __init__(self, session_id: _Optional[str] = ..., query: _Optional[str] = ..., query_embedding: _Optional[_Iterable[float]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., roots: _Optional[_Union[Roots, _Mapping]] = ..., dry_run: _Optional[bool] = ..., weights: _Optional[_Union[Weights, _Mapping]] = ..., aggressive: _Optional[bool] = ..., strategy: _Optional[_Union[Strategy, str]] = ..., force: _Optional[bool] = ..., delete_ids: _Optional[_Iterable[str]] = ..., max_chunks: _Optional[int] = ..., incremental: _Optional[bool] = ...) -> None: ...
+    lean: bool
+    def __init__(self, session_id: _Optional[str] = ..., query: _Optional[str] = ..., query_embedding: _Optional[_Iterable[float]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., roots: _Optional[_Union[Roots, _Mapping]] = ..., dry_run: _Optional[bool] = ..., weights: _Optional[_Union[Weights, _Mapping]] = ..., aggressive: _Optional[bool] = ..., strategy: _Optional[_Union[Strategy, str]] = ..., force: _Optional[bool] = ..., delete_ids: _Optional[_Iterable[str]] = ..., max_chunks: _Optional[int] = ..., incremental: _Optional[bool] = ..., lean: _Optional[bool] = ...) -> None: ...
 
 class OptimizeResponse(_message.Message):
     __slots__ = ("kept_ids", "decisions", "tokens_before", "tokens_after", "target_tokens", "triggered", "feasible", "repairs", "server_ms", "explanation", "mandatory_tokens")
@@ -592,3 +594,23 @@ class ImportSessionResponse(_message.Message):
     session_id: str
     chunk_count: int
     def __init__(self, session_id: _Optional[str] = ..., chunk_count: _Optional[int] = ...) -> None: ...
+
+class GetServerInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetServerInfoResponse(_message.Message):
+    __slots__ = ("default_budget", "max_chunks_per_request", "max_chunks_per_session", "max_text_chars", "max_message_bytes", "version")
+    DEFAULT_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    MAX_CHUNKS_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    MAX_CHUNKS_PER_SESSION_FIELD_NUMBER: _ClassVar[int]
+    MAX_TEXT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    default_budget: Budget
+    max_chunks_per_request: int
+    max_chunks_per_session: int
+    max_text_chars: int
+    max_message_bytes: int
+    version: str
+    def __init__(self, default_budget: _Optional[_Union[Budget, _Mapping]] = ..., max_chunks_per_request: _Optional[int] = ..., max_chunks_per_session: _Optional[int] = ..., max_text_chars: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...

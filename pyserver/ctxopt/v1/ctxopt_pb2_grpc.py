@@ -98,6 +98,11 @@ class ContextOptimizerStub:
                 request_serializer=ctxopt_dot_v1_dot_ctxopt__pb2.ImportSessionRequest.SerializeToString,
                 response_deserializer=ctxopt_dot_v1_dot_ctxopt__pb2.ImportSessionResponse.FromString,
                 _registered_method=True)
+        self.GetServerInfo = channel.unary_unary(
+                '/ctxopt.v1.ContextOptimizer/GetServerInfo',
+                request_serializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetServerInfoRequest.SerializeToString,
+                response_deserializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetServerInfoResponse.FromString,
+                _registered_method=True)
 
 
 class ContextOptimizerServicer:
@@ -194,6 +199,14 @@ class ContextOptimizerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetServerInfo(self, request, context):
+        """GetServerInfo reports the server's budget defaults and input limits, so
+        clients take them from this one source instead of writing their own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextOptimizerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -256,6 +269,11 @@ def add_ContextOptimizerServicer_to_server(servicer, server):
                     servicer.ImportSession,
                     request_deserializer=ctxopt_dot_v1_dot_ctxopt__pb2.ImportSessionRequest.FromString,
                     response_serializer=ctxopt_dot_v1_dot_ctxopt__pb2.ImportSessionResponse.SerializeToString,
+            ),
+            'GetServerInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetServerInfo,
+                    request_deserializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetServerInfoRequest.FromString,
+                    response_serializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetServerInfoResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -586,6 +604,33 @@ class ContextOptimizer:
             '/ctxopt.v1.ContextOptimizer/ImportSession',
             ctxopt_dot_v1_dot_ctxopt__pb2.ImportSessionRequest.SerializeToString,
             ctxopt_dot_v1_dot_ctxopt__pb2.ImportSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetServerInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxopt.v1.ContextOptimizer/GetServerInfo',
+            ctxopt_dot_v1_dot_ctxopt__pb2.GetServerInfoRequest.SerializeToString,
+            ctxopt_dot_v1_dot_ctxopt__pb2.GetServerInfoResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from enum import IntEnum
 from typing import Any, TypeVar, cast
 
+from ctxopt import __version__
 from ctxopt.config import Config
 from ctxopt.errors import InvalidArgument
 from ctxopt.model import (
@@ -127,6 +128,7 @@ def options_from_pb(msg: pb.OptimizeRequest, config: Config) -> OptimizeOptions:
         dry_run=msg.dry_run,
         delete_ids=tuple(msg.delete_ids),
         incremental=msg.incremental,
+        lean=msg.lean,
     )
 
 
@@ -221,8 +223,24 @@ def plan_to_pb(plan: Plan) -> pb.OptimizeResponse:
             replacement_text=d.replacement_text,
             stash_id=d.stash_id,
         )
-        _fill_breakdown(decision.breakdown, d.breakdown)
+        if d.breakdown is not None:
+            _fill_breakdown(decision.breakdown, d.breakdown)
     return response
+
+
+def server_info_to_pb(config: Config) -> pb.GetServerInfoResponse:
+    return pb.GetServerInfoResponse(
+        default_budget=pb.Budget(
+            threshold_percent=config.gc_threshold_percent,
+            target_percent=config.gc_target_percent,
+            pressure_percent=config.gc_pressure_percent,
+        ),
+        max_chunks_per_request=config.max_chunks_per_request,
+        max_chunks_per_session=config.max_chunks_per_session,
+        max_text_chars=config.max_text_chars,
+        max_message_bytes=config.max_message_bytes,
+        version=__version__,
+    )
 
 
 def _action(action: Action) -> pb.Action:

@@ -176,6 +176,17 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
 
         return self._call("ImportSession", context, "", 0, run)
 
+    def GetServerInfo(
+        self, request: pb.GetServerInfoRequest, context: grpc.ServicerContext
+    ) -> pb.GetServerInfoResponse:
+        return self._call(
+            "GetServerInfo",
+            context,
+            "",
+            0,
+            lambda _owner: convert.server_info_to_pb(self.engine.config),
+        )
+
     # ---- around every call --------------------------------------------------
 
     def _call(

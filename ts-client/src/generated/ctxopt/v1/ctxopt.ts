@@ -702,6 +702,11 @@ export interface OptimizeRequest {
    * incremental batch of removals (CTXOPT_INCREMENTAL_BATCH).
    */
   incremental: boolean;
+  /**
+   * Leave each decision's score breakdown out of the response (reason codes
+   * stay). For hot paths that apply the plan without explaining it.
+   */
+  lean: boolean;
 }
 
 /** Response of Optimize: the plan. */
@@ -951,6 +956,29 @@ export interface ImportSessionResponse {
   sessionId: string;
   /** Chunks imported. */
   chunkCount: number;
+}
+
+export interface GetServerInfoRequest {
+}
+
+export interface GetServerInfoResponse {
+  /**
+   * The budget percentages a request gets when it leaves them unset
+   * (context_limit_tokens and target_tokens are 0).
+   */
+  defaultBudget?:
+    | Budget
+    | undefined;
+  /** Most chunks one AppendChunks or OptimizeContext request may carry. */
+  maxChunksPerRequest: number;
+  /** Most live chunks one session may hold. */
+  maxChunksPerSession: number;
+  /** Longest chunk text, in characters. */
+  maxTextChars: number;
+  /** Largest request or response message, in bytes. */
+  maxMessageBytes: number;
+  /** Server version. */
+  version: string;
 }
 
 function createBaseChunk(): Chunk {
@@ -3329,6 +3357,7 @@ function createBaseOptimizeRequest(): OptimizeRequest {
     deleteIds: [],
     maxChunks: 0,
     incremental: false,
+    lean: false,
   };
 }
 
@@ -3376,6 +3405,9 @@ export const OptimizeRequest: MessageFns<OptimizeRequest> = {
     }
     if (message.incremental !== false) {
       writer.uint32(104).bool(message.incremental);
+    }
+    if (message.lean !== false) {
+      writer.uint32(112).bool(message.lean);
     }
     return writer;
   },
@@ -3507,6 +3539,14 @@ export const OptimizeRequest: MessageFns<OptimizeRequest> = {
             message.incremental = reader.bool();
             continue;
           }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.lean = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3554,6 +3594,7 @@ export const OptimizeRequest: MessageFns<OptimizeRequest> = {
         ? globalThis.Number(object.max_chunks)
         : 0,
       incremental: isSet(object.incremental) ? globalThis.Boolean(object.incremental) : false,
+      lean: isSet(object.lean) ? globalThis.Boolean(object.lean) : false,
     };
   },
 
@@ -3598,6 +3639,9 @@ export const OptimizeRequest: MessageFns<OptimizeRequest> = {
     if (message.incremental !== false) {
       obj.incremental = message.incremental;
     }
+    if (message.lean !== false) {
+      obj.lean = message.lean;
+    }
     return obj;
   },
 
@@ -3623,6 +3667,7 @@ export const OptimizeRequest: MessageFns<OptimizeRequest> = {
     message.deleteIds = object.deleteIds?.map((e) => e) || [];
     message.maxChunks = object.maxChunks ?? 0;
     message.incremental = object.incremental ?? false;
+    message.lean = object.lean ?? false;
     return message;
   },
 };
@@ -6275,6 +6320,236 @@ export const ImportSessionResponse: MessageFns<ImportSessionResponse> = {
   },
 };
 
+function createBaseGetServerInfoRequest(): GetServerInfoRequest {
+  return {};
+}
+
+export const GetServerInfoRequest: MessageFns<GetServerInfoRequest> = {
+  encode(_: GetServerInfoRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetServerInfoRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetServerInfoRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): GetServerInfoRequest {
+    return {};
+  },
+
+  toJSON(_: GetServerInfoRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetServerInfoRequest>): GetServerInfoRequest {
+    return GetServerInfoRequest.fromPartial(base ?? {});
+  },
+  fromPartial(_: DeepPartial<GetServerInfoRequest>): GetServerInfoRequest {
+    const message = createBaseGetServerInfoRequest();
+    return message;
+  },
+};
+
+function createBaseGetServerInfoResponse(): GetServerInfoResponse {
+  return {
+    defaultBudget: undefined,
+    maxChunksPerRequest: 0,
+    maxChunksPerSession: 0,
+    maxTextChars: 0,
+    maxMessageBytes: 0,
+    version: "",
+  };
+}
+
+export const GetServerInfoResponse: MessageFns<GetServerInfoResponse> = {
+  encode(message: GetServerInfoResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.defaultBudget !== undefined) {
+      Budget.encode(message.defaultBudget, writer.uint32(10).fork()).join();
+    }
+    if (message.maxChunksPerRequest !== 0) {
+      writer.uint32(16).int32(message.maxChunksPerRequest);
+    }
+    if (message.maxChunksPerSession !== 0) {
+      writer.uint32(24).int32(message.maxChunksPerSession);
+    }
+    if (message.maxTextChars !== 0) {
+      writer.uint32(32).int64(message.maxTextChars);
+    }
+    if (message.maxMessageBytes !== 0) {
+      writer.uint32(40).int64(message.maxMessageBytes);
+    }
+    if (message.version !== "") {
+      writer.uint32(50).string(message.version);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetServerInfoResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetServerInfoResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.defaultBudget = Budget.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.maxChunksPerRequest = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.maxChunksPerSession = reader.int32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.maxTextChars = longToNumber(reader.int64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.maxMessageBytes = longToNumber(reader.int64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.version = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetServerInfoResponse {
+    return {
+      defaultBudget: isSet(object.defaultBudget)
+        ? Budget.fromJSON(object.defaultBudget)
+        : isSet(object.default_budget)
+        ? Budget.fromJSON(object.default_budget)
+        : undefined,
+      maxChunksPerRequest: isSet(object.maxChunksPerRequest)
+        ? globalThis.Number(object.maxChunksPerRequest)
+        : isSet(object.max_chunks_per_request)
+        ? globalThis.Number(object.max_chunks_per_request)
+        : 0,
+      maxChunksPerSession: isSet(object.maxChunksPerSession)
+        ? globalThis.Number(object.maxChunksPerSession)
+        : isSet(object.max_chunks_per_session)
+        ? globalThis.Number(object.max_chunks_per_session)
+        : 0,
+      maxTextChars: isSet(object.maxTextChars)
+        ? globalThis.Number(object.maxTextChars)
+        : isSet(object.max_text_chars)
+        ? globalThis.Number(object.max_text_chars)
+        : 0,
+      maxMessageBytes: isSet(object.maxMessageBytes)
+        ? globalThis.Number(object.maxMessageBytes)
+        : isSet(object.max_message_bytes)
+        ? globalThis.Number(object.max_message_bytes)
+        : 0,
+      version: isSet(object.version) ? globalThis.String(object.version) : "",
+    };
+  },
+
+  toJSON(message: GetServerInfoResponse): unknown {
+    const obj: any = {};
+    if (message.defaultBudget !== undefined) {
+      obj.defaultBudget = Budget.toJSON(message.defaultBudget);
+    }
+    if (message.maxChunksPerRequest !== 0) {
+      obj.maxChunksPerRequest = Math.round(message.maxChunksPerRequest);
+    }
+    if (message.maxChunksPerSession !== 0) {
+      obj.maxChunksPerSession = Math.round(message.maxChunksPerSession);
+    }
+    if (message.maxTextChars !== 0) {
+      obj.maxTextChars = Math.round(message.maxTextChars);
+    }
+    if (message.maxMessageBytes !== 0) {
+      obj.maxMessageBytes = Math.round(message.maxMessageBytes);
+    }
+    if (message.version !== "") {
+      obj.version = message.version;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetServerInfoResponse>): GetServerInfoResponse {
+    return GetServerInfoResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetServerInfoResponse>): GetServerInfoResponse {
+    const message = createBaseGetServerInfoResponse();
+    message.defaultBudget = (object.defaultBudget !== undefined && object.defaultBudget !== null)
+      ? Budget.fromPartial(object.defaultBudget)
+      : undefined;
+    message.maxChunksPerRequest = object.maxChunksPerRequest ?? 0;
+    message.maxChunksPerSession = object.maxChunksPerSession ?? 0;
+    message.maxTextChars = object.maxTextChars ?? 0;
+    message.maxMessageBytes = object.maxMessageBytes ?? 0;
+    message.version = object.version ?? "";
+    return message;
+  },
+};
+
 /**
  * ContextOptimizer keeps a per-session registry of conversation chunks and
  * decides, on every prompt construction, what to keep, trim, mask, stash or
@@ -6422,6 +6697,20 @@ export const ContextOptimizerService = {
       Buffer.from(ImportSessionResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ImportSessionResponse => ImportSessionResponse.decode(value),
   },
+  /**
+   * GetServerInfo reports the server's budget defaults and input limits, so
+   * clients take them from this one source instead of writing their own.
+   */
+  getServerInfo: {
+    path: "/ctxopt.v1.ContextOptimizer/GetServerInfo" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetServerInfoRequest): Buffer => Buffer.from(GetServerInfoRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetServerInfoRequest => GetServerInfoRequest.decode(value),
+    responseSerialize: (value: GetServerInfoResponse): Buffer =>
+      Buffer.from(GetServerInfoResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetServerInfoResponse => GetServerInfoResponse.decode(value),
+  },
 } as const;
 
 export interface ContextOptimizerServer extends UntypedServiceImplementation {
@@ -6458,6 +6747,11 @@ export interface ContextOptimizerServer extends UntypedServiceImplementation {
   exportSession: handleUnaryCall<ExportSessionRequest, ExportSessionResponse>;
   /** ImportSession loads a session exported by ExportSession. */
   importSession: handleUnaryCall<ImportSessionRequest, ImportSessionResponse>;
+  /**
+   * GetServerInfo reports the server's budget defaults and input limits, so
+   * clients take them from this one source instead of writing their own.
+   */
+  getServerInfo: handleUnaryCall<GetServerInfoRequest, GetServerInfoResponse>;
 }
 
 export interface ContextOptimizerClient extends Client {
@@ -6661,6 +6955,25 @@ export interface ContextOptimizerClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ImportSessionResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * GetServerInfo reports the server's budget defaults and input limits, so
+   * clients take them from this one source instead of writing their own.
+   */
+  getServerInfo(
+    request: GetServerInfoRequest,
+    callback: (error: ServiceError | null, response: GetServerInfoResponse) => void,
+  ): ClientUnaryCall;
+  getServerInfo(
+    request: GetServerInfoRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetServerInfoResponse) => void,
+  ): ClientUnaryCall;
+  getServerInfo(
+    request: GetServerInfoRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetServerInfoResponse) => void,
   ): ClientUnaryCall;
 }
 
