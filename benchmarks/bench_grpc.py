@@ -1,11 +1,15 @@
-"""gRPC latency over loopback next to the same calls in-process.
+"""gRPC latency and append throughput over loopback next to the same calls in-process.
 
 A real `ctxopt serve` process and the generated Python stubs, against an
 Engine in this process on its own data directory: the difference is the
-transport (serialization, HTTP/2, thread hand-off). Prints a table, writes
-JSON and a PNG.
+transport (serialization, HTTP/2, thread hand-off). Append throughput sends
+every SWE text as a fresh session's chunks in AppendChunks batches of 100
+(text nobody counted before, each round its own copy), durable on disk before
+each reply, and reports tokens/s (median and best round). Prints a table,
+writes JSON and a PNG.
 
-    .venv/bin/python -m benchmarks.bench_grpc [--chunks 1000] [--repeats 200] [--smoke]
+    .venv/bin/python -m benchmarks.bench_grpc [--chunks 1000] [--repeats 200]
+        [--append-chunks 5000] [--append-rounds 5] [--smoke]
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -39,6 +43,8 @@ TARGETS = {
     "append_10": (2.0, None),
     "optimize_context_warm": (25.0, None),
 }
+APPEND_BATCH = 100  # chunks per AppendChunks in the throughput figure
+APPEND_TARGET_TOKENS_PER_S = 2_500_000  # over gRPC
 
 
 @dataclass
@@ -46,6 +52,7 @@ class Run:
     tokens: int
     calls: dict[str, dict[str, float]]  # call -> p50_ms, p99_ms
     start_to_serving_ms: float = 0.0
+    append_throughput: dict[str, float] = field(default_factory=dict)
 
 
 def to_pb(chunk: Chunk) -> pb.Chunk:
@@ -72,7 +79,45 @@ def summary(ms: list[float]) -> dict[str, float]:
     return {"p50_ms": statistics.median(ms), "p99_ms": percentile(ms, 0.99)}
 
 
-def in_process(base: list[Chunk], deltas: list[list[Chunk]], repeats: int) -> Run:
+def throughput_rounds(texts: list[str], count: int, rounds: int) -> list[list[list[Chunk]]]:
+    """Per round, `count` chunks in batches of APPEND_BATCH; every round has its
+    own copy of the texts, so no count is cached from an earlier round."""
+    out = []
+    for r in range(rounds):
+        copy = [f"{text}\n(round {r})" for text in texts]
+        made = list(chunks(count, copy, prefix=f"r{r}-"))
+        out.append([made[i : i + APPEND_BATCH] for i in range(0, count, APPEND_BATCH)])
+    return out
+
+
+def append_rate(
+    append: Callable[[str, list[Chunk]], int], rounds: Sequence[list[list[Chunk]]]
+) -> dict[str, float]:
+    """Tokens/s of appending each round's batches to a fresh session
+    (`append` returns the session's tokens after the call)."""
+    rates = []
+    for r, batches in enumerate(rounds):
+        session_id = f"throughput-{r}"
+        start = time.perf_counter()
+        tokens = 0
+        for batch in batches:
+            tokens = append(session_id, batch)
+        rates.append(tokens / (time.perf_counter() - start))
+    return {
+        "batch_chunks": APPEND_BATCH,
+        "chunks": sum(map(len, rounds[0])),
+        "rounds": len(rates),
+        "tokens_per_s_median": statistics.median(rates),
+        "tokens_per_s_best": max(rates),
+    }
+
+
+def in_process(
+    base: list[Chunk],
+    deltas: list[list[Chunk]],
+    repeats: int,
+    throughput: Sequence[list[list[Chunk]]],
+) -> Run:
     with tempfile.TemporaryDirectory() as data_dir:
         engine = Engine(Config(data_dir=data_dir))
         try:
@@ -91,7 +136,11 @@ def in_process(base: list[Chunk], deltas: list[list[Chunk]], repeats: int) -> Ru
                     samples(lambda: engine.optimize_context(base, options), max(repeats // 10, 3))
                 ),
             }
-            return Run(tokens, calls)
+            rate = append_rate(
+                lambda session_id, batch: engine.append("", session_id, batch).session_tokens,
+                throughput,
+            )
+            return Run(tokens, calls, append_throughput=rate)
         finally:
             engine.close()
 
@@ -120,7 +169,12 @@ def forced_dry_run(tokens: int) -> pb.OptimizeRequest:
     )
 
 
-def over_grpc(base: list[Chunk], deltas: list[list[Chunk]], repeats: int) -> Run:
+def over_grpc(
+    base: list[Chunk],
+    deltas: list[list[Chunk]],
+    repeats: int,
+    throughput: Sequence[list[list[Chunk]]],
+) -> Run:
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         server = start_server(Path(tmp) / "data", Path(tmp) / "server.log")
@@ -164,7 +218,23 @@ def over_grpc(base: list[Chunk], deltas: list[list[Chunk]], repeats: int) -> Run
                         )
                     ),
                 }
-                return Run(tokens, calls, start_ms)
+                requests = {  # built before the clock starts: the client's cost is not the server's
+                    id(batch): [to_pb(c) for c in batch]
+                    for batches in throughput
+                    for batch in batches
+                }
+                rate = append_rate(
+                    lambda session_id, batch: (
+                        stub.AppendChunks(
+                            pb.AppendChunksRequest(
+                                session_id=session_id, chunks=requests[id(batch)]
+                            ),
+                            timeout=TIMEOUT,
+                        ).session_tokens
+                    ),
+                    throughput,
+                )
+                return Run(tokens, calls, start_ms, rate)
         finally:
             server.terminate()
 
@@ -196,19 +266,22 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--chunks", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--append-chunks", type=int, default=5000, help="chunks per round")
+    parser.add_argument("--append-rounds", type=int, default=5)
     parser.add_argument("--smoke", action="store_true", help="tiny run, for CI")
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_grpc.json")
     args = parser.parse_args()
     if args.smoke:
-        args.chunks, args.repeats = 50, 5
+        args.chunks, args.repeats, args.append_chunks, args.append_rounds = 50, 5, 200, 1
     texts = swe_texts(args.data)
     base = list(chunks(args.chunks, texts))
     deltas = [
         list(chunks(10, texts[(i * 10) % len(texts) :], prefix=f"d{i}-"))
         for i in range(args.repeats + 1)
     ]
-    local = in_process(base, deltas, args.repeats)
-    remote = over_grpc(base, deltas, args.repeats)
+    throughput = throughput_rounds(texts, args.append_chunks, args.append_rounds)
+    local = in_process(base, deltas, args.repeats, throughput)
+    remote = over_grpc(base, deltas, args.repeats, throughput)
     print(f"{args.chunks} chunks, {remote.tokens:,} tokens; milliseconds")
     print(f"{'call':24} {'in-proc p50':>11} {'gRPC p50':>9} {'gRPC p99':>9} {'target p50':>10}")
     for name, (target, _) in TARGETS.items():
@@ -218,6 +291,16 @@ def main() -> None:
             f"{theirs['p99_ms']:9.2f} {target:10.1f}"
         )
     print(f"{'start to SERVING':24} {'':11} {remote.start_to_serving_ms:9.0f} {'':9} {1500:10}")
+    mine, theirs = local.append_throughput, remote.append_throughput
+    print(
+        f"\nappend throughput, {theirs['chunks']:,.0f} fresh chunks in batches of "
+        f"{APPEND_BATCH}, {theirs['rounds']:.0f} rounds; tokens/s median (best)"
+    )
+    print(
+        f"  in-process {mine['tokens_per_s_median']:,.0f} ({mine['tokens_per_s_best']:,.0f})   "
+        f"gRPC {theirs['tokens_per_s_median']:,.0f} ({theirs['tokens_per_s_best']:,.0f})   "
+        f"target over gRPC {APPEND_TARGET_TOKENS_PER_S:,}"
+    )
     result = {"chunks": args.chunks, "in_process": asdict(local), "grpc": asdict(remote)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
