@@ -33,7 +33,7 @@ from ctxopt.store import (
     StoredSession,
     read_export,
 )
-from ctxopt.store.search import BROWSE_SNIPPET_CHARS, fts_query
+from ctxopt.store.search import BROWSE_SNIPPET_CHARS, match_query
 
 OWNER = "alice"
 NO_FILTER = StashFilter()
@@ -483,9 +483,9 @@ def test_operator_words_are_searched_as_text(store: Store) -> None:
     assert hit_ids(store, "NEAR(") == ["a"]
 
 
-def test_fts_query_quotes_every_word() -> None:
-    assert fts_query('foo "bar" AND*') == '"foo bar AND" OR "foo" OR "bar" OR "AND"'
-    assert fts_query('" * -') is None
+def test_match_query_quotes_every_term() -> None:
+    assert match_query(["foo", 'b"ar', "and"]) == '"foo b""ar and" OR "foo" OR "b""ar" OR "and"'
+    assert match_query([]) is None
 
 
 def test_blank_query_lists_newest_first(store: Store) -> None:

@@ -111,6 +111,7 @@ STASH_NAMES = (
     "size_bytes",
     "ephemeral",
     *CHUNK_NAMES,
+    "terms",
 )
 STASH_SELECT = (
     f"stash_id, session_id, owner, action, reasons, score, stashed_at_ms, plan_id, {CHUNK_SELECT}"
@@ -231,7 +232,9 @@ def live_from(row: Sequence[Any]) -> StoredChunk:
     return StoredChunk(chunk_from(row, 4), row[0], row[1], row[2], row[3])
 
 
-def entry_values(e: StashEntry) -> tuple[object, ...]:
+def entry_values(e: StashEntry, terms: str) -> tuple[object, ...]:
+    """The `STASH_NAMES` values of an entry whose text indexes as `terms`
+    (`search.index_text`)."""
     values = chunk_values(e.chunk)
     embedding = values[_EMBEDDING_COLUMN]
     size = len(e.chunk.text.encode("utf-8")) + (
@@ -250,6 +253,7 @@ def entry_values(e: StashEntry) -> tuple[object, ...]:
         size,
         int(ephemeral),
         *values,
+        terms,
     )
 
 
@@ -268,14 +272,15 @@ def entry_from(row: Sequence[Any]) -> StashEntry:
     )
 
 
-def hit_from(row: Sequence[Any]) -> StashHit:
+def hit_from(row: Sequence[Any], snippet: str) -> StashHit:
+    """A row selected by `search.search_sql`, with the snippet cut from its column 5."""
     return StashHit(
         stash_id=str(row[0]),
         chunk_id=str(row[1]),
         session_id=str(row[2]),
         kind=ChunkKind(row[3]),
         score=float(row[4]),
-        snippet=str(row[5]),
+        snippet=snippet,
         tokens=int(row[6]),
         action=Action(row[7]),
         stashed_at_ms=int(row[8]),

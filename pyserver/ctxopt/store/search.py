@@ -1,51 +1,107 @@
-"""Stash search: plain user text to an FTS5 query, filters to SQL, ranked by
-FTS5's `bm25()`."""
+"""Stash search with the live analyzer: the FTS5 index holds each original's
+analysed terms, a query is analysed the same way, snippets come from the
+original text.
+
+Why terms, not text: FTS5 takes custom tokenizers only through its C API, so the
+index is fed the analyzer's output (space-joined, the `terms` column of `stash`)
+through a tokenizer that keeps each term whole (`FTS_TOKENIZER`). One analysed
+term is one FTS token, so an entry's length and term frequencies are the ones the
+live BM25 index sees for the same text, and a query matches in the stash exactly
+the chunks it matches in a session.
+
+Ranking is FTS5's `bm25()`. Its idf is the live index's, log((N - n + 0.5) /
+(n + 0.5)) (both keep a non-positive idf positive), so a one-term query orders
+the same texts as the live BM25 does (the order then depends on tf over length
+only). Two differences remain for longer queries: FTS5 fixes k1 = 1.2 where the
+live index uses 1.5, and the terms as an exact phrase add to the score (an exact
+phrase outranks scattered words). The statistics are the whole stash's; the live
+ones are the session's, and the live score adds feedback and neighbour terms.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 
 from ctxopt.model import StashFilter
+
+Terms = Callable[[str], list[str]]  # an analyzer: text -> its terms, in order
+
+# A term holds word characters (any non-ASCII one, `_`, digits) and, from an
+# identifier-splitting analyzer, `.` and `/`. `ascii` never folds or splits a
+# non-ASCII character and stems nothing; `tokenchars` keeps the rest whole.
+FTS_TOKENIZER = "ascii tokenchars '_./'"
+# Bump when the indexed form of terms changes: stores reindex at open.
+INDEX_FORMAT = 1
+# Words whose terms change with every analyzer option: stopwords, stemming,
+# identifier splitting (camelCase, snake_case, dotted, slashed), non-ASCII.
+_IDENTITY_PROBE = (
+    "The connections were failing in parseConfigFile, snake_case_name, os.path.join "
+    "and src/app/main.py on HTTPServer2 in Straße"
+)
 
 # Snippet markers: rare in code and logs, so a reader sees where the match is.
 SNIPPET_OPEN = "«"
 SNIPPET_CLOSE = "»"
 SNIPPET_ELLIPSIS = "…"
-SNIPPET_TOKENS = 24
+SNIPPET_CHARS = 160  # text shown around the matches (markers and ellipses aside)
 BROWSE_SNIPPET_CHARS = 160
-# A query's first distinct words; more only slows the match without changing the top hits.
-MAX_QUERY_WORDS = 64
+# A query's first terms; more only slow the match without changing the top hits.
+MAX_QUERY_TERMS = 64
 
-_WORD = re.compile(r"[^\W_]+")
+# A word as a reader sees it: dotted and slashed names stay one word.
+_WORD = re.compile(r"\w+(?:[./]\w+)*")
 
 
-def fts_query(text: str) -> str | None:
-    """An FTS5 query for plain user text, None when it holds no words.
+def index_text(terms: Sequence[str]) -> str:
+    """The indexed form of an original's terms (the `terms` column)."""
+    return " ".join(terms)
 
-    Every word is quoted (so `AND`, `NEAR`, `*`, `-`, `"` are text, never syntax);
-    a hit needs any word, and the whole text as a phrase adds to the bm25 score,
-    so an exact phrase outranks a single word.
 
-    >>> fts_query('retry "pool" AND')
-    '"retry pool AND" OR "retry" OR "pool" OR "AND"'
+def analyzer_identity(terms: Terms) -> str:
+    """What the index depends on: the index format and the analyzer's terms for a
+    probe text that every analyzer option changes. A store records it and
+    reindexes at open when the engine's analyzer gives another."""
+    return f"v{INDEX_FORMAT}: {index_text(terms(_IDENTITY_PROBE))}"
+
+
+def match_query(terms: Sequence[str]) -> str | None:
+    """An FTS5 query for a query's analysed terms, None when there are none.
+
+    Every term is quoted, so nothing a user types is FTS5 syntax; a hit needs any
+    term; a repeated term counts again (as in the live BM25); and with more than
+    one distinct term, all of them as a phrase add to the score.
+
+    >>> match_query(["retri", "pool"])
+    '"retri pool" OR "retri" OR "pool"'
     """
-    words = list(dict.fromkeys(_WORD.findall(text)))[:MAX_QUERY_WORDS]
-    if not words:
+    terms = list(terms[:MAX_QUERY_TERMS])
+    if not terms:
         return None
-    terms = [f'"{w}"' for w in words]
-    if len(words) > 1:
-        terms.insert(0, '"' + " ".join(_WORD.findall(text)[:MAX_QUERY_WORDS]) + '"')
-    return " OR ".join(terms)
+    quoted = [_quoted(t) for t in terms]
+    if len(set(terms)) > 1:
+        quoted.insert(0, _quoted(" ".join(terms)))
+    return " OR ".join(quoted)
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"'
 
 
 def search_sql(
-    owner: str, session_id: str, query: str, filters: StashFilter, limit: int, offset: int
-) -> tuple[str, list[object]] | None:
+    owner: str,
+    session_id: str,
+    match: str | None,
+    filters: StashFilter,
+    limit: int,
+    offset: int,
+) -> tuple[str, list[object]]:
     """The statement and arguments of one page of hits (one more row than `limit`,
-    so the caller knows whether a next page exists); None when the query has no
-    words. A blank query lists the filtered entries newest first."""
+    so the caller knows whether a next page exists). A `match` query ranks by
+    bm25 and selects the whole original (the caller cuts the snippet); None lists
+    the filtered entries newest first, each with the start of its text."""
     where, params = _filter_sql(owner, session_id, filters)
-    if not query.strip():
+    if match is None:
         sql = (
             "SELECT s.stash_id, s.chunk_id, s.session_id, s.kind, 0.0, "
             "CASE WHEN length(s.text) > ? THEN substr(s.text, 1, ?) || ? ELSE s.text END, "
@@ -55,18 +111,74 @@ def search_sql(
         )
         cut: list[object] = [BROWSE_SNIPPET_CHARS, BROWSE_SNIPPET_CHARS, SNIPPET_ELLIPSIS]
         return sql, [*cut, *params, limit + 1, offset]
-    match = fts_query(query)
-    if match is None:
-        return None
     sql = (
         "SELECT s.stash_id, s.chunk_id, s.session_id, s.kind, -bm25(stash_fts), "
-        "snippet(stash_fts, 0, ?, ?, ?, ?), s.tokens, s.action, s.stashed_at_ms "
+        "s.text, s.tokens, s.action, s.stashed_at_ms "
         "FROM stash_fts JOIN stash AS s ON s.id = stash_fts.rowid "
         f"WHERE stash_fts MATCH ? AND {where} "
         "ORDER BY bm25(stash_fts), s.id LIMIT ? OFFSET ?"
     )
-    snippet: list[object] = [SNIPPET_OPEN, SNIPPET_CLOSE, SNIPPET_ELLIPSIS, SNIPPET_TOKENS]
-    return sql, [*snippet, match, *params, limit + 1, offset]
+    return sql, [match, *params, limit + 1, offset]
+
+
+def snippet(text: str, wanted: frozenset[str], terms: Terms) -> str:
+    """Where `text` matches: its pieces (lines, long lines cut at spaces into
+    pieces of at most SNIPPET_CHARS) holding the most distinct `wanted` terms,
+    then the most hits, best first while they fit in SNIPPET_CHARS together; shown
+    in text order with every matching word marked and `…` where text is left out.
+    The start of the text when no piece matches.
+
+    >>> from ctxopt.scoring.analyzer import Analyzer
+    >>> snippet("setup\\nthe retries failed\\nteardown", frozenset({"retri"}), Analyzer().terms)
+    '… the «retries» failed …'
+    """
+    pieces = _pieces(text)
+    ranked = []
+    for index, piece in enumerate(pieces):
+        found = terms(piece)
+        distinct = len(wanted.intersection(found))
+        if distinct:
+            ranked.append((-distinct, -sum(map(wanted.__contains__, found)), index))
+    if not ranked:
+        return text[:SNIPPET_CHARS] + (SNIPPET_ELLIPSIS if len(text) > SNIPPET_CHARS else "")
+    shown: list[int] = []
+    room = SNIPPET_CHARS
+    for _, _, index in sorted(ranked):
+        if len(pieces[index]) <= room:
+            shown.append(index)
+            room -= len(pieces[index])
+    shown.sort()
+
+    def mark(word: re.Match[str]) -> str:
+        hit = wanted.intersection(terms(word[0]))
+        return f"{SNIPPET_OPEN}{word[0]}{SNIPPET_CLOSE}" if hit else word[0]
+
+    parts: list[str] = []
+    previous = -1
+    for index in shown:
+        if index != previous + 1:
+            parts.append(SNIPPET_ELLIPSIS)
+        parts.append(_WORD.sub(mark, pieces[index]))
+        previous = index
+    if previous < len(pieces) - 1:
+        parts.append(SNIPPET_ELLIPSIS)
+    return " ".join(parts)
+
+
+def _pieces(text: str) -> list[str]:
+    """The non-blank lines of `text`, stripped; a line longer than SNIPPET_CHARS
+    cut at its last space within the limit (hard cut when it has none)."""
+    pieces: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        while len(line) > SNIPPET_CHARS:
+            cut = line.rfind(" ", 1, SNIPPET_CHARS + 1)
+            cut = cut if cut > 0 else SNIPPET_CHARS
+            pieces.append(line[:cut].rstrip())
+            line = line[cut:].lstrip()
+        if line:
+            pieces.append(line)
+    return pieces
 
 
 def _filter_sql(owner: str, session_id: str, filters: StashFilter) -> tuple[str, list[object]]:

@@ -7,6 +7,12 @@ loads a session lazily on first use, and the stash: every TRIM/MASK/STASH origin
 exactly as it was, with the action, reasons, score, time and plan that stashed it,
 indexed by an FTS5 table (external content) that `search` ranks with `bm25()`.
 
+One analyzer. The index holds each original's terms from the engine's analyzer
+(the one its live sessions score with), and a query is analysed by it too, so a
+query finds in the stash what it finds in a session (`search.py`). The database
+records which analyzer built the index; opened with another (identifier
+splitting switched, say), the store reindexes every original before serving.
+
 One way in. Every change to a session is one `Change` record, committed by
 `commit` in one transaction; callers apply it to memory only after it returns.
 
@@ -68,6 +74,7 @@ from ctxopt.errors import (
     ResourceExhausted,
 )
 from ctxopt.model import StashFilter, StashHit
+from ctxopt.scoring.analyzer import Analyzer
 from ctxopt.store.export import Exported, export_document
 from ctxopt.store.rows import (
     LIVE_NAMES,
@@ -85,8 +92,19 @@ from ctxopt.store.rows import (
     live_values,
     upsert_sql,
 )
-from ctxopt.store.schema import SCHEMA_VERSION, create_or_migrate
-from ctxopt.store.search import search_sql
+from ctxopt.store.schema import (
+    SCHEMA_VERSION,
+    create_or_migrate,
+    ensure_index,
+    indexed_with,
+)
+from ctxopt.store.search import (
+    analyzer_identity,
+    index_text,
+    match_query,
+    search_sql,
+    snippet,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -188,8 +206,11 @@ class Store:
         fsync: Fsync = "normal",
         stash_max_entries: int = 100_000,
         stash_max_bytes: int = 1 << 30,
+        analyzer: Analyzer | None = None,
     ) -> None:
-        """`path` is a data directory (created, mode 0700) or ":memory:" (tests only)."""
+        """`path` is a data directory (created, mode 0700) or ":memory:" (tests only).
+        `analyzer` turns stashed originals and queries into search terms: the
+        engine passes the one its sessions score with (default: `Analyzer()`)."""
         if fsync not in ("full", "normal"):
             raise InvalidArgument("fsync", fsync, "must be 'full' or 'normal'")
         if stash_max_entries <= 0:
@@ -198,6 +219,7 @@ class Store:
             raise InvalidArgument("stash_max_bytes", stash_max_bytes, "must be positive")
         self.stash_max_entries = stash_max_entries
         self.stash_max_bytes = stash_max_bytes
+        self.analyzer = analyzer or Analyzer()
         in_memory = path == ":memory:"
         self._directory = None if in_memory else _Directory(Path(path))
         self.db_path = ":memory:" if in_memory else str(Path(path) / DB_FILE)
@@ -229,9 +251,14 @@ class Store:
             raise FailedPrecondition(
                 "data_dir", self.db_path, f"schema version {version} is newer than this server"
             )
-        if version < SCHEMA_VERSION:
+        terms = self.analyzer.terms
+        if version < SCHEMA_VERSION or indexed_with(conn.cursor()) != analyzer_identity(terms):
             with self._transaction() as cur:
-                create_or_migrate(cur, version)
+                if version < SCHEMA_VERSION:
+                    create_or_migrate(cur, version)
+                reindexed = ensure_index(cur, terms)
+            if reindexed:
+                logger.info("stash search index rebuilt: %d originals analysed", reindexed)
 
     def close(self) -> None:
         """Checkpoint the WAL into the database file and close; a failing
@@ -305,6 +332,7 @@ class Store:
         """Write one change in one transaction (creating the session, owned by
         `change.owner`); durable on return, nothing written on any error."""
         session_id, owner = change.session_id, change.owner
+        stash_rows = self._stash_rows(change.stash)
         with self._transaction() as cur:
             _claim(cur, session_id, owner)
             if change.collections is not None:
@@ -317,7 +345,7 @@ class Store:
                 [(session_id, chunk_id) for chunk_id in change.removals],
             )
             cur.executemany(_UPSERT_LIVE, [live_values(session_id, c) for c in change.upserts])
-            cur.executemany(_UPSERT_STASH, [entry_values(e) for e in change.stash])
+            cur.executemany(_UPSERT_STASH, stash_rows)
             cur.executemany(
                 "UPDATE stash SET action = ?, reasons = ?, score = ?, stashed_at_ms = ?, "
                 "plan_id = ? WHERE session_id = ? AND stash_id = ?",
@@ -426,23 +454,30 @@ class Store:
         offset: int,
     ) -> tuple[list[StashHit], int | None]:
         """Stash entries of `owner` (one session, or all with session_id "") matching
-        `query` and every filter, best first (bm25), with a snippet around the match;
-        and the offset of the next page, None on the last one.
+        `query` and every filter, best first (bm25), with a snippet of the lines
+        that match; and the offset of the next page, None on the last one.
 
-        The query is plain words: quotes and FTS5 operators are treated as text, a
-        hit needs one of the words, and the words as an exact phrase rank higher. A
-        blank query lists the filtered entries newest first; a query with no words
-        matches nothing."""
+        The query is plain words, analysed as the live sessions analyse text (the
+        same stems, stopwords and identifier parts): quotes and FTS5 operators are
+        treated as text, a hit needs one of the terms, and the terms as an exact
+        phrase rank higher. A blank query lists the filtered entries newest first;
+        a query with no terms (only stopwords or punctuation) matches nothing."""
         if limit <= 0:
             raise InvalidArgument("limit", limit, "must be positive")
         if offset < 0:
             raise InvalidArgument("offset", offset, "must not be negative")
-        statement = search_sql(owner, session_id, query, filters, limit, offset)
-        if statement is None:
+        terms = self.analyzer.terms(query) if query.strip() else []
+        match = match_query(terms)
+        if query.strip() and match is None:
             return [], None
+        statement = search_sql(owner, session_id, match, filters, limit, offset)
         with self._reading() as cur:
             rows = cur.execute(*statement).fetchall()
-        hits = [hit_from(row) for row in rows[:limit]]
+        wanted = frozenset(terms)
+        hits = [
+            hit_from(row, snippet(row[5], wanted, self.analyzer.terms) if wanted else row[5])
+            for row in rows[:limit]
+        ]
         return hits, (offset + limit if len(rows) > limit else None)
 
     # Export / import
@@ -471,6 +506,7 @@ class Store:
         with `replace`, and only when the same owner holds it."""
         session = exported.session
         session_id, owner = session.session_id, session.owner
+        stash_rows = self._stash_rows(exported.stash)
         with self._transaction() as cur:
             owners = _owners(cur, session_id)
             if owners - {owner}:
@@ -485,11 +521,16 @@ class Store:
                 "INSERT INTO sessions VALUES (?, ?, ?)", (session_id, owner, session.collections)
             )
             cur.executemany(_UPSERT_LIVE, [live_values(session_id, c) for c in session.chunks])
-            cur.executemany(_UPSERT_STASH, [entry_values(e) for e in exported.stash])
+            cur.executemany(_UPSERT_STASH, stash_rows)
             dropped = self._enforce_caps(cur, session_id, set())
         _log_dropped(session_id, dropped)
 
     # Internals
+
+    def _stash_rows(self, entries: Sequence[StashEntry]) -> list[tuple[object, ...]]:
+        """The rows of stashed originals, their text analysed for the search index
+        (before the write lock: analysis needs none)."""
+        return [entry_values(e, index_text(self.analyzer.terms(e.chunk.text))) for e in entries]
 
     def _enforce_caps(self, cur: sqlite3.Cursor, session_id: str, keep: set[str]) -> list[_Dropped]:
         """Drop EPHEMERAL originals, oldest first, until the session's stash fits its
