@@ -95,6 +95,7 @@ class Engine:
             fsync=config.fsync,
             stash_max_entries=config.stash_max_entries,
             stash_max_bytes=config.stash_max_bytes,
+            analyzer=self.analyzer,
         )
         self._load_lock = threading.Lock()
         self._stateless: OrderedDict[str, Session] = OrderedDict()
