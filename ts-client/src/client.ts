@@ -14,6 +14,8 @@ import {
   DeleteSessionRequest,
   type DeleteSessionResponse,
   type DeepPartial,
+  GetServerInfoRequest,
+  type GetServerInfoResponse,
   GetSessionStatsRequest,
   type GetSessionStatsResponse,
   OptimizeContextRequest,
@@ -67,6 +69,12 @@ export class CtxoptCallError extends Error {
   }
 }
 
+/**
+ * HTTP/2 flow-control window of the channel. A plan over 1,000 chunks is a
+ * response of ~170 KB; with the 64 KB default it waits for window updates.
+ */
+const FLOW_CONTROL_WINDOW_BYTES = 16 * 1024 * 1024;
+
 type Callback<Res> = (error: ServiceError | null, response: Res) => void;
 type UnaryMethod<Req, Res> = (request: Req, metadata: Metadata, options: Partial<CallOptions>, callback: Callback<Res>) => unknown;
 
@@ -76,7 +84,8 @@ type UnaryMethod<Req, Res> = (request: Req, metadata: Metadata, options: Partial
  * Every call has a deadline (its own or the client default). A call that
  * finds the server UNAVAILABLE is retried with exponential backoff until its
  * deadline, while the channel reconnects underneath with its own backoff.
- * Other errors are raised at once as `CtxoptCallError`.
+ * Other errors are raised at once as `CtxoptCallError`. `serverInfo()` asks
+ * the server for its defaults and limits once per connection.
  */
 export class CtxoptClient {
   private readonly channel: Channel;
@@ -86,6 +95,10 @@ export class CtxoptClient {
   private readonly initialBackoffMs: number;
   private readonly maxBackoffMs: number;
   private readonly authToken: string;
+  private info: GetServerInfoResponse | undefined;
+  /** The connection failed since `info` was read: ask again. */
+  private infoStale = false;
+  private infoCall: Promise<GetServerInfoResponse> | undefined;
 
   constructor(
     readonly address: string,
@@ -97,6 +110,7 @@ export class CtxoptClient {
       "grpc.max_reconnect_backoff_ms": 1000,
       "grpc.max_receive_message_length": 64 * 1024 * 1024,
       "grpc.max_send_message_length": 64 * 1024 * 1024,
+      "grpc-node.flow_control_window": FLOW_CONTROL_WINDOW_BYTES,
     });
     this.optimizer = new ContextOptimizerClient(address, credentials, { channelOverride: this.channel });
     this.healthClient = new HealthClient(address, credentials, { channelOverride: this.channel });
@@ -146,6 +160,28 @@ export class CtxoptClient {
     return this.call("DeleteSession", this.optimizer.deleteSession, DeleteSessionRequest.fromPartial(request), settings);
   }
 
+  /**
+   * The server's budget defaults and input limits (GetServerInfo), the one
+   * source for them on the client. Asked once per connection: after a call
+   * found the server UNAVAILABLE the next `serverInfo()` asks again.
+   * Concurrent callers share one round trip.
+   */
+  async serverInfo(settings?: CallSettings): Promise<GetServerInfoResponse> {
+    if (this.info !== undefined && !this.infoStale) return this.info;
+    this.infoCall ??= this.call("GetServerInfo", this.optimizer.getServerInfo, GetServerInfoRequest.fromPartial({}), settings).finally(() => {
+      this.infoCall = undefined;
+    });
+    const info = await this.infoCall;
+    this.info = info;
+    this.infoStale = false;
+    return info;
+  }
+
+  /** The last answer of `serverInfo()`, if any (it may predate a lost connection). */
+  get lastServerInfo(): GetServerInfoResponse | undefined {
+    return this.info;
+  }
+
   /** The server's status through grpc.health.v1 (`service` "" is the whole server). */
   async health(service = "", settings?: CallSettings): Promise<HealthCheckResponse_ServingStatus> {
     const response = await this.call("Health.Check", this.healthClient.check, { service }, settings);
@@ -176,6 +212,7 @@ export class CtxoptClient {
         return await this.attempt(name, bound, request, deadline);
       } catch (error) {
         const retriable = error instanceof CtxoptCallError && error.code === status.UNAVAILABLE;
+        if (retriable) this.infoStale = true;
         if (!retriable || Date.now() + backoff >= deadline.getTime()) throw error;
         await sleep(backoff);
         backoff = Math.min(backoff * 2, this.maxBackoffMs);

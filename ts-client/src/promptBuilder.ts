@@ -2,7 +2,7 @@ import type { Content, Part } from "./gemini/types.js";
 import { type CallSettings, CtxoptClient, ServingStatus } from "./client.js";
 import { countActions, fallbackReason, ServiceUnhealthy } from "./serviceErrors.js";
 import { type Flags, inRollout, readFlags } from "./flags.js";
-import { type Chunk, type OptimizeResponse, Strategy } from "./generated/ctxopt/v1/ctxopt.js";
+import { type Chunk, type GetServerInfoResponse, type OptimizeResponse, Strategy } from "./generated/ctxopt/v1/ctxopt.js";
 import { environmentContextTurns } from "./gemini/environment.js";
 import { findViolations } from "./gemini/history.js";
 import { judgePlan, tokensOf } from "./gemini/judgePlan.js";
@@ -14,15 +14,20 @@ import { SessionMirror, type SyncReport } from "./sessionMirror.js";
 import type { BuildOutcome, ContextSummary } from "./summary.js";
 import { buildSummary, summaryLine } from "./summary.js";
 
-/** Budget knobs, percentages of the model's window (DESIGN.md 4 defaults). */
+/**
+ * Budget knobs, percentages of the model's window. A percentage left unset
+ * comes from GEMINI_CONTEXT_THRESHOLD_PERCENT / GEMINI_CONTEXT_TARGET_PERCENT,
+ * else from the server's default budget (GetServerInfo): the server is the
+ * one home of the defaults.
+ */
 export interface BudgetOptions {
   /** Overrides the model table's window size. */
   readonly contextLimitTokens?: number;
-  /** The hook engages at this usage (default 80). */
+  /** The hook engages at this usage (default: the server's). */
   readonly thresholdPercent?: number;
-  /** Where an optimization lands (default 60). */
+  /** Where an optimization lands (default: the server's; never above the threshold). */
   readonly targetPercent?: number;
-  /** PRESERVABLE chunks go only above this usage (default 90). */
+  /** PRESERVABLE chunks go only above this usage (default: the server's). */
   readonly pressurePercent?: number;
   /** Turns kept as GC roots (server default 10 when unset). */
   readonly recentTurns?: number;
@@ -38,6 +43,11 @@ export interface PromptBuilderOptions {
   readonly client?: CtxoptClient;
   readonly budget?: BudgetOptions;
   readonly embedder?: Embedder;
+  /**
+   * Keep each decision's score breakdown in `BuiltPrompt.plan` (default
+   * false: plans come lean, which is smaller and faster; reason codes stay).
+   */
+  readonly explain?: boolean;
 }
 
 /** One prompt to build: Gemini CLI's pieces of a generateContent request. */
@@ -110,6 +120,13 @@ interface ServiceAnswer {
   readonly sync: SyncReport;
 }
 
+/** One build's budget, in percent of the window. */
+interface BudgetPercents {
+  readonly threshold: number;
+  readonly target: number;
+  readonly pressure: number;
+}
+
 interface SessionState {
   readonly mirror: SessionMirror;
   /** The mapped history (with the last message) as the service should hold it. */
@@ -133,6 +150,11 @@ const HEALTH_TTL_MS = 30_000;
  * it is valid and smaller (never worse); `shadow` reports and sends the
  * original. A failing, unhealthy or slow service gives local truncation under
  * the same rules, and the summary line says so.
+ *
+ * Threshold, target and pressure come from the budget option, else the
+ * flags, else the server's defaults (asked once per connection). The local
+ * fallback needs none of them: it lands at the target when one is known and
+ * otherwise only makes the prompt fit the window.
  */
 export class PromptBuilder {
   readonly flags: Flags;
@@ -140,6 +162,7 @@ export class PromptBuilder {
   private readonly ownsClient: boolean;
   private readonly budget: BudgetOptions;
   private readonly embedder: Embedder | undefined;
+  private readonly explain: boolean;
   private readonly sessions = new Map<string, SessionState>();
   private healthyUntil = 0;
   private breakerUntil = 0;
@@ -151,6 +174,7 @@ export class PromptBuilder {
     this.client = options.client ?? new CtxoptClient(this.flags.address, { deadlineMs: this.flags.deadlineMs });
     this.budget = options.budget ?? {};
     this.embedder = options.embedder;
+    this.explain = options.explain ?? false;
   }
 
   close(): void {
@@ -168,16 +192,21 @@ export class PromptBuilder {
     if (!inRollout(input.sessionId, this.flags.rolloutPercent)) {
       return this.finish(prompt, "pass-through", prompt.turns, { note: `session outside the ${this.flags.rolloutPercent}% rollout` });
     }
-    const threshold = prompt.windowTokens * (this.thresholdPercent() / 100);
     const tooManyChunks = this.flags.maxChunks > 0 && prompt.chunks.length > this.flags.maxChunks;
-    if (prompt.tokensBefore < threshold && !tooManyChunks) return this.finish(prompt, "below-threshold", prompt.turns);
+    const below = (thresholdPercent: number) => prompt.tokensBefore < prompt.windowTokens * (thresholdPercent / 100) && !tooManyChunks;
+    const known = this.localThreshold() ?? serverBudget(this.client.lastServerInfo)?.threshold;
     if (Date.now() < this.breakerUntil) {
+      if (known !== undefined && below(known)) return this.finish(prompt, "below-threshold", prompt.turns);
       const seconds = Math.ceil((this.breakerUntil - Date.now()) / 1000);
       return this.withoutService(prompt, `service skipped for ${seconds} s after a failure (${this.lastFailure}; circuit open)`);
     }
+    const settings: CallSettings = { deadline: new Date(Date.now() + this.flags.deadlineMs) };
     let answer: ServiceAnswer;
     try {
-      answer = await this.askService(prompt);
+      // A threshold given here decides without the service; the server's is asked once per connection.
+      const threshold = this.localThreshold() ?? (await this.serverDefaults(settings)).threshold;
+      if (below(threshold)) return this.finish(prompt, "below-threshold", prompt.turns);
+      answer = await this.askService(prompt, threshold, settings);
     } catch (error) {
       this.healthyUntil = 0;
       this.lastFailure = fallbackReason(error);
@@ -210,10 +239,9 @@ export class PromptBuilder {
     };
   }
 
-  private async askService(prompt: PreparedPrompt): Promise<ServiceAnswer> {
-    const settings: CallSettings = { deadline: new Date(Date.now() + this.flags.deadlineMs) };
+  private async askService(prompt: PreparedPrompt, threshold: number, settings: CallSettings): Promise<ServiceAnswer> {
     await this.ensureHealthy(settings);
-    const request = this.optimizeRequest(prompt);
+    const request = this.optimizeRequest(prompt, await this.budgetPercents(threshold, settings));
     const queryEmbedding = await this.attachEmbeddings(prompt.state, prompt.chunks, request.query);
     return prompt.state.mirror.optimize(prompt.chunks, { ...request, queryEmbedding }, settings);
   }
@@ -221,7 +249,7 @@ export class PromptBuilder {
   /** No plan: shadow mode sends the original; otherwise local truncation under the same history rules. */
   private withoutService(prompt: PreparedPrompt, reason: string): BuiltPrompt {
     if (this.flags.mode === "shadow") return this.finish(prompt, "shadow", prompt.turns, { note: `no plan: ${reason}` });
-    const target = prompt.windowTokens * (this.targetPercent() / 100);
+    const target = this.fallbackTargetTokens(prompt.windowTokens);
     const truncated = truncateHistory(prompt.turns, target, prompt.lockedTurns, prompt.fixedTokens);
     if (findViolations(toContents(truncated.turns)).length > 0) {
       return this.finish(prompt, "fallback", prompt.turns, { note: `${reason}; history invalid, sent as is` });
@@ -323,7 +351,7 @@ export class PromptBuilder {
     return chunks;
   }
 
-  private optimizeRequest({ input, turns, windowTokens }: PreparedPrompt) {
+  private optimizeRequest({ input, turns, windowTokens }: PreparedPrompt, percents: BudgetPercents) {
     const messageText = typeof input.message === "string" ? input.message : input.message.map((p) => p.text ?? "").join("\n");
     const lastTurn = turns.at(-1);
     const beforeLast = turns.at(-2);
@@ -333,9 +361,9 @@ export class PromptBuilder {
       query: [messageText, input.activeTask ?? ""].filter(Boolean).join("\n"),
       budget: {
         contextLimitTokens: windowTokens,
-        thresholdPercent: this.thresholdPercent(),
-        targetPercent: this.targetPercent(),
-        pressurePercent: this.budget.pressurePercent ?? 90,
+        thresholdPercent: percents.threshold,
+        targetPercent: percents.target,
+        pressurePercent: percents.pressure,
       },
       roots: {
         activeFilePath: input.activeFilePath ?? "",
@@ -346,17 +374,45 @@ export class PromptBuilder {
       aggressive: this.flags.aggressive,
       strategy: Strategy.STRATEGY_HYBRID,
       maxChunks: this.flags.maxChunks,
+      lean: !this.explain,
     };
   }
 
-  /** Budget option, else GEMINI_CONTEXT_THRESHOLD_PERCENT, else 80 (DESIGN.md 4). */
-  private thresholdPercent(): number {
-    return this.budget.thresholdPercent ?? this.flags.thresholdPercent ?? 80;
+  /** Budget option, else GEMINI_CONTEXT_THRESHOLD_PERCENT; undefined leaves it to the server. */
+  private localThreshold(): number | undefined {
+    return this.budget.thresholdPercent ?? this.flags.thresholdPercent;
   }
 
-  /** Budget option, else GEMINI_CONTEXT_TARGET_PERCENT, else 60; never above the threshold. */
-  private targetPercent(): number {
-    return Math.min(this.budget.targetPercent ?? this.flags.targetPercent ?? 60, this.thresholdPercent());
+  /** Target and pressure next to `threshold`: budget option, else flag, else the server's; the target never above the threshold. */
+  private async budgetPercents(threshold: number, settings: CallSettings): Promise<BudgetPercents> {
+    const target = this.budget.targetPercent ?? this.flags.targetPercent;
+    const pressure = this.budget.pressurePercent;
+    const server = target === undefined || pressure === undefined ? await this.serverDefaults(settings) : undefined;
+    return { threshold, target: Math.min(target ?? server!.target, threshold), pressure: pressure ?? server!.pressure };
+  }
+
+  /** The server's default budget (GetServerInfo, cached by the client per connection). */
+  private async serverDefaults(settings: CallSettings): Promise<BudgetPercents> {
+    await this.ensureHealthy(settings);
+    const info = await this.client.serverInfo(settings);
+    const defaults = serverBudget(info);
+    if (defaults === undefined) {
+      throw new Error(`GetServerInfo.default_budget: expected threshold, target and pressure percentages in (0, 100] (got ${JSON.stringify(info.defaultBudget ?? null)})`);
+    }
+    return defaults;
+  }
+
+  /**
+   * Where the local fallback lands: the target as the budget option, the
+   * flags or the server last said, else the window itself (never worse only
+   * needs the prompt to fit).
+   */
+  private fallbackTargetTokens(windowTokens: number): number {
+    const server = serverBudget(this.client.lastServerInfo);
+    const threshold = this.localThreshold() ?? server?.threshold;
+    const target = this.budget.targetPercent ?? this.flags.targetPercent ?? server?.target;
+    if (target === undefined) return windowTokens;
+    return windowTokens * (Math.min(target, threshold ?? target) / 100);
   }
 
   private async ensureHealthy(settings: CallSettings): Promise<void> {
@@ -394,8 +450,54 @@ export class PromptBuilder {
   }
 }
 
+/** The server's default percentages, when it reported usable ones. */
+function serverBudget(info: GetServerInfoResponse | undefined): BudgetPercents | undefined {
+  const budget = info?.defaultBudget;
+  if (budget === undefined) return undefined;
+  const percents = { threshold: budget.thresholdPercent, target: budget.targetPercent, pressure: budget.pressurePercent };
+  return Object.values(percents).every((p) => p > 0 && p <= 100) ? percents : undefined;
+}
+
+/**
+ * Whether `content` is the turn `mapped` came from. Cheapest first: the same
+ * object, then the same part objects (a host that rebuilds its Content list),
+ * then equal JSON walked in place (a host that deep-copies its history, as
+ * Gemini CLI's getHistory does); serialising both sides is left for a turn
+ * that really differs, so an unchanged history is never re-serialised.
+ */
 function sameContent(content: Content, previous: Content | undefined, mapped: MappedContent): boolean {
   if (content === previous) return true;
   if (content.role !== mapped.role) return false;
-  return canonicalJson(content.parts ?? []) === canonicalJson(mapped.parts.map((p) => p.part));
+  const parts = content.parts ?? [];
+  if (parts.length === mapped.parts.length && parts.every((part, i) => sameJson(part, mapped.parts[i]!.part))) return true;
+  return canonicalJson(parts) === canonicalJson(mapped.parts.map((p) => p.part));
+}
+
+/**
+ * Deep equality of JSON-like values, key order and undefined members
+ * ignored. True only when `canonicalJson` would give both the same text; a
+ * value it cannot judge so (a class instance) compares unequal, and the
+ * caller serialises.
+ */
+function sameJson(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null || !isPlain(a) || !isPlain(b)) return false;
+  if (Array.isArray(a) || Array.isArray(b)) {
+    return Array.isArray(a) && Array.isArray(b) && a.length === b.length && a.every((item, i) => sameJson(item, b[i]));
+  }
+  const left = a as Record<string, unknown>;
+  const right = b as Record<string, unknown>;
+  let defined = 0;
+  for (const key in left) {
+    if (left[key] === undefined) continue;
+    defined += 1;
+    if (!Object.hasOwn(right, key) || !sameJson(left[key], right[key])) return false;
+  }
+  for (const key in right) if (right[key] !== undefined) defined -= 1;
+  return defined === 0;
+}
+
+function isPlain(value: object): boolean {
+  const prototype: unknown = Object.getPrototypeOf(value);
+  return prototype === Object.prototype || prototype === Array.prototype || prototype === null;
 }

@@ -13,8 +13,10 @@ export interface SyncReport {
  * Keeps a server session equal to the client's history while sending only the
  * delta: chunks whose id the server lacks or holds with other text are
  * appended (an idempotent upsert), chunks the client no longer has are removed
- * (stashed, so nothing is lost). When the server answers NOT_FOUND for the
- * session, the whole history is sent again and the call retried once.
+ * (stashed, so nothing is lost). An append larger than the server's
+ * per-request limits goes in several requests. When the server answers
+ * NOT_FOUND for the session, the whole history is sent again and the call
+ * retried once.
  */
 export class SessionMirror {
   /** Chunk id -> the text the server holds for it. */
@@ -81,18 +83,32 @@ export class SessionMirror {
   }
 
   private async sendDelta(chunks: readonly Chunk[], settings?: CallSettings): Promise<Omit<SyncReport, "resynced">> {
-    const current = new Set(chunks.map((c) => c.id));
-    const stale = [...this.held.keys()].filter((id) => !current.has(id));
-    const fresh = chunks.filter((c) => this.held.get(c.id) !== c.text);
+    const fresh: Chunk[] = [];
+    let heldOfCurrent = 0;
+    for (const chunk of chunks) {
+      const text = this.held.get(chunk.id);
+      if (text !== undefined) heldOfCurrent += 1;
+      if (text !== chunk.text) fresh.push(chunk);
+    }
+    // Ids are unique within `chunks`: when every held id is among them, nothing is stale.
+    const stale = heldOfCurrent === this.held.size ? [] : this.staleIds(chunks);
     if (stale.length > 0) {
       await this.client.removeChunks({ sessionId: this.sessionId, chunkIds: stale, stash: true }, settings);
       for (const id of stale) this.held.delete(id);
     }
     if (fresh.length > 0) {
-      await this.client.appendChunks({ sessionId: this.sessionId, chunks: fresh }, settings);
-      for (const chunk of fresh) this.held.set(chunk.id, chunk.text);
+      const limits = await this.client.serverInfo(settings);
+      for (const batch of appendBatches(fresh, limits.maxChunksPerRequest, limits.maxMessageBytes)) {
+        await this.client.appendChunks({ sessionId: this.sessionId, chunks: batch }, settings);
+        for (const chunk of batch) this.held.set(chunk.id, chunk.text);
+      }
     }
     return { appended: fresh.length, removed: stale.length };
+  }
+
+  private staleIds(chunks: readonly Chunk[]): string[] {
+    const current = new Set(chunks.map((c) => c.id));
+    return [...this.held.keys()].filter((id) => !current.has(id));
   }
 
   private record(plan: OptimizeResponse): void {
@@ -104,6 +120,33 @@ export class SessionMirror {
       }
     }
   }
+}
+
+/** Room for a chunk's id, links and metadata beside its text, in bytes (a generous bound). */
+const CHUNK_OVERHEAD_BYTES = 4096;
+
+/**
+ * Splits an append so no request passes the server's limits (GetServerInfo):
+ * at most `maxChunks` chunks (0: no limit) and, counting 3 bytes a UTF-16
+ * unit, at most `maxBytes` (0: no limit). A chunk is never split.
+ */
+export function appendBatches(chunks: readonly Chunk[], maxChunks: number, maxBytes: number): Chunk[][] {
+  const batches: Chunk[][] = [];
+  let batch: Chunk[] = [];
+  let bytes = 0;
+  for (const chunk of chunks) {
+    const size = 3 * chunk.text.length + CHUNK_OVERHEAD_BYTES;
+    const full = (maxChunks > 0 && batch.length >= maxChunks) || (maxBytes > 0 && bytes + size > maxBytes);
+    if (full && batch.length > 0) {
+      batches.push(batch);
+      batch = [];
+      bytes = 0;
+    }
+    batch.push(chunk);
+    bytes += size;
+  }
+  if (batch.length > 0) batches.push(batch);
+  return batches;
 }
 
 function isNotFound(error: unknown): boolean {

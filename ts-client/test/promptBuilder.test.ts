@@ -1,10 +1,13 @@
 import assert from "node:assert/strict";
-import { after, test } from "node:test";
+import { after, before, test } from "node:test";
+import { CtxoptCallError, CtxoptClient, GrpcStatus } from "../src/client.js";
 import { DEFAULT_FLAGS, type Flags, inRollout } from "../src/flags.js";
 import { findViolations } from "../src/gemini/history.js";
-import { PromptBuilder } from "../src/promptBuilder.js";
+import { type BudgetOptions, PromptBuilder } from "../src/promptBuilder.js";
+import { startServerWith } from "./support/configuredServer.js";
 import { call, model, response, text, user } from "./support/histories.js";
 import { closedPort, silentServer } from "./support/network.js";
+import { type RunningServer, startServer } from "./support/server.js";
 
 const long = "log line\n".repeat(2000); // 4,500 tokens
 const history = [
@@ -21,14 +24,38 @@ const history = [
 ];
 const input = { sessionId: "s-1", model: "gemini-2.5-pro", systemInstruction: "You are a CLI agent.", history, message: "build again" };
 
+// One server with the stock defaults, one whose defaults are not the stock ones.
+let server: RunningServer;
+let lowServer: RunningServer;
+const LOW_DEFAULTS = { CTXOPT_GC_THRESHOLD_PERCENT: "5", CTXOPT_GC_TARGET_PERCENT: "4" };
+before(async () => {
+  [server, lowServer] = await Promise.all([startServer(), startServerWith(LOW_DEFAULTS)]);
+});
+
 const builders: PromptBuilder[] = [];
-async function builderFor(flags: Partial<Flags>, contextLimitTokens = 10_000): Promise<PromptBuilder> {
+async function builderFor(flags: Partial<Flags>, contextLimitTokens = 10_000, budget: BudgetOptions = {}): Promise<PromptBuilder> {
   const address = flags.address ?? `127.0.0.1:${await closedPort()}`;
-  const builder = new PromptBuilder({ flags: { ...DEFAULT_FLAGS, deadlineMs: 300, ...flags, address }, budget: { contextLimitTokens } });
+  const builder = new PromptBuilder({ flags: { ...DEFAULT_FLAGS, deadlineMs: 300, ...flags, address }, budget: { contextLimitTokens, ...budget } });
   builders.push(builder);
   return builder;
 }
-after(() => builders.forEach((b) => b.close()));
+after(async () => {
+  builders.forEach((b) => b.close());
+  await Promise.all([server.stop(), lowServer.stop()]);
+});
+
+async function sessionExists(address: string, sessionId: string): Promise<boolean> {
+  const client = new CtxoptClient(address);
+  try {
+    await client.getSessionStats({ sessionId });
+    return true;
+  } catch (error) {
+    if (error instanceof CtxoptCallError && error.code === GrpcStatus.NOT_FOUND) return false;
+    throw error;
+  } finally {
+    client.close();
+  }
+}
 
 test("mode false passes the history through unchanged", async () => {
   const built = await (await builderFor({ mode: "false" })).build(input);
@@ -50,10 +77,17 @@ test("a session outside the rollout passes through and says why", async () => {
   assert.match(built.summaryLine, /outside the 10% rollout/);
 });
 
-test("under the threshold the service is not asked", async () => {
-  const built = await (await builderFor({ mode: "true" }, 1_000_000)).build(input);
+test("under the threshold the service is not asked for a plan", async () => {
+  const sessionId = "s-below";
+  const built = await (await builderFor({ mode: "true", address: server.address, deadlineMs: 5000 }, 1_000_000)).build({ ...input, sessionId });
   assert.equal(built.summary.outcome, "below-threshold");
   assert.deepEqual(built.contents, [...history, user(text("build again"))]);
+  assert.equal(await sessionExists(server.address, sessionId), false, "nothing was appended");
+});
+
+test("a threshold given to the builder decides without the service", async () => {
+  const built = await (await builderFor({ mode: "true", thresholdPercent: 50 }, 1_000_000)).build(input);
+  assert.equal(built.summary.outcome, "below-threshold", built.summaryLine);
 });
 
 test("more chunks than GEMINI_CONTEXT_MAX_CHUNKS engages the hook even under the threshold", async () => {
@@ -94,11 +128,49 @@ test("the summary line shows the window share, the token counts and the latency"
   assert.match(built.summaryLine, /^ctxopt\[false\] gemini-2\.5-pro: \d+\.\d% of 10,000 tokens used \([\d,]+ -> [\d,]+, saved 0\), [\d.]+ ms, pass-through$/);
 });
 
-test("GEMINI_CONTEXT_THRESHOLD_PERCENT moves PromptBuilder's trigger (the history is ~9k tokens of a 100k window)", async () => {
-  const below = await (await builderFor({ mode: "true" }, 100_000)).build(input);
+test("GEMINI_CONTEXT_THRESHOLD_PERCENT moves PromptBuilder's trigger (the history is ~10k tokens of a 100k window)", async () => {
+  const flags = { mode: "true" as const, address: server.address, deadlineMs: 5000 };
+  const below = await (await builderFor(flags, 100_000)).build({ ...input, sessionId: "s-threshold-default" });
   assert.equal(below.summary.outcome, "below-threshold");
-  const early = await (await builderFor({ mode: "true", thresholdPercent: 5 }, 100_000)).build({ ...input, sessionId: "s-threshold" });
-  assert.equal(early.summary.outcome, "fallback", early.summaryLine);
+  const early = await (await builderFor({ ...flags, thresholdPercent: 5 }, 100_000, { recentTurns: 1 })).build({ ...input, sessionId: "s-threshold" });
+  assert.equal(early.summary.outcome, "optimized", early.summaryLine);
+});
+
+test("the server's default budget engages the builder and sets its landing point, with no client setting", async () => {
+  // The server's defaults are 5% / 4%: of a 100k window, the ~10k history is past the threshold.
+  const builder = await builderFor({ mode: "true", address: lowServer.address, deadlineMs: 5000 }, 100_000, { recentTurns: 1 });
+  const built = await builder.build({ ...input, sessionId: "s-server-defaults" });
+  assert.equal(built.summary.outcome, "optimized", built.summaryLine);
+  assert.equal(built.plan?.targetTokens, 4_000);
+  assert.ok(built.summary.tokensAfter <= 4_000, built.summaryLine);
+});
+
+test("a budget option beats the flag, and the flag beats the server's default", async () => {
+  const flags = { mode: "true" as const, address: lowServer.address, deadlineMs: 5000 };
+  const byFlag = await (await builderFor({ ...flags, thresholdPercent: 50 }, 100_000)).build({ ...input, sessionId: "s-flag-wins" });
+  assert.equal(byFlag.summary.outcome, "below-threshold", byFlag.summaryLine);
+  const byOption = await (await builderFor({ ...flags, thresholdPercent: 50 }, 100_000, { thresholdPercent: 5 })).build({ ...input, sessionId: "s-option-wins" });
+  assert.notEqual(byOption.summary.outcome, "below-threshold", byOption.summaryLine);
+  const target = await (await builderFor({ ...flags, targetPercent: 3 }, 100_000, { recentTurns: 1 })).build({ ...input, sessionId: "s-target-flag" });
+  assert.equal(target.plan?.targetTokens, 3_000, target.summaryLine);
+});
+
+test("with the service unreachable and no default known, the fallback only makes the prompt fit the window", async () => {
+  // ~10.1k tokens in a 12k window: nothing has to go, whatever target a server might have.
+  const built = await (await builderFor({ mode: "true" }, 12_000)).build(input);
+  assert.equal(built.summary.outcome, "fallback", built.summaryLine);
+  assert.equal(built.summary.tokensAfter, built.summary.tokensBefore);
+  assert.deepEqual(built.contents, [...history, user(text("build again"))]);
+});
+
+test("a fallback after the server went away lands at the target the server reported", async () => {
+  const own = await startServerWith(LOW_DEFAULTS);
+  const builder = await builderFor({ mode: "true", address: own.address, deadlineMs: 2000, breakerMs: 0 }, 100_000, { recentTurns: 1 });
+  assert.notEqual((await builder.build({ ...input, sessionId: "s-gone" })).summary.outcome, "fallback");
+  await own.stop();
+  const built = await builder.build({ ...input, sessionId: "s-gone-2" });
+  assert.equal(built.summary.outcome, "fallback", built.summaryLine);
+  assert.ok(built.summary.tokensAfter <= 4_000, built.summaryLine);
 });
 
 test("GEMINI_CONTEXT_WINDOW_TOKENS sets the window when the budget names none", async () => {
