@@ -3,13 +3,19 @@ the live documents in slot order, through any sequence of edits."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import numpy.typing as npt
 import pytest
+from ctxopt.registry import Session
+from ctxopt.scoring.analyzer import Analyzer
 from ctxopt.scoring.bm25 import BM25Index
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi
+
+from tests.factory import chunk
 
 TOLERANCE = 1e-9
 SLOTS = 12
@@ -197,3 +203,29 @@ def test_any_edit_sequence_scores_like_bm25okapi_rebuilt_from_scratch(
         if docs and any(docs.values()):
             assert_matches(index, docs, query)
     assert len(index) == len(docs)
+
+
+# ---- the session's index through relinks ------------------------------------
+
+
+def test_a_relink_with_the_same_text_keeps_the_indexed_document() -> None:
+    session = Session("s", "", Analyzer())
+    session.upsert(chunk("a", "the parser raised KeyError"), 5, 0)
+    session.upsert(chunk("b", "unrelated words here"), 3, 0)
+    version = session.index.version
+    before = session.index.scores(["keyerror"], session.n_slots)
+    entry = session.entries["a"]
+    session.restore_entry(replace(entry, chunk=replace(entry.chunk, pinned=True)))
+    assert session.entries["a"].chunk.pinned
+    assert session.index.version == version  # not analysed or indexed again
+    assert np.array_equal(session.index.scores(["keyerror"], session.n_slots), before)
+
+
+def test_a_relink_with_new_text_indexes_the_new_text() -> None:
+    session = Session("s", "", Analyzer())
+    session.upsert(chunk("a", "the parser raised KeyError"), 5, 0)
+    session.upsert(chunk("b", "unrelated words here"), 3, 0)
+    entry = session.entries["a"]
+    session.restore_entry(replace(entry, chunk=replace(entry.chunk, text="timeout in the loop")))
+    assert session.index.document_frequency("keyerror") == 0
+    assert session.index.document_frequency("timeout") == 1

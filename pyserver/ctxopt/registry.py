@@ -17,7 +17,8 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from operator import attrgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -194,21 +195,16 @@ class Session:
 
     def upsert(self, chunk: Chunk, tokens: int, now_ms: int) -> UpsertStatus:
         """Add or replace one chunk (text already counted as `tokens`)."""
-        chunk = replace(chunk, tokens=tokens)
+        chunk = _with_tokens(chunk, tokens)
         old = self.entries.get(chunk.id)
         if old is not None and old.chunk == chunk:
             return UpsertStatus.UNCHANGED
         if old is not None:
-            slot = old.slot
-            self._unlink(old)
-            born, touched = old.born, old.last_touched_ms
-            status = UpsertStatus.UPDATED
-        else:
-            slot = self._slot_for(chunk.id)
-            born, touched = self.collections, now_ms
-            status = UpsertStatus.ADDED
-        self._link(Entry(chunk, slot, tokens, born, touched))
-        return status
+            self._relink(old, Entry(chunk, old.slot, tokens, old.born, old.last_touched_ms))
+            return UpsertStatus.UPDATED
+        slot = self._slot_for(chunk.id)
+        self._link(Entry(chunk, slot, tokens, self.collections, now_ms), index_text=True)
+        return UpsertStatus.ADDED
 
     def staged(self, chunks: Sequence[Chunk], tokens: Sequence[int], now_ms: int) -> list[Entry]:
         """The entries `upsert` would make of chunks that change, without changing
@@ -216,7 +212,7 @@ class Session:
         entries: list[Entry] = []
         slots = self.slots_for([c.id for c in chunks if c.id not in self.entries])
         for chunk, count in zip(chunks, tokens, strict=True):
-            chunk = replace(chunk, tokens=count)
+            chunk = _with_tokens(chunk, count)
             old = self.entries.get(chunk.id)
             if old is None:
                 entries.append(Entry(chunk, slots[chunk.id], count, self.collections, now_ms))
@@ -238,10 +234,12 @@ class Session:
 
     def restore_entry(self, entry: Entry) -> None:
         """Put back a chunk with its bookkeeping (restart, restore, a committed change)."""
-        if entry.chunk.id in self.entries:
-            self._unlink(self.entries[entry.chunk.id])
+        old = self.entries.get(entry.chunk.id)
+        if old is not None:
+            self._relink(old, replace(entry, slot=old.slot) if entry.slot != old.slot else entry)
+            return
         slot = self._slot_for(entry.chunk.id, wanted=entry.slot)
-        self._link(replace(entry, slot=slot))
+        self._link(replace(entry, slot=slot) if slot != entry.slot else entry, index_text=True)
 
     def remove(self, chunk_id: str) -> Entry | None:
         entry = self.entries.get(chunk_id)
@@ -300,7 +298,16 @@ class Session:
         self.columns.ensure(self.n_slots)
         return slot
 
-    def _link(self, entry: Entry) -> None:
+    def _relink(self, old: Entry, new: Entry) -> None:
+        """Replace a chunk at its slot; the same text keeps its indexed terms
+        (a changed flag, tag or touch time is not worth a re-analysis)."""
+        same_text = old.chunk.text == new.chunk.text
+        self._unlink(old, keep_text=same_text)
+        self._link(new, index_text=not same_text)
+
+    def _link(self, entry: Entry, *, index_text: bool) -> None:
+        """Hold `entry` at its slot; `index_text` False when the slot's document
+        in the index already is this text."""
         chunk, slot, cols = entry.chunk, entry.slot, self.columns
         self.entries[chunk.id] = entry
         cols.alive[slot] = True
@@ -315,7 +322,8 @@ class Session:
         cols.born[slot] = entry.born
         cols.refcount[slot] = len(self.in_edges.get(chunk.id, ()))
         self.tokens_total += entry.tokens
-        self.index.set_doc(slot, self.analyzer.terms(chunk.text))
+        if index_text:
+            self.index.set_doc(slot, self.analyzer.terms(chunk.text))
         self.hubs.add(chunk, slot)
         if chunk.embedding:
             self.embedding_dim = len(chunk.embedding)
@@ -329,12 +337,15 @@ class Session:
             self.in_edges[target].add(chunk.id)
             self._recount(target)
 
-    def _unlink(self, entry: Entry) -> None:
+    def _unlink(self, entry: Entry, *, keep_text: bool = False) -> None:
+        """Release `entry`'s slot; `keep_text` leaves its document in the index
+        (the same text comes back at once)."""
         chunk, slot = entry.chunk, entry.slot
         del self.entries[chunk.id]
         self.columns.alive[slot] = False
         self.tokens_total -= entry.tokens
-        self.index.remove_doc(slot)
+        if not keep_text:
+            self.index.remove_doc(slot)
         self.hubs.discard(chunk, slot)
         self.embeddings.pop(slot, None)
         self.parent_of.pop(chunk.id, None)
@@ -352,6 +363,17 @@ class Session:
         entry = self.entries.get(target)
         if entry is not None:
             self.columns.refcount[entry.slot] = len(self.in_edges.get(target, ()))
+
+
+_CHUNK_FIELDS = attrgetter(*(f.name for f in fields(Chunk) if f.init))
+
+
+def _with_tokens(chunk: Chunk, tokens: int) -> Chunk:
+    """A copy of `chunk` holding `tokens` (dataclasses.replace, five times faster:
+    it runs once per appended chunk)."""
+    copy = Chunk(*_CHUNK_FIELDS(chunk))
+    copy.tokens = tokens
+    return copy
 
 
 class Registry:
