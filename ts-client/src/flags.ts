@@ -21,9 +21,9 @@ export interface Flags {
   readonly deadlineMs: number;
   /** CTXOPT_BREAKER_MS, default 30000: after a failed call the service is skipped this long (circuit breaker). */
   readonly breakerMs: number;
-  /** GEMINI_CONTEXT_THRESHOLD_PERCENT: usage that engages the hook (unset: the builder's default). */
+  /** GEMINI_CONTEXT_THRESHOLD_PERCENT: usage that engages the hook (unset: the server's default). */
   readonly thresholdPercent?: number;
-  /** GEMINI_CONTEXT_TARGET_PERCENT: where an optimization lands (unset: the builder's default). */
+  /** GEMINI_CONTEXT_TARGET_PERCENT: where an optimization lands (unset: the server's default). */
   readonly targetPercent?: number;
   /** GEMINI_CONTEXT_WINDOW_TOKENS: the context window (unset: the model table's). */
   readonly windowTokens?: number;

@@ -189,3 +189,19 @@ test("after a failure PromptBuilder skips the service for CTXOPT_BREAKER_MS and 
   assert.ok(performance.now() - started < 100, `${(performance.now() - started).toFixed(0)} ms`);
   assert.match(second.summaryLine, /service skipped for \d+ s after a failure .*circuit open/);
 });
+
+test("plans come lean (no score breakdowns) unless the builder is asked to explain", async () => {
+  const flags = { ...DEFAULT_FLAGS, mode: "shadow" as const, address: server.address, deadlineMs: 5000, thresholdPercent: 5 };
+  const plans = [];
+  for (const explain of [false, true]) {
+    const builder = new PromptBuilder({ flags, budget: { contextLimitTokens: 100_000, recentTurns: 1 }, explain });
+    builders.push(builder);
+    const built = await builder.build({ ...input, sessionId: `s-explain-${explain}` });
+    assert.ok(built.plan !== undefined && built.plan.decisions.length > 0, built.summaryLine);
+    plans.push(built.plan);
+  }
+  const [lean, explained] = plans;
+  assert.ok(lean!.decisions.every((d) => d.breakdown === undefined && d.reasons.length > 0));
+  assert.ok(explained!.decisions.every((d) => d.breakdown !== undefined));
+  assert.deepEqual(lean!.keptIds, explained!.keptIds);
+});
