@@ -15,6 +15,7 @@ from ctxopt.model import (
     Breakdown,
     ChunkKind,
     Decision,
+    Decisions,
     GcPolicy,
     Plan,
     Repair,
@@ -110,7 +111,16 @@ def test_a_plan_keeps_decisions_repairs_and_totals() -> None:
     decision = Decision(
         "c", Action.MASK, 100, 10, 0.6, breakdown, ("masked_tool_result",), "[..]", "c@1"
     )
-    plan = Plan(["a"], [decision], 200, 110, 120, True, True, [Repair("first_user_turn", "u", "d")])
+    plan = Plan(
+        ["a"],
+        Decisions.of([decision]),
+        200,
+        110,
+        120,
+        True,
+        True,
+        [Repair("first_user_turn", "u", "d")],
+    )
     msg = convert.plan_to_pb(plan)
     assert list(msg.kept_ids) == ["a"]
     (out,) = msg.decisions

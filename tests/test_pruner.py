@@ -37,7 +37,7 @@ def test_below_threshold_nothing_happens() -> None:
     e.append("", S, conversation(6))
     plan = e.optimize("", S, OptimizeOptions(budget=Budget(context_limit_tokens=100_000)))
     assert not plan.triggered
-    assert plan.decisions == []
+    assert len(plan.decisions) == 0
     assert len(plan.kept_ids) == 6
 
 

@@ -5,27 +5,34 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 from ctxopt.model import Chunk, ChunkKind, GcPolicy, Role, Roots
-from ctxopt.registry import Session
+from ctxopt.registry import Session, SessionView
 from ctxopt.roots import mark, pending_call_mask, recent_turn_mask
 from ctxopt.scoring.analyzer import Analyzer
 
 from tests.factory import chunk
 
 
-def session(*chunks: Chunk) -> Session:
+def session(*chunks: Chunk) -> SessionView:
     s = Session("s", "", Analyzer())
     for c in chunks:
         s.upsert(c, 5, 0)
-    return s
+    return s.view()
 
 
-def ids(s: Session, mask: npt.NDArray[np.bool_]) -> list[str]:
-    return [s.slot_ids[i] for i in np.flatnonzero(mask)]
+def ids(s: SessionView, mask: npt.NDArray[np.bool_]) -> list[str]:
+    return [s.slot_ids[i] for i in np.flatnonzero(mask).tolist()]
 
 
 def test_recent_turns_count_distinct_turn_numbers() -> None:
     s = session(*(chunk(f"c{i}", turn=i // 2) for i in range(8)))  # turns 0,0,1,1,2,2,3,3
     assert ids(s, recent_turn_mask(s, 2)) == ["c4", "c5", "c6", "c7"]
+
+
+def test_recent_turns_are_the_highest_turn_numbers_in_any_order() -> None:
+    # turns out of prompt order (a client numbering a late tool output early)
+    s = session(*(chunk(f"c{i}", turn=t) for i, t in enumerate([0, 5, 1, 3, 3, 2, 4, 0])))
+    assert ids(s, recent_turn_mask(s, 2)) == ["c1", "c6"]
+    assert ids(s, recent_turn_mask(s, 3)) == ["c1", "c3", "c4", "c6"]
 
 
 def test_recent_turns_fall_back_to_position_when_turns_are_unset() -> None:

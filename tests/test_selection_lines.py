@@ -75,7 +75,7 @@ def test_an_output_printed_again_later_is_all_repeated() -> None:
     book = line_book(session)
     assert book.repeated_share(0) == 1.0
     assert book.repeated_share(2) == 0.0
-    assert book.repeated(session).tolist() == [1.0, 0.0, 0.0]
+    assert book.repeated(session.view()).tolist() == [1.0, 0.0, 0.0]
 
 
 def test_a_partly_reprinted_output_is_partly_repeated() -> None:
@@ -160,11 +160,12 @@ def test_expansion_reaches_a_turn_that_answers_in_other_words() -> None:
         *(filler(12, str(i)) for i in range(6)),
     )
     terms = Analyzer().terms("When did Caroline go to the support group?")
-    plain = normalised_bm25(session, terms)
-    grown = expanded_relevance(session, terms, plain, 0.3)
+    view = session.view()
+    plain = normalised_bm25(view, terms)
+    grown = expanded_relevance(view, terms, plain, 0.3)
     assert plain[1] == 0.0 < grown[1]
     assert grown[2] == 0.0
-    assert expanded_relevance(session, terms, plain, 0.0) is plain
+    assert expanded_relevance(view, terms, plain, 0.0) is plain
 
 
 def test_a_chunk_removed_and_sent_again_is_read_afresh() -> None:

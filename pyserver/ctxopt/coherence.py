@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctxopt.model import ChunkKind, Role
-from ctxopt.registry import Session
+from ctxopt.registry import SessionView
 
 
 class UnitState(IntEnum):
@@ -45,7 +45,7 @@ class Violation:
 
 
 def violations(
-    session: Session,
+    session: SessionView,
     live: npt.NDArray[np.intp],
     state: npt.NDArray[np.int8],
     unit_of: npt.NDArray[np.intp],
@@ -90,7 +90,7 @@ def violations(
     return found
 
 
-def _is_system_slot(session: Session, slot: int) -> bool:
+def _is_system_slot(session: SessionView, slot: int) -> bool:
     cols = session.columns
     return bool(
         cols.role[slot] == Role.SYSTEM
@@ -99,7 +99,7 @@ def _is_system_slot(session: Session, slot: int) -> bool:
 
 
 def _first_kept_conversation_slot(
-    session: Session, live: npt.NDArray[np.intp], state: npt.NDArray[np.int8]
+    session: SessionView, live: npt.NDArray[np.intp], state: npt.NDArray[np.int8]
 ) -> int | None:
     for slot in live[state[live] != OUT].tolist():
         if not _is_system_slot(session, slot):
@@ -107,7 +107,9 @@ def _first_kept_conversation_slot(
     return None
 
 
-def _previous_user_slot(session: Session, live: npt.NDArray[np.intp], before: int) -> int | None:
+def _previous_user_slot(
+    session: SessionView, live: npt.NDArray[np.intp], before: int
+) -> int | None:
     """The latest plain user turn before `before`: a tool result (a reply)
     would need its call back, and that call a user turn before it, and so on."""
     earlier = live[live < before]

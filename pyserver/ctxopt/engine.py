@@ -56,11 +56,12 @@ from ctxopt.model import (
     UpsertStatus,
     Weights,
 )
-from ctxopt.pruner import Outcome, Tuning, plan_session
-from ctxopt.registry import Entry, Registry, Session
+from ctxopt.pruner import Outcome, TextTools, Tuning, idle_plan, is_triggered, plan_session
+from ctxopt.registry import Entry, Registry, Session, SessionView
 from ctxopt.roots import Marks, mark
 from ctxopt.scoring.analyzer import Analyzer
 from ctxopt.scoring.hybrid import Scores, score_session
+from ctxopt.scoring.lines import line_book
 from ctxopt.shrink import Trimmer, stash_id
 from ctxopt.store import (
     Change,
@@ -316,23 +317,24 @@ class Engine:
 
     # ---- planning ------------------------------------------------------
 
-    def _marks_and_scores(
-        self,
-        session: Session,
-        query: str,
-        embedding: Sequence[float],
-        roots: Roots,
-        weights: Weights,
-    ) -> tuple[Marks, Scores, list[str]]:
+    @staticmethod
+    def _check_embedding(session: Session, embedding: Sequence[float]) -> None:
         if embedding and session.embedding_dim and len(embedding) != session.embedding_dim:
             raise InvalidArgument(
                 "query_embedding",
                 len(embedding),
                 f"dimension differs from the session's {session.embedding_dim}",
             )
-        marks = mark(session, roots)
-        terms = self.analyzer.terms(query)
-        scores = score_session(
+
+    def _scores(
+        self,
+        session: SessionView,
+        terms: list[str],
+        embedding: Sequence[float],
+        marks: Marks,
+        weights: Weights,
+    ) -> Scores:
+        return score_session(
             session,
             terms,
             tuple(embedding),
@@ -342,25 +344,30 @@ class Engine:
             self.config.old_generation_after,
             self.config.neighbour_share,
         )
-        return marks, scores, terms
 
     def _plan(self, session: Session, options: OptimizeOptions) -> Outcome:
+        """Mark; below the threshold that is all, else score and plan. Marking,
+        scoring and planning read one snapshot of the session."""
         if options.strategy == Strategy.UNSPECIFIED:
             options = replace(options, strategy=Strategy.HYBRID)
-        _, scores, terms = self._marks_and_scores(
-            session, options.query, options.query_embedding, options.roots, options.weights
-        )
+        self._check_embedding(session, options.query_embedding)
+        view = session.view()
+        marks = mark(view, options.roots)
+        if not is_triggered(view, options):
+            return Outcome(idle_plan(view, options, marks, self.tuning))
+        terms = self.analyzer.terms(options.query)
+        scores = self._scores(view, terms, options.query_embedding, marks, options.weights)
         query_terms = frozenset(terms)
 
         def trim(chunk_id: str, text: str, stash: str, goal: int, tokens: int) -> str:
             return self.trimmer.trim(chunk_id, text, stash, query_terms, goal, tokens)
 
+        book = line_book(session) if options.strategy == Strategy.HYBRID else None
         return plan_session(
-            session,
+            view,
             options,
             scores,
-            trim,
-            self.counter.count,
+            TextTools(trim, self.counter.count, book),
             self.tuning,
             options.incremental_batch or self.config.incremental_batch,
             self.config.old_generation_after,
@@ -388,7 +395,7 @@ class Engine:
         self._require_known(session, chunk_ids, field)
         if not chunk_ids:
             return
-        is_root = mark(session, roots).root
+        is_root = mark(session.view(), roots).root
         refused = []
         for chunk_id in chunk_ids:
             entry = session.entries[chunk_id]
@@ -410,13 +417,14 @@ class Engine:
         """Keep every original, then change the session, as one committed change."""
         plan = outcome.plan
         originals = _Originals(session.id, owner, _now_ms(), plan_fingerprint(session.id, plan))
-        by_id = {d.chunk_id: d for d in plan.decisions}
+        decisions = plan.decisions
+        row_of = {chunk_id: i for i, chunk_id in enumerate(decisions.chunk_ids)}
         upserts: list[StoredChunk] = []
         removals: list[str] = []
 
         def keep_original(entry: Entry, action: Action) -> str:
-            decision = by_id[entry.chunk.id]
-            return originals.keep(entry, action, decision.reasons, decision.score)
+            row = row_of[entry.chunk.id]
+            return originals.keep(entry, action, decisions.reasons[row], decisions.scores[row])
 
         for slot, (action, text, tokens) in outcome.shrunk.items():
             entry = session.entry_at(slot)
@@ -455,8 +463,12 @@ class Engine:
         validate.validate_query_embedding(query_embedding, self.config)
         session = self._session(owner, session_id)
         with session.lock:
-            _, scores, _ = self._marks_and_scores(session, query, query_embedding, roots, weights)
-            live = session.live_slots()
+            self._check_embedding(session, query_embedding)
+            view = session.view()
+            terms = self.analyzer.terms(query)
+            marks = mark(view, roots)
+            scores = self._scores(view, terms, query_embedding, marks, weights)
+            live = view.live
             return [
                 ChunkScore(session.slot_ids[s], tokens, breakdown)
                 for s, tokens, breakdown in zip(
@@ -641,7 +653,8 @@ class Engine:
                 if tokens:
                     by_policy[f"GC_POLICY_{policy.name}"] = tokens
             stashed, stashed_tokens = self.store.stash_stats(session_id)
-            old = int((session.survived()[live] >= self.config.old_generation_after).sum())
+            survived = session.view().survived()
+            old = int((survived[live] >= self.config.old_generation_after).sum())
             return SessionStats(
                 len(session),
                 session.tokens_total,
@@ -719,7 +732,7 @@ class _Originals:
                 Restash(entry.origin, action, reasons, score, self.now_ms, self.plan_id)
             )
             return entry.origin
-        stash_id = stash_id_of(entry.chunk)
+        stash_id = entry.stash_id()
         self.stash.append(
             StashEntry(
                 stash_id,
@@ -760,6 +773,7 @@ def plan_fingerprint(session_id: str, plan: Plan) -> str:
     """A stable id of a plan: the same state and request give the same id."""
     digest = hashlib.blake2b(digest_size=8)
     digest.update(session_id.encode())
-    for decision in plan.decisions:
-        digest.update(f"{decision.chunk_id}:{decision.action}".encode())
+    decisions = plan.decisions
+    for chunk_id, action in zip(decisions.chunk_ids, decisions.actions, strict=True):
+        digest.update(f"{chunk_id}:{action}".encode())
     return digest.hexdigest()

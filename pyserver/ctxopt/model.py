@@ -7,8 +7,10 @@ the modules that use it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple, overload
 
 
 class Role(IntEnum):
@@ -189,8 +191,9 @@ class Weights:
     boost: float = 0.05
 
 
-@dataclass(frozen=True, slots=True)
-class Breakdown:
+class Breakdown(NamedTuple):
+    """A chunk's score components (a tuple: plans build one per decision)."""
+
     bm25: float = 0.0
     recency: float = 0.0
     gc: float = 0.0
@@ -226,11 +229,66 @@ class Repair:
 
 
 @dataclass(slots=True)
+class Decisions(Sequence[Decision]):
+    """A plan's decisions as columns, one list per `Decision` field, in prompt
+    order. Writers of responses read the columns; a `Decision` object is built
+    only when one is read by index or iteration."""
+
+    chunk_ids: list[str] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    tokens_after: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    breakdowns: list[Breakdown] | None = None  # None for a lean plan
+    reasons: list[tuple[str, ...]] = field(default_factory=list)
+    replacement_texts: list[str] = field(default_factory=list)
+    stash_ids: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, rows: Sequence[Decision]) -> Decisions:
+        """The columns of these decisions (all with breakdowns, or none)."""
+        with_breakdowns = all(d.breakdown is not None for d in rows)
+        return cls(
+            [d.chunk_id for d in rows],
+            [d.action for d in rows],
+            [d.tokens for d in rows],
+            [d.tokens_after for d in rows],
+            [d.score for d in rows],
+            [d.breakdown for d in rows if d.breakdown is not None] if with_breakdowns else None,
+            [d.reasons for d in rows],
+            [d.replacement_text for d in rows],
+            [d.stash_id for d in rows],
+        )
+
+    def __len__(self) -> int:
+        return len(self.chunk_ids)
+
+    @overload
+    def __getitem__(self, i: int) -> Decision: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Decision]: ...
+    def __getitem__(self, i: int | slice) -> Decision | list[Decision]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        return Decision(
+            self.chunk_ids[i],
+            self.actions[i],
+            self.tokens[i],
+            self.tokens_after[i],
+            self.scores[i],
+            None if self.breakdowns is None else self.breakdowns[i],
+            self.reasons[i],
+            self.replacement_texts[i],
+            self.stash_ids[i],
+        )
+
+
+@dataclass(slots=True)
 class Plan:
     """The result of `optimize` (mirrors `OptimizeResponse`)."""
 
     kept_ids: list[str]
-    decisions: list[Decision]
+    decisions: Decisions
     tokens_before: int
     tokens_after: int
     target_tokens: int

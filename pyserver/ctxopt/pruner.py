@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -30,22 +31,23 @@ from ctxopt import coherence
 from ctxopt.coherence import UnitState
 from ctxopt.model import (
     Action,
-    Breakdown,
     ChunkKind,
-    Decision,
+    Decisions,
     GcPolicy,
     OptimizeOptions,
     Plan,
     Repair,
     Strategy,
 )
-from ctxopt.registry import Session
+from ctxopt.registry import SessionView
+from ctxopt.roots import Marks
 from ctxopt.scoring.hybrid import Scores
-from ctxopt.scoring.lines import LineBook, analyzer_of, line_book, rare_terms, text_lines
-from ctxopt.shrink import anchored_excerpt, masked, stash_id, with_context
+from ctxopt.scoring.lines import LineBook, analyzer_of, rare_terms, text_lines
+from ctxopt.shrink import anchored_excerpt, masked, with_context
 
 IntArray = npt.NDArray[np.intp]
 FloatArray = npt.NDArray[np.float64]
+_Value = TypeVar("_Value", bound=np.generic)
 
 # Removal tiers: lower goes first. LOCKED chunks are mandatory, never candidates.
 TIER = {GcPolicy.EPHEMERAL: 0, GcPolicy.PARTIAL: 1, GcPolicy.PRESERVABLE: 2, GcPolicy.LOCKED: 3}
@@ -99,12 +101,22 @@ Trim = Callable[[str, str, str, int, int], str]
 TokenCount = Callable[[str], int]
 
 
+@dataclass(frozen=True, slots=True)
+class TextTools:
+    """What a plan makes shrunk texts with: the query-aware trimmer, the token
+    counter, and the session's line book (None outside the hybrid strategy)."""
+
+    trim: Trim
+    count_tokens: TokenCount
+    book: LineBook | None
+
+
 class _Selection:
     """Unit states during one plan; the greedy, backfill and repairs act on it."""
 
     def __init__(
         self,
-        session: Session,
+        session: SessionView,
         options: OptimizeOptions,
         scores: Scores,
         tuning: Tuning,
@@ -123,13 +135,11 @@ class _Selection:
                 unit_of[idx] = idx.min()
         self.unit_of = unit_of
         self.unit_size = np.bincount(unit_of[self.live], minlength=n)  # members per unit
+        # live slots of units with more than one member (most units are one chunk)
+        self.grouped = self.live[self.unit_size[unit_of[self.live]] > 1]
         self.state = np.full(n, FULL, dtype=np.int8)  # per unit leader slot
-        mandatory = scores.marks.root
-        # a unit is mandatory when any member is
-        unit_mandatory = np.zeros(n, dtype=bool)
-        np.logical_or.at(unit_mandatory, unit_of[self.live], mandatory[self.live])
-        self.unit_mandatory = unit_mandatory
-        self.protected = unit_mandatory.copy()  # grows with coherence repairs
+        self.unit_mandatory = self.unit_max(scores.marks.root)  # when any member is
+        self.protected = self.unit_mandatory.copy()  # grows with coherence repairs
         self.child_slots, self.parent_slots = session.parent_pairs()
         self.tuning = tuning
         self.scores = scores
@@ -139,6 +149,15 @@ class _Selection:
             unit_of[self.live], weights=self.tokens[self.live], minlength=n
         ).astype(np.float64)
         self.unit_shrunk: FloatArray = self.unit_tokens.copy()
+
+    def unit_max(self, values: npt.NDArray[_Value]) -> npt.NDArray[_Value]:
+        """Per unit leader, the largest value of its live members (for
+        booleans: any); other slots hold their own value."""
+        out = np.zeros(len(self.unit_of), dtype=values.dtype)
+        out[self.live] = values[self.live]
+        if len(self.grouped):
+            np.maximum.at(out, self.unit_of[self.grouped], values[self.grouped])
+        return out
 
     def slot_state(self) -> npt.NDArray[np.int8]:
         return self.state[self.unit_of]
@@ -175,20 +194,55 @@ def _tier(policy: npt.NDArray[np.int8]) -> npt.NDArray[np.int64]:
     return _TIER_BY_POLICY[policy.astype(np.intp)]
 
 
+def landing(options: OptimizeOptions, tuning: Tuning) -> int:
+    """The token count a triggered plan aims for."""
+    target = options.budget.target
+    return int(target * tuning.aggressive_target) if options.aggressive else target
+
+
+def is_triggered(session: SessionView, options: OptimizeOptions) -> bool:
+    """A collection runs when forced, at the threshold, on an explicit delete,
+    or above `max_chunks`; otherwise the prompt is the session as it is."""
+    if options.force or options.delete_ids:
+        return True
+    if options.max_chunks > 0 and len(session) > options.max_chunks:
+        return True
+    return session.tokens_total >= options.budget.threshold
+
+
+def idle_plan(session: SessionView, options: OptimizeOptions, marks: Marks, tuning: Tuning) -> Plan:
+    """The plan of an untriggered call: everything kept, nothing scored."""
+    live = session.live_slots()
+    tokens = session.columns.tokens
+    total = int(tokens[live].sum())
+    plan = Plan(
+        [session.slot_ids[s] for s in live.tolist()],
+        Decisions(),
+        total,
+        total,
+        landing(options, tuning),
+        False,
+        True,
+        [],
+    )
+    plan.mandatory_tokens = int(tokens[live][marks.root[live]].sum())
+    return plan
+
+
 def plan_session(
-    session: Session,
+    session: SessionView,
     options: OptimizeOptions,
     scores: Scores,
-    trim: Trim,
-    count_tokens: TokenCount,
+    tools: TextTools,
     tuning: Tuning = Tuning(),
     incremental_batch: int = 0,
     old_generation_after: int = 3,
 ) -> Outcome:
-    """Decide what to keep, trim, mask, stash or delete (see the module doc).
+    """Decide what to keep, trim, mask, stash or delete in a triggered
+    collection (see the module doc; `is_triggered` says when one runs).
 
     Invariants: LOCKED, pinned and root chunks are always kept
-    as is; a triggered plan lands at or under the target when the mandatory
+    as is; the plan lands at or under the target when the mandatory
     set allows it (else `feasible=False` with an explanation); removal follows
     the tier order; groups move as one and the result passes the coherence
     rules; the same state and request give the same plan.
@@ -198,34 +252,23 @@ def plan_session(
     live = session.live_slots()
     tokens_before = int(cols.tokens[live].sum())
     budget = options.budget
-    target = budget.target
-    if options.aggressive:
-        target = int(target * tuning.aggressive_target)
-    over_count = options.max_chunks > 0 and len(live) > options.max_chunks
-    triggered = (
-        options.force or tokens_before >= budget.threshold or bool(options.delete_ids) or over_count
-    )
+    target = landing(options, tuning)
     mandatory_tokens = int(cols.tokens[live][scores.marks.root[live]].sum())
-    if not triggered:
-        ids = [session.slot_ids[s] for s in live]
-        plan = Plan(ids, [], tokens_before, tokens_before, target, False, True, [])
-        plan.mandatory_tokens = mandatory_tokens
-        return Outcome(plan)
 
     sel = _Selection(session, options, scores, tuning)
-    units = np.unique(sel.unit_of[live])
+    units = live[sel.unit_of[live] == live]  # each unit by its leader, its lowest slot
     candidates = units[~sel.unit_mandatory[units]]
 
     # ---- per-chunk value and shrink options ---------------------------
     value = scores.total.copy()
     covered_by_summary = _summary_covered(session)
     value[covered_by_summary] *= tuning.summary_discount
-    book = line_book(session) if options.strategy == Strategy.HYBRID else None
+    book = tools.book
     if book is not None and tuning.discount_repeated:
         # what a later chunk prints again (a rerun, a re-view, a duplicate) is stale here
         value *= 1.0 - book.repeated(session)
     shrink_tokens, shrink_action, shrink_texts, anchored = _shrink_options(
-        session, options, tuning, trim, count_tokens, book, scores.marks.root
+        session, options, tuning, tools, scores.marks.root
     )
     retention = np.where(
         shrink_action == Action.MASK,
@@ -239,14 +282,10 @@ def plan_session(
         sel.unit_of[live], weights=shrink_tokens[live], minlength=n
     ).astype(np.float64)
     unit_tokens, unit_shrunk = sel.unit_tokens, sel.unit_shrunk
-    unit_value = np.zeros(n, dtype=np.float64)
-    np.maximum.at(unit_value, sel.unit_of[live], value[live])
-    unit_shrunk_value = np.zeros(n, dtype=np.float64)
-    np.maximum.at(unit_shrunk_value, sel.unit_of[live], (value * retention)[live])
-    unit_tier = np.zeros(n, dtype=np.int64)
-    np.maximum.at(unit_tier, sel.unit_of[live], _tier(cols.policy[live]))
-    unit_reachable = np.zeros(n, dtype=bool)
-    np.logical_or.at(unit_reachable, sel.unit_of[live], scores.marks.reachable[live])
+    unit_value = sel.unit_max(value)
+    unit_shrunk_value = sel.unit_max(value * retention)
+    unit_tier = sel.unit_max(_tier(cols.policy[:n]))
+    unit_reachable = sel.unit_max(scores.marks.reachable[:n])
     shrinkable = unit_shrunk < unit_tokens * tuning.shrink_worth
 
     exponent = tuning.density_exponent
@@ -261,8 +300,7 @@ def plan_session(
     if tuning.anchors_last and book is not None:
         # a unit holding the latest copy of an echo line: its excerpt, or all
         # of it when it is too small for one, goes after the rest of its tier
-        owns = book.owns_anchors(n) & ~scores.marks.root[:n]
-        np.logical_or.at(unit_last, sel.unit_of[live], owns[live])
+        unit_last = sel.unit_max(book.owns_anchors(n) & ~scores.marks.root[:n])
     # a parent goes no earlier than its kept children
     child_units = sel.unit_of[sel.child_slots]
     parent_units = sel.unit_of[sel.parent_slots]
@@ -355,7 +393,6 @@ def plan_session(
         covered_by_summary,
         shrink_action,
         shrink_texts,
-        triggered,
     )
 
 
@@ -386,7 +423,7 @@ def _removal_order(
     )
 
 
-def _summary_covered(session: Session) -> npt.NDArray[np.bool_]:
+def _summary_covered(session: SessionView) -> npt.NDArray[np.bool_]:
     """Chunks whose content a live SUMMARY chunk carries."""
     covered = np.zeros(session.n_slots, dtype=bool)
     summaries = np.flatnonzero(
@@ -402,12 +439,10 @@ def _summary_covered(session: Session) -> npt.NDArray[np.bool_]:
 
 
 def _shrink_options(
-    session: Session,
+    session: SessionView,
     options: OptimizeOptions,
     tuning: Tuning,
-    trim: Trim,
-    count_tokens: TokenCount,
-    book: LineBook | None,
+    tools: TextTools,
     root: npt.NDArray[np.bool_],
 ) -> tuple[FloatArray, npt.NDArray[np.int8], dict[int, tuple[str, int]], npt.NDArray[np.bool_]]:
     """Each chunk's tokens once shrunk, how (TRIM, MASK or KEEP), the shrunk
@@ -429,6 +464,7 @@ def _shrink_options(
     multiline = alive & (cols.lines[:n] >= tuning.trim_min_lines)
     analyze = analyzer_of(session)
     links = rare_terms(session, analyze(options.query), tuning.link_df_share)
+    book, count_tokens = tools.book, tools.count_tokens
     if book is not None and tuning.anchored_excerpts:
         excerpt = book.excerpts(
             multiline,
@@ -454,10 +490,10 @@ def _shrink_options(
     for slot in np.flatnonzero(trimmable | maskable).tolist():
         entry = session.entry_at(slot)
         chunk = entry.chunk
-        stash = entry.origin or stash_id(chunk.id, chunk.text)
+        stash = entry.stash_id()
         if action[slot] == Action.TRIM:
             goal = int(entry.tokens * tuning.trim_fraction)
-            text = trim(chunk.id, chunk.text, stash, goal, entry.tokens)
+            text = tools.trim(chunk.id, chunk.text, stash, goal, entry.tokens)
             texts[slot] = (text, count_tokens(text))
         else:
             texts[slot] = masked(chunk.id, chunk.text, stash, entry.tokens, count_tokens)
@@ -479,7 +515,7 @@ class _ShrunkTexts(dict[int, tuple[str, int]]):
 
 
 def _anchored_excerpt(
-    session: Session,
+    session: SessionView,
     book: LineBook,
     slot: int,
     links: frozenset[str],
@@ -498,9 +534,7 @@ def _anchored_excerpt(
     if not anchors:
         return None
     kept = with_context(anchors, len(split.lines), tuning.anchor_context)
-    text, after = anchored_excerpt(
-        chunk.id, split.lines, kept, entry.origin or stash_id(chunk.id, chunk.text), count_tokens
-    )
+    text, after = anchored_excerpt(chunk.id, split.lines, kept, entry.stash_id(), count_tokens)
     return (text, after) if after < entry.tokens * tuning.shrink_worth else None
 
 
@@ -536,10 +570,18 @@ def _backfill(
     slack = target - total
     forced = set(forced_out)
     shrunk_units = set(steps.unit[steps.applied & (steps.kind == SHRUNK)].tolist())
+    order = np.flatnonzero(steps.applied)[::-1]
+    # slack only shrinks, so a step costing more than it now is never undone:
+    # those steps matter only as kept cuts, whose tiers later steps must respect
+    never = steps.saves[order] > slack
+    kept_cut_before = np.maximum.accumulate(np.where(never, steps.tier[order], -1))
+    kept_cut_before = np.concatenate([[-1], kept_cut_before[:-1]])
     highest_kept_cut = -1
-    for i in np.flatnonzero(steps.applied)[::-1]:
+    for position in np.flatnonzero(~never).tolist():
+        i = int(order[position])
         cost = float(steps.saves[i])
         unit = int(steps.unit[i])
+        highest_kept_cut = max(highest_kept_cut, int(kept_cut_before[position]))
         undoable = (
             cost <= slack
             and unit not in forced
@@ -632,26 +674,27 @@ def _outcome(
     covered_by_summary: npt.NDArray[np.bool_],
     shrink_action: npt.NDArray[np.int8],
     shrink_texts: dict[int, tuple[str, int]],
-    triggered: bool,
 ) -> Outcome:
-    """Turn unit states into per-chunk decisions, texts and the plan."""
+    """Turn unit states into the plan's decision columns, texts and totals.
+
+    Only chunks that change get a decision, and every per-slot fact is read
+    column-wise; the loop left does per decision only what needs its text."""
     session, options, scores = sel.session, sel.options, sel.scores
     state = sel.slot_state()
     live = sel.live
     live_state = state[live]
     kept = live_state != OUT
     changed = ~kept | ((live_state == SHRUNK) & (shrink_action[live] != Action.KEEP))
-    kept_ids = [session.slot_ids[slot] for slot in live[kept].tolist()]
+    slot_ids = session.slot_ids
+    kept_ids = [slot_ids[slot] for slot in live[kept].tolist()]
     tokens_after = int(session.columns.tokens[live[kept & ~changed]].sum())
-    decisions: list[Decision] = []
-    outcome = Outcome(Plan([], [], tokens_before, 0, target, triggered, True, repairs))
-    delete_requested = [s for s in map(session.slot_of, options.delete_ids) if s is not None]
-    # only chunks that change get a decision: a Python object each, so the
-    # untouched majority stays in numpy; per-slot facts are read column-wise
     changed_slots = live[changed]
     slot_list = changed_slots.tolist()
     cols = session.columns
-    requested = np.isin(changed_slots, np.asarray(delete_requested, dtype=np.intp))
+    delete_requested = [s for s in map(session.slot_of, options.delete_ids) if s is not None]
+    requested = np.zeros(len(changed_slots), dtype=bool)
+    if delete_requested:
+        requested = np.isin(changed_slots, np.asarray(delete_requested, dtype=np.intp))
     dead = (
         (cols.policy[changed_slots] == GcPolicy.EPHEMERAL)
         & (cols.kind[changed_slots] == ChunkKind.ENRICHMENT)
@@ -661,55 +704,49 @@ def _outcome(
         state[changed_slots] == OUT,
         np.where(requested | dead, int(Action.DELETE), int(Action.STASH)),
         shrink_action[changed_slots],
-    ).tolist()
-    facts = _reason_facts(sel, scores, changed_slots, covered_by_summary, requested)
-    breakdowns: list[Breakdown | None] = (
-        [None] * len(slot_list) if options.lean else list(scores.breakdowns(changed_slots))
     )
-    totals = scores.total[changed_slots].tolist()
+    facts = _reason_facts(sel, scores, changed_slots, covered_by_summary, requested)
     reasons_of: dict[tuple[object, ...], tuple[str, ...]] = {}
-    entries, ids = session.entries, session.slot_ids
-    strategy = sel.options.strategy
-    shrunk_out, removed_out = outcome.shrunk, outcome.removed
-    for i, slot in enumerate(slot_list):
-        entry = entries[ids[slot]]
-        chunk = entry.chunk
-        code = codes[i]
-        action = _ACTION_BY_CODE[code]
-        key = (code, *facts[i])
-        reasons = reasons_of.get(key)
-        if reasons is None:
-            reasons = reasons_of[key] = _reasons(strategy, action, *facts[i])
-        stash = "" if code == _DELETE else entry.origin or stash_id(chunk.id, chunk.text)
+    reasons: list[tuple[str, ...]] = []
+    for code, fact in zip(codes.tolist(), facts, strict=True):
+        key = (code, *fact)
+        found = reasons_of.get(key)
+        if found is None:
+            found = reasons_of[key] = _reasons(options.strategy, _ACTION_BY_CODE[code], *fact)
+        reasons.append(found)
+
+    decisions = Decisions()
+    outcome = Outcome(Plan(kept_ids, decisions, tokens_before, 0, target, True, True, repairs))
+    entries = session.entries
+    texts, afters = decisions.replacement_texts, decisions.tokens_after
+    stash_ids = decisions.stash_ids
+    for slot, code in zip(slot_list, codes.tolist(), strict=True):
+        entry = entries[slot_ids[slot]]
         if code in (_TRIM, _MASK):
             text, after = shrink_texts[slot]
-            tokens_after += after
-            shrunk_out[slot] = (action, text, after)
+            outcome.shrunk[slot] = (_ACTION_BY_CODE[code], text, after)
         else:
             text, after = "", 0
-            removed_out[slot] = action
-        decisions.append(
-            Decision(
-                chunk.id,
-                action,
-                entry.tokens,
-                after,
-                totals[i],
-                breakdowns[i],
-                reasons,
-                text,
-                stash,
-            )
-        )
+            outcome.removed[slot] = _ACTION_BY_CODE[code]
+        texts.append(text)
+        afters.append(after)
+        stash_ids.append("" if code == _DELETE else entry.stash_id())
+    decisions.chunk_ids = [slot_ids[slot] for slot in slot_list]
+    decisions.actions = [_ACTION_BY_CODE[code] for code in codes.tolist()]
+    decisions.tokens = cols.tokens[changed_slots].tolist()
+    decisions.scores = scores.total[changed_slots].tolist()
+    decisions.reasons = reasons
+    if not options.lean:
+        decisions.breakdowns = scores.breakdowns(changed_slots)
+    tokens_after += sum(afters)
+
     plan = outcome.plan
-    plan.kept_ids = kept_ids
-    plan.decisions = decisions
     plan.tokens_after = tokens_after
     plan.mandatory_tokens = mandatory_tokens
     plan.feasible = tokens_after <= target
     if not plan.feasible:
         plan.explanation = _explain_infeasible(target, mandatory_tokens, tokens_after)
-    max_chunks = sel.options.max_chunks
+    max_chunks = options.max_chunks
     if max_chunks and len(kept_ids) > max_chunks:
         plan.feasible = False
         plan.explanation = " ".join(

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, fields, replace
 from operator import attrgetter
 
@@ -26,6 +27,7 @@ import numpy.typing as npt
 from ctxopt.model import Chunk, UpsertStatus
 from ctxopt.scoring.analyzer import Analyzer
 from ctxopt.scoring.bm25 import BM25Index
+from ctxopt.shrink import stash_id
 
 _INITIAL_CAPACITY = 64
 # Below this many dead slots, their memory costs less than rebuilding the indexes.
@@ -42,6 +44,16 @@ class Entry:
     born: int = 0  # the session's collection count when the chunk arrived
     last_touched_ms: int = 0
     origin: str = ""  # stash id of the original while the text is an excerpt or placeholder
+    _own_stash_id: str = ""
+
+    def stash_id(self) -> str:
+        """Where this chunk's original is (or would be) stashed: `origin` while the
+        text is an excerpt, else the id of this text (hashed once per entry)."""
+        if self.origin:
+            return self.origin
+        if not self._own_stash_id:
+            self._own_stash_id = stash_id(self.chunk.id, self.chunk.text)
+        return self._own_stash_id
 
 
 def _grow(array: npt.NDArray[np.generic], size: int) -> npt.NDArray[np.generic]:
@@ -68,24 +80,35 @@ class Columns:
         self.refcount = np.zeros(n, dtype=np.int64)
         self.lines = np.zeros(n, dtype=np.int64)
 
+    NAMES = (
+        "alive",
+        "tokens",
+        "turn",
+        "created_ms",
+        "kind",
+        "role",
+        "policy",
+        "pinned",
+        "boost",
+        "born",
+        "refcount",
+        "lines",
+    )
+
     def ensure(self, size: int) -> None:
         if size <= len(self.alive):
             return
-        for name in (
-            "alive",
-            "tokens",
-            "turn",
-            "created_ms",
-            "kind",
-            "role",
-            "policy",
-            "pinned",
-            "boost",
-            "born",
-            "refcount",
-            "lines",
-        ):
+        for name in self.NAMES:
             setattr(self, name, _grow(getattr(self, name), size))
+
+    def frozen(self, size: int) -> Columns:
+        """Read-only views of the first `size` slots (no copy)."""
+        view = Columns.__new__(Columns)
+        for name in self.NAMES:
+            column = getattr(self, name)[:size]
+            column.flags.writeable = False
+            setattr(view, name, column)
+        return view
 
 
 @dataclass(slots=True)
@@ -122,6 +145,59 @@ class Hubs:
                 members.discard(slot)
                 if not members:
                     del hub[key]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    """A session as marking, scoring and planning read it: a snapshot taken
+    under the session lock, with read-only columns and mappings. Only the
+    registry changes a session (the engine drives it through `Session`)."""
+
+    id: str
+    n_slots: int
+    live: npt.NDArray[np.intp]  # live slots in prompt order
+    columns: Columns  # read-only, `n_slots` long
+    slot_ids: Sequence[str]  # slot -> id, kept after removal
+    entries: Mapping[str, Entry]
+    hubs: Hubs
+    out_edges: Mapping[str, tuple[str, ...]]  # explicit edges by id: source -> targets
+    in_edges: Mapping[str, AbstractSet[str]]
+    parent_of: Mapping[str, str]  # child id -> parent id
+    index: BM25Index
+    embeddings: Mapping[int, npt.NDArray[np.float32]]
+    analyzer: Analyzer  # the one that indexed the text
+    collections: int
+    tokens_total: int
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def live_slots(self) -> npt.NDArray[np.intp]:
+        return self.live
+
+    def entry_at(self, slot: int) -> Entry:
+        return self.entries[self.slot_ids[slot]]
+
+    def slot_of(self, chunk_id: str) -> int | None:
+        entry = self.entries.get(chunk_id)
+        return None if entry is None else entry.slot
+
+    def parent_pairs(self) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+        """(child slots, parent slots) of live chunks whose parent is live."""
+        children: list[int] = []
+        parents: list[int] = []
+        for child, parent in self.parent_of.items():
+            parent_entry = self.entries.get(parent)
+            if parent_entry is not None:
+                children.append(self.entries[child].slot)
+                parents.append(parent_entry.slot)
+        return np.asarray(children, dtype=np.intp), np.asarray(parents, dtype=np.intp)
+
+    def survived(self) -> npt.NDArray[np.int64]:
+        """Collections each slot's chunk has survived: every chunk present now
+        survived every collection since it arrived, so nothing is written per
+        survivor when a collection promotes them."""
+        return np.maximum(self.collections - self.columns.born, 0)
 
 
 class Session:
@@ -170,20 +246,26 @@ class Session:
     def entry_at(self, slot: int) -> Entry:
         return self.entries[self.slot_ids[slot]]
 
-    def slot_of(self, chunk_id: str) -> int | None:
-        entry = self.entries.get(chunk_id)
-        return None if entry is None else entry.slot
-
-    def parent_pairs(self) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-        """(child slots, parent slots) of live chunks whose parent is live."""
-        children: list[int] = []
-        parents: list[int] = []
-        for child, parent in self.parent_of.items():
-            parent_entry = self.entries.get(parent)
-            if parent_entry is not None:
-                children.append(self.entries[child].slot)
-                parents.append(parent_entry.slot)
-        return np.asarray(children, dtype=np.intp), np.asarray(parents, dtype=np.intp)
+    def view(self) -> SessionView:
+        """The snapshot one plan reads (valid while the caller holds the lock)."""
+        n = self.n_slots
+        return SessionView(
+            self.id,
+            n,
+            self.live_slots(),
+            self.columns.frozen(n),
+            self.slot_ids,
+            self.entries,
+            self.hubs,
+            self.out_edges,
+            self.in_edges,
+            self.parent_of,
+            self.index,
+            self.embeddings,
+            self.analyzer,
+            self.collections,
+            self.tokens_total,
+        )
 
     def explicit_targets(self, chunk: Chunk) -> tuple[str, ...]:
         targets = [*chunk.references, *chunk.summary_of]
@@ -270,13 +352,6 @@ class Session:
 
     def touch(self, chunk_id: str, now_ms: int) -> None:
         self.entries[chunk_id].last_touched_ms = now_ms
-
-    def survived(self) -> npt.NDArray[np.int64]:
-        """Collections each slot's chunk has survived: every chunk present now
-        survived every collection since it arrived, so nothing is written per
-        survivor when a collection promotes them."""
-        n = self.n_slots
-        return np.maximum(self.collections - self.columns.born[:n], 0)
 
     # ---- internals -----------------------------------------------------
 

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctxopt.model import ChunkKind, GcPolicy, Roots
-from ctxopt.registry import Session
+from ctxopt.registry import SessionView
 
 DECISION_ROOT_WINDOW_MS = 3_600_000
 
@@ -30,7 +30,7 @@ class Marks:
     reachable: BoolArray  # roots included
 
 
-def recent_turn_mask(session: Session, recent_turns: int) -> BoolArray:
+def recent_turn_mask(session: SessionView, recent_turns: int) -> BoolArray:
     """The last `recent_turns` turns; by position when clients leave `turn` unset."""
     cols, n = session.columns, session.n_slots
     mask = np.zeros(n, dtype=bool)
@@ -38,7 +38,10 @@ def recent_turn_mask(session: Session, recent_turns: int) -> BoolArray:
     if recent_turns <= 0 or len(live) == 0:
         return mask
     turns = cols.turn[live]
-    distinct = np.unique(turns)
+    if np.all(turns[1:] >= turns[:-1]):  # the usual prompt order: no sort needed
+        distinct = turns[np.flatnonzero(np.diff(turns, prepend=turns[0] - 1))]
+    else:
+        distinct = np.unique(turns)
     if len(distinct) > 1:
         cutoff = distinct[max(len(distinct) - recent_turns, 0)]
         mask[live[turns >= cutoff]] = True
@@ -47,12 +50,12 @@ def recent_turn_mask(session: Session, recent_turns: int) -> BoolArray:
     return mask
 
 
-def latest_turn_mask(session: Session) -> BoolArray:
+def latest_turn_mask(session: SessionView) -> BoolArray:
     """The newest turn (or the newest chunk when turns are unset)."""
     return recent_turn_mask(session, 1)
 
 
-def pending_call_mask(session: Session) -> BoolArray:
+def pending_call_mask(session: SessionView) -> BoolArray:
     """Tool calls no result answers yet (by group or by parent link)."""
     cols, n = session.columns, session.n_slots
     mask = np.zeros(n, dtype=bool)
@@ -71,7 +74,7 @@ def pending_call_mask(session: Session) -> BoolArray:
     return mask
 
 
-def root_mask(session: Session, roots: Roots) -> BoolArray:
+def root_mask(session: SessionView, roots: Roots) -> BoolArray:
     """Every root kind `Roots` lists, plus LOCKED, pinned and the latest turn, as one
     per-slot mask."""
     cols, n = session.columns, session.n_slots
@@ -98,7 +101,7 @@ def root_mask(session: Session, roots: Roots) -> BoolArray:
     return root
 
 
-def mark_reachable(session: Session, roots: BoolArray) -> BoolArray:
+def mark_reachable(session: SessionView, roots: BoolArray) -> BoolArray:
     """Slots reachable from the roots (roots included); iterative, cycle-safe."""
     n = session.n_slots
     seen = roots.copy()
@@ -122,6 +125,6 @@ def mark_reachable(session: Session, roots: BoolArray) -> BoolArray:
     return seen
 
 
-def mark(session: Session, roots: Roots) -> Marks:
+def mark(session: SessionView, roots: Roots) -> Marks:
     root = root_mask(session, roots)
     return Marks(root=root, reachable=mark_reachable(session, root))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import numpy.typing as npt
 
@@ -9,7 +11,7 @@ FloatArray = npt.NDArray[np.float64]
 
 
 def cosine(
-    query: npt.NDArray[np.float32], vectors: dict[int, npt.NDArray[np.float32]], n_slots: int
+    query: npt.NDArray[np.float32], vectors: Mapping[int, npt.NDArray[np.float32]], n_slots: int
 ) -> FloatArray:
     """Similarity clipped to [0, 1] per slot; 0 where a chunk has no embedding."""
     out = np.zeros(n_slots, dtype=np.float64)

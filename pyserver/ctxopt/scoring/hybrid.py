@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctxopt.model import Breakdown, Weights
-from ctxopt.registry import Session
+from ctxopt.registry import SessionView
 from ctxopt.roots import Marks
 from ctxopt.scoring.embedding import cosine
 from ctxopt.scoring.recency import recency
@@ -74,7 +74,7 @@ def relevance_weights(weights: Weights, with_embedding: bool) -> tuple[float, fl
     return weights.bm25 / total, weights.recency / total, embedding / total, weights.boost / total
 
 
-def normalised_bm25(session: Session, query_terms: list[str]) -> FloatArray:
+def normalised_bm25(session: SessionView, query_terms: list[str]) -> FloatArray:
     """BM25 scaled so the best live chunk scores 1 for this query."""
     raw = session.index.scores(query_terms, session.n_slots) if query_terms else None
     if raw is None:
@@ -91,7 +91,7 @@ PRF_WEIGHT = 0.3  # the expansion's weight beside the query's own; chosen by cro
 
 
 def expanded_relevance(
-    session: Session, query_terms: list[str], relevance: FloatArray, weight: float
+    session: SessionView, query_terms: list[str], relevance: FloatArray, weight: float
 ) -> FloatArray:
     """`relevance` plus `weight` times the (normalised) BM25 of the expansion
     terms: the terms the top PRF_DOCS hits hold and the query lacks, rarest
@@ -126,7 +126,7 @@ def spread_to_neighbours(
 
 
 def score_session(
-    session: Session,
+    session: SessionView,
     query_terms: list[str],
     query_embedding: tuple[float, ...],
     marks: Marks,

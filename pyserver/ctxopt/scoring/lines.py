@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ctxopt.registry import Session
+from ctxopt.registry import Session, SessionView
 
 # Shorter lines (`return x`, `}`, `else:`) repeat everywhere and prove nothing.
 ECHO_MIN_CHARS = 20
@@ -226,7 +226,7 @@ class LineBook:
         self._repeated[slot] = share
         return share
 
-    def repeated(self, session: Session) -> FloatArray:
+    def repeated(self, session: SessionView) -> FloatArray:
         """`repeated_share` of every slot (0 for dead ones)."""
         cached = self._repeated_all
         if cached is not None and cached[0] == self.version and len(cached[1]) == session.n_slots:
@@ -238,7 +238,7 @@ class LineBook:
         return out
 
 
-def rare_terms(session: Session, terms: Iterable[str], max_share: float) -> frozenset[str]:
+def rare_terms(session: SessionView, terms: Iterable[str], max_share: float) -> frozenset[str]:
     """The query terms at most `max_share` of the session's chunks hold (and
     always those at most two hold: the chunk that asks and the one it points at)."""
     if max_share <= 0:
@@ -248,7 +248,7 @@ def rare_terms(session: Session, terms: Iterable[str], max_share: float) -> froz
     return frozenset(t for t in set(terms) if 0 < index.document_frequency(t) <= limit)
 
 
-def analyzer_of(session: Session) -> Callable[[str], list[str]]:
+def analyzer_of(session: SessionView) -> Callable[[str], list[str]]:
     """The analyzer that indexed the session (line links must use the same terms)."""
     return session.analyzer.terms
 

@@ -212,19 +212,25 @@ def plan_to_pb(plan: Plan) -> pb.OptimizeResponse:
         mandatory_tokens=plan.mandatory_tokens,
     )
     add = response.decisions.add
-    for d in plan.decisions:
-        decision = add(
-            chunk_id=d.chunk_id,
-            action=_action(d.action),
-            tokens=d.tokens,
-            tokens_after=d.tokens_after,
-            score=d.score,
-            reasons=d.reasons,
-            replacement_text=d.replacement_text,
-            stash_id=d.stash_id,
+    d = plan.decisions
+    rows = zip(
+        d.chunk_ids, d.actions, d.tokens, d.tokens_after, d.scores, d.reasons,
+        d.replacement_texts, d.stash_ids, strict=True,
+    )  # fmt: skip
+    for chunk_id, action, tokens, after, score, reasons, text, stash in rows:
+        add(
+            chunk_id=chunk_id,
+            action=_action(action),
+            tokens=tokens,
+            tokens_after=after,
+            score=score,
+            reasons=reasons,
+            replacement_text=text,
+            stash_id=stash,
         )
-        if d.breakdown is not None:
-            _fill_breakdown(decision.breakdown, d.breakdown)
+    if d.breakdowns is not None:
+        for decision, breakdown in zip(response.decisions, d.breakdowns, strict=True):
+            _fill_breakdown(decision.breakdown, breakdown)
     return response
 
 

@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Annotated, Literal, TypeVar
@@ -38,6 +38,7 @@ from ctxopt.model import (
     ChunkKind,
     ChunkUpdate,
     Decision,
+    Decisions,
     GcPolicy,
     OptimizeOptions,
     Plan,
@@ -273,7 +274,7 @@ class ContextTools:
         except NotFound as e:
             if e.field != "session_id":
                 raise
-            plan = Plan([], [], 0, 0, options.budget.target, False, True, [])
+            plan = Plan([], Decisions(), 0, 0, options.budget.target, False, True, [])
         budget = self.settings.budget()
         return Analysis(
             usage=Usage(
@@ -353,7 +354,7 @@ class ContextTools:
         restored, tokens = self.engine.restore(OWNER, session_id, ids, budget, force)
         return RestoreResult(restored=restored, session_tokens=tokens)
 
-    def _candidates(self, session_id: str, decisions: list[Decision]) -> list[Candidate]:
+    def _candidates(self, session_id: str, decisions: Sequence[Decision]) -> list[Candidate]:
         ids = [d.chunk_id for d in decisions]
         chunks = self.engine.chunks(OWNER, session_id, ids) if ids else []
         kinds = {c.id: _kind_name(c.kind) for c in chunks}
