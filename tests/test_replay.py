@@ -9,9 +9,10 @@ from collections.abc import Sequence
 import pytest
 from ctxopt.tokens import TokenCounter
 
+from benchmarks.replay.crossval import Setting, choose, cross_validate, fold_of
 from benchmarks.replay.ledger import Billing, bill_calls, billed_tokens, shared_prefix
 from benchmarks.replay.methods import FullHistory, python_methods
-from benchmarks.replay.report import Tally
+from benchmarks.replay.report import SessionFigures, Tally, loss_cause
 from benchmarks.replay.sessions import Prompt, Session, session_of
 
 NEEDED = "def parse_section(self, name): needed later"  # >= 25 characters
@@ -141,3 +142,95 @@ def test_quality_methods_give_prompts_of_roles_and_texts(session: Session) -> No
     assert [role for role, _ in tight] == [role for role, _ in history]
     assert tight[3] != history[3] and tight[5] == history[5]  # the older output masked
     assert ms >= 0
+
+
+def tally_of(session: Session, billed: Sequence[int], recall: float, over: int = 0) -> Tally:
+    """A tally of one session whose calls bill `billed` (nothing cached) at `recall`."""
+    tally = Tally()
+    tally.by_session[session.instance_id] = SessionFigures(
+        [Billing(b, 0) for b in billed], [recall], [0.0] * len(billed), over
+    )
+    return Tally.of(tally.by_session)
+
+
+def test_folds_deal_sessions_round_robin() -> None:
+    assert fold_of(["a", "b", "c", "d", "e", "f", "g"], 3) == [
+        ["a", "d", "g"],
+        ["b", "e"],
+        ["c", "f"],
+    ]
+
+
+def test_choose_prefers_the_best_recall_billing_under_every_baseline(session: Session) -> None:
+    ids = [session.instance_id]
+    grid: dict[Setting, Tally] = {
+        (90.0, 60.0, None): tally_of(session, [50], 0.8),
+        (90.0, 80.0, None): tally_of(session, [90], 0.9),  # best recall, cheaper than both
+        (95.0, 90.0, None): tally_of(session, [120], 0.93),  # dearer than a baseline
+        (99.0, 90.0, None): tally_of(session, [10], 1.0, over=1),  # over the window
+    }
+    baselines = [tally_of(session, [100], 0.85), tally_of(session, [130], 0.86)]
+    assert choose(grid, baselines, ids, 0.25) == (90.0, 80.0, None)
+    reaching: dict[Setting, Tally] = {
+        **grid,
+        (80.0, 60.0, 2): tally_of(session, [95], 0.96),
+        (85.0, 60.0, 2): tally_of(session, [99], 0.97),
+    }
+    assert choose(reaching, baselines, ids, 0.25) == (80.0, 60.0, 2)  # the cheapest reaching 0.95
+    assert choose(grid, [tally_of(session, [5], 0.5)], ids, 0.25) == (
+        90.0,
+        60.0,
+        None,
+    )  # none cheaper
+
+
+def test_cross_validation_reports_each_fold_on_sessions_it_did_not_choose_on() -> None:
+    sessions = [session_of({**RECORD, "instance_id": f"s{i}"}, words) for i in range(4)]
+    cheap, rich = Tally(), Tally()
+    for i, s in enumerate(sessions):
+        # `rich` keeps more, but bills over the baseline's 100 a session on s0
+        cheap.by_session[s.instance_id] = SessionFigures([Billing(10, 0)], [0.5], [0.0], 0)
+        rich.by_session[s.instance_id] = SessionFigures(
+            [Billing(500 if i == 0 else 20, 0)], [0.9], [0.0], 0
+        )
+    base = Tally.of(
+        {s.instance_id: SessionFigures([Billing(100, 0)], [0.8], [0.0], 0) for s in sessions}
+    )
+    grid: dict[Setting, Tally] = {
+        (90.0, 60.0, None): Tally.of(cheap.by_session),
+        (90.0, 80.0, None): Tally.of(rich.by_session),
+    }
+    cv = cross_validate(
+        grid, {"langchain": base}, [s.instance_id for s in sessions], 0.25, (0.25,), k=4
+    )
+    # fold 1 (s0) is chosen on s1..s3, where rich bills 60 < 300; every other fold sees s0
+    assert [f["chosen"]["target_percent"] for f in cv["per_fold"]] == [80.0, 60.0, 60.0, 60.0]
+    assert (
+        cv["per_fold"][0]["billed_tokens"] == 500
+        and cv["per_fold"][0]["langchain_billed_tokens"] == 100
+    )
+    assert cv["out_of_fold"]["billed_tokens"] == 500 + 10 + 10 + 10
+    assert cv["out_of_fold"]["needed_later_recall"] == round((0.9 + 0.5 * 3) / 4, 4)
+    assert cv["chosen_on_all_sessions"]["target_percent"] == 60.0  # rich bills 560 > 400 overall
+
+
+def test_a_missing_needed_line_is_blamed_on_what_became_of_its_tool_output(
+    session: Session,
+) -> None:
+    # at call 4 the needed line comes from OUTPUT_1 (message 3)
+    assert loss_cause(session, 4, NEEDED, {3: "r"}, "optimized") == "stashed whole"
+    assert loss_cause(session, 4, NEEDED, {3: "t"}, "optimized") == "trimmed excerpt"
+    assert loss_cause(session, 4, NEEDED, {3: "m"}, "optimized") == "masked"
+    assert loss_cause(session, 4, NEEDED, {3: "r"}, "fallback") == "dropped by local truncation"
+    assert loss_cause(session, 4, NEEDED, {}, "optimized") == "other"
+
+
+def test_tally_counts_lost_needed_lines_by_cause(session: Session) -> None:
+    prompts = full_prompts(session)
+    dropped = [prompts[0], prompts[1][:3], prompts[2]]  # call 4 without OUTPUT_1
+    tally = Tally()
+    tally.add(session, 100, dropped, [0.0] * 3, words, ["", "optimized", ""], [{}, {3: "r"}, {}])
+    summary = tally.summary(0.25, (0.25,))
+    assert summary["needed_lines"] == 1
+    assert summary["lost_needed_lines"] == {"stashed whole": 1}
+    assert tally.restricted([session.instance_id]).billed(0.25) == tally.billed(0.25)

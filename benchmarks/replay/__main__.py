@@ -12,7 +12,8 @@ same method's previous prompt (cacheable), billed input tokens = uncached +
 R x cached, needed-later recall (../shared/datasets/README.md), and the
 latency the method adds. Methods: `none`, `gemini-cli-native`, `obs-mask`,
 `langchain`, `ctxopt` (the Gemini CLI adapter's `optimizeContents` against a
-real server); then ctxopt's threshold/target gap swept at 40%.
+real server); then ctxopt's threshold, target and recent-turn roots over a grid
+at 40%, chosen by 5-fold cross-validation (benchmarks/replay/crossval.py).
 Prints a table per window, writes JSON to --out and the cumulative billed
 tokens of a typical session beside it (.png).
 """
@@ -31,6 +32,7 @@ from typing import Any
 from ctxopt.tokens import TokenCounter
 
 from benchmarks.latency.typescript import TS_CLIENT
+from benchmarks.replay.crossval import FOLDS, Setting, cross_validate
 from benchmarks.replay.methods import python_methods
 from benchmarks.replay.node import (
     SUMMARY_CHARS,
@@ -51,30 +53,17 @@ DEFAULT_RATIO = 0.25  # Gemini 2.5 and later: cached input at 25% (or less) of t
 OTHER_RATIO = 0.1  # Anthropic: cache reads at 10% of the input price
 METHODS = ("none", "gemini-cli-native", "obs-mask", "langchain", "ctxopt")
 NODE_METHODS = ("gemini-cli-native", "ctxopt")
-# ctxopt's settings swept at 40%: (threshold, target, recent turns kept as roots or None
-# for the default); the `ctxopt` rows run the adapter's defaults
-Setting = tuple[float, float, int | None]
-SWEEP: tuple[Setting, ...] = (  # the threshold/target gap is what later calls reuse
-    (40.0, 35.0, None),
-    (40.0, 30.0, None),
-    (40.0, 20.0, None),
-    (45.0, 30.0, None),
-    (45.0, 25.0, None),
-    (50.0, 40.0, None),
-    (50.0, 30.0, None),
-    (60.0, 40.0, None),
-    (70.0, 50.0, None),
-    (80.0, 70.0, None),
-    (80.0, 60.0, None),
-    (80.0, 40.0, None),
-    (90.0, 70.0, None),
-    (90.0, 60.0, None),
-    (95.0, 60.0, None),
-    # the baselines keep only the last two messages as mandatory: the same roots for ctxopt
-    (40.0, 30.0, 2),
-    (80.0, 60.0, 2),
+# ctxopt's settings cross-validated at 40%: threshold and target (percent of the window) and
+# the recent turns kept as roots (None: the server's default, 10); the `ctxopt` rows run the
+# adapter's defaults
+GRID: tuple[Setting, ...] = tuple(
+    (threshold, threshold - gap, recent)
+    for threshold in (80.0, 90.0, 100.0)
+    for gap in (5.0, 10.0, 20.0, 30.0, 40.0)
+    for recent in (None, 2)
 )
-SMOKE_SWEEP: tuple[Setting, ...] = ((40.0, 30.0, None), (80.0, 60.0, None))
+SMOKE_GRID: tuple[Setting, ...] = ((90.0, 60.0, None), (80.0, 60.0, 2))
+BASELINES = ("obs-mask", "langchain")  # the methods that stay inside the window
 SMOKE_SESSIONS = 2
 NOTES = (
     "Tokens are cl100k. A message is cached when it and every message before it equal the "
@@ -123,7 +112,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default=TS_CLIENT,
         help="a built ctxopt-client checkout to replay through (default: ts-client/)",
     )
-    parser.add_argument("--smoke", action="store_true", help="two sessions, small sweep (CI)")
+    parser.add_argument("--smoke", action="store_true", help="two sessions, small grid (CI)")
     args = parser.parse_args(argv)
     if not args.swe.is_file():
         parser.error(f"--swe {args.swe}: no such file")
@@ -138,7 +127,7 @@ def setting_name(setting: Setting) -> str:
     return f"{threshold:g}/{target:g}{roots}"
 
 
-def node_jobs(sessions: Sequence[Session], sweep: Sequence[Setting]) -> list[Job]:
+def node_jobs(sessions: Sequence[Session], grid: Sequence[Setting]) -> list[Job]:
     jobs = []
     for session in sessions:
         for window_label, window in session.windows().items():
@@ -146,7 +135,7 @@ def node_jobs(sessions: Sequence[Session], sweep: Sequence[Setting]) -> list[Job
                 Job("gemini-cli-native", "gemini-cli-native", window_label, session, window)
             )
             jobs.append(Job("ctxopt", "ctxopt", window_label, session, window))
-        for setting in sweep:
+        for setting in grid:
             label = f"ctxopt {setting_name(setting)}"
             window = session.windows()[SHARE_WINDOW]
             jobs.append(Job("ctxopt", label, SHARE_WINDOW, session, window, *setting))
@@ -158,7 +147,7 @@ Tallies = dict[str, dict[str, Tally]]  # window label -> method or setting label
 
 def replay(
     sessions: Sequence[Session],
-    sweep: Sequence[Setting],
+    grid: Sequence[Setting],
     counter: TokenCounter,
     ts_client: Path,
     unavailable: dict[str, str],
@@ -184,7 +173,7 @@ def replay(
             unavailable[name] = str(err)
         return tallies
     with ctxopt_server() as address:
-        for job, result in run_jobs(node_jobs(sessions, sweep), address, ts_client):
+        for job, result in run_jobs(node_jobs(sessions, grid), address, ts_client):
             tally = tallies[job.window_label].setdefault(job.label, Tally())
             tally.add(
                 job.session,
@@ -193,6 +182,7 @@ def replay(
                 result.ms,
                 counter.count_many,
                 result.outcomes,
+                result.fates,
             )
             tally.setting = result.setting
     print("[node] replayed", file=sys.stderr)
@@ -207,7 +197,7 @@ def typical(sessions: Sequence[Session]) -> Session:
 
 def results_json(
     tallies: Tallies,
-    sweep: Sequence[Setting],
+    grid: Sequence[Setting],
     ratio: float,
     meta: dict[str, Any],
 ) -> dict[str, Any]:
@@ -219,14 +209,29 @@ def results_json(
         for label in (SHARE_WINDOW, FIXED_WINDOW)
     }
     gaps = []
-    for setting in sweep:
+    measured: dict[Setting, Tally] = {}
+    for setting in grid:
         tally = tallies[SHARE_WINDOW].get(f"ctxopt {setting_name(setting)}")
         if tally is not None:
+            measured[setting] = tally
             threshold, target, recent = setting
             gaps.append(
                 {"gap": threshold - target, "recent_turns": recent} | tally.summary(ratio, ratios)
             )
-    return {**meta, "cache_price_ratio": ratio, "windows": windows, "threshold_target": gaps}
+    baselines = {
+        name: tallies[SHARE_WINDOW][name] for name in BASELINES if name in tallies[SHARE_WINDOW]
+    }
+    ids = list(next(iter(baselines.values())).by_session) if baselines else []
+    cv = (
+        cross_validate(measured, baselines, ids, ratio, ratios, FOLDS) if measured and ids else None
+    )
+    return {
+        **meta,
+        "cache_price_ratio": ratio,
+        "windows": windows,
+        "threshold_target": gaps,
+        "cross_validation": cv,
+    }
 
 
 def print_results(results: dict[str, Any], other: float) -> None:
@@ -253,6 +258,46 @@ def print_results(results: dict[str, Any], other: float) -> None:
                 first="threshold/target",
             )
         )
+    for label, entries in results["windows"].items():
+        lost = entries.get("ctxopt", {}).get("lost_needed_lines")
+        if lost:
+            total = entries["ctxopt"]["needed_lines"]
+            causes = ", ".join(f"{cause} {n:,} ({n / total:.1%})" for cause, n in lost.items())
+            print(
+                f"\nctxopt at {label}: needed lines missing, by what became of their tool output "
+                f"(of {total:,} needed over all calls): {causes}"
+            )
+    cv = results["cross_validation"]
+    if cv:
+        print(
+            f"\nctxopt cross-validated ({cv['folds']} folds, window {SHARE_WINDOW}): {cv['rule']}"
+        )
+        rows = [
+            "| fold | sessions | chosen | billed | recall mean | over-window | "
+            + " | ".join(f"{n} billed" for n in BASELINES)
+            + " |"
+        ]
+        rows.append("| " + " | ".join("---" for _ in range(6 + len(BASELINES))) + " |")
+        for f in cv["per_fold"]:
+            chosen = f["chosen"]
+            name = setting_name(
+                (chosen["threshold_percent"], chosen["target_percent"], chosen["recent_turns"])
+            )
+            rows.append(
+                f"| {f['fold']} | {f['sessions']} | {name} | {f['billed_tokens']:,} | "
+                f"{f['needed_later_recall']:.3f} | {f['over_window_calls']} / {f['calls']} | "
+                + " | ".join(f"{f.get(n + '_billed_tokens', 0):,}" for n in BASELINES)
+                + " |"
+            )
+        print("\n".join(rows))
+        print(table({"ctxopt out-of-fold": cv["out_of_fold"], **cv["baselines"]}, ratio, other))
+        chosen = cv["chosen_on_all_sessions"]
+        print(
+            "chosen on all sessions: "
+            + setting_name(
+                (chosen["threshold_percent"], chosen["target_percent"], chosen["recent_turns"])
+            )
+        )
     for note in results["notes"]:
         print(f"- {note}")
     for name, reason in results["unavailable"].items():
@@ -266,9 +311,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     counter = TokenCounter("cl100k")
     limit = SMOKE_SESSIONS if args.smoke else args.limit
     sessions = load_sessions(args.swe, counter.count_many, limit)
-    sweep = SMOKE_SWEEP if args.smoke else SWEEP
+    grid = SMOKE_GRID if args.smoke else GRID
     unavailable: dict[str, str] = {}
-    tallies = replay(sessions, sweep, counter, args.ts_client, unavailable)
+    tallies = replay(sessions, grid, counter, args.ts_client, unavailable)
     other = OTHER_RATIO if args.cache_price_ratio != OTHER_RATIO else DEFAULT_RATIO
     meta = {
         "command": " ".join(["scripts/replay.sh", *argv]),
@@ -281,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "notes": list(NOTES),
         "unavailable": unavailable,
     }
-    results = results_json(tallies, sweep, args.cache_price_ratio, meta)
+    results = results_json(tallies, grid, args.cache_price_ratio, meta)
     session = typical(sessions)
     window = session.windows()[SHARE_WINDOW]
     billed = {

@@ -71,6 +71,7 @@ class NodeResult:
     ms: list[float]
     outcomes: list[str]  # per call: what the method did (compression status, adapter outcome)
     setting: dict[str, float]  # ctxopt: the threshold and target percent in effect
+    fates: list[dict[int, str]]  # ctxopt, per call: tool outputs not sent as is, by message index
 
 
 def check_node(ts_client: Path) -> None:
@@ -159,4 +160,5 @@ def result_of(answer: dict[str, Any]) -> NodeResult:
         [float(ms) for ms in answer["ms"]],
         [str(o) for o in answer["outcomes"]],
         {str(k): float(v) for k, v in answer.get("setting", {}).items()},
+        [{int(i): str(code) for i, code in call} for call in answer.get("fates", [])],
     )

@@ -8,6 +8,8 @@
 // stdout: one JSON line per job, in order:
 //         {"job", "texts": [[role, text]...], "prompts": [[text index...]...],
 //          "ms": [...], "outcomes": [what the method did at each call],
+//          "fates"?: per call, [[message index, "r" | "t" | "m" | "c"]...] (ctxopt: each tool
+//                    output not sent as is: removed, trimmed, masked, otherwise rewritten),
 //          "setting"?: {"thresholdPercent", "targetPercent"} (ctxopt: in effect)}
 //
 // A trajectory is mini-swe-agent's message list (system, task, then assistant
@@ -51,7 +53,7 @@ const request = JSON.parse(Buffer.concat(chunks).toString("utf8"));
 const tsClient = request.tsClient ?? path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../ts-client");
 const core = path.join(tsClient, "node_modules/@google/gemini-cli-core/dist/src");
 const { optimizeContents, closeContentOptimizers } = await import(path.join(tsClient, "dist/src/genai.js"));
-const { HOST_THRESHOLD_PERCENT, HOST_TARGET_PERCENT } = await import(path.join(tsClient, "dist/src/hostOptimizer.js"));
+const { THRESHOLD_SHARE, TARGET_SHARE } = await import(path.join(tsClient, "dist/src/hostOptimizer.js"));
 const { Config } = await import(path.join(core, "config/config.js"));
 const { ChatCompressionService } = await import(path.join(core, "context/chatCompressionService.js"));
 const { ToolOutputMaskingService } = await import(path.join(core, "context/toolOutputMaskingService.js"));
@@ -162,6 +164,23 @@ async function geminiCliNative(job, messages, request, config) {
   return { texts: out.texts, prompts: out.prompts, ms, outcomes };
 }
 
+/** What became of each tool output of `history` in `sent` (those sent as they are left out). */
+function fatesOf(history, sent) {
+  const outputs = new Map();
+  for (const content of sent) for (const part of content.parts ?? []) if (part.functionResponse) outputs.set(part.functionResponse.id, part.functionResponse.response?.output);
+  const fates = [];
+  for (const content of history) {
+    const response = content.parts?.[0]?.functionResponse;
+    if (response === undefined) continue;
+    const index = Number(response.id.slice("call_".length)) + 1; // the call's message index + 1
+    const output = outputs.get(response.id);
+    if (output === response.response.output) continue;
+    const code = output === undefined ? "r" : output.startsWith("[ctxopt: trimmed") ? "t" : output.startsWith("[ctxopt: masked") ? "m" : "c";
+    fates.push([index, code]);
+  }
+  return fates;
+}
+
 async function ctxopt(job, messages, request) {
   const contents = contentsOf(messages);
   const system = messages[0].content;
@@ -179,6 +198,7 @@ async function ctxopt(job, messages, request) {
   const out = new Prompts();
   const ms = [];
   const outcomes = [];
+  const fates = [];
   let history = [];
   for (const { earlier, request: next, reply } of callsOf(job, messages, contents)) {
     history = [...history, ...earlier, next];
@@ -186,11 +206,13 @@ async function ctxopt(job, messages, request) {
     const optimized = await optimizeContents(history, options);
     ms.push(performance.now() - started);
     outcomes.push(optimized.summary.outcome);
+    fates.push(fatesOf(history, optimized.contents));
     out.add(system, optimized.contents);
     history = [...history, reply];
   }
-  const setting = { thresholdPercent: options.thresholdPercent ?? HOST_THRESHOLD_PERCENT, targetPercent: options.targetPercent ?? HOST_TARGET_PERCENT };
-  return { texts: out.texts, prompts: out.prompts, ms, outcomes, setting };
+  // optimizeContents' ceiling is the window: the defaults are their shares of it
+  const setting = { thresholdPercent: options.thresholdPercent ?? 100 * THRESHOLD_SHARE, targetPercent: options.targetPercent ?? 100 * TARGET_SHARE };
+  return { texts: out.texts, prompts: out.prompts, ms, outcomes, fates, setting };
 }
 
 async function main() {

@@ -3,7 +3,7 @@ tables and the JSON."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +13,42 @@ from benchmarks.quality.datasets import CountTokens
 from benchmarks.quality.metrics import needed_recall
 from benchmarks.replay.ledger import Billing, bill_calls
 from benchmarks.replay.sessions import Prompt, Session
+
+# What became of the tool output a lost needed line came from (replay.mjs's fate codes)
+LOSS_CAUSES = {
+    "r": "stashed whole",
+    "t": "trimmed excerpt",
+    "m": "masked",
+    "c": "clipped to fit",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFigures:
+    """One session's calls under one method and window."""
+
+    billings: list[Billing]
+    recalls: list[float]
+    ms: list[float]
+    over_window: int
+
+
+def loss_cause(
+    session: Session, call: int, line: str, fates: Mapping[int, str], outcome: str
+) -> str:
+    """Why a needed line is missing from the prompt of `call`: the fate of the
+    latest tool output that held it (removed by local truncation when the
+    call fell back)."""
+    history = session.history(call)
+    sources = [
+        index
+        for index, (role, text) in enumerate(history)
+        if index >= 2 and role == "user" and line in text
+    ]
+    fate = fates.get(sources[-1], "") if sources else ""
+    if fate == "r" and outcome == "fallback":
+        return "dropped by local truncation"
+    return LOSS_CAUSES.get(fate, "other")
 
 
 @dataclass(slots=True)
@@ -29,6 +65,9 @@ class Tally:
     setting: dict[str, float] = field(default_factory=dict)  # ctxopt: threshold, target
     # per session: billed tokens at each call, for the plot
     billed_by_session: dict[str, list[Billing]] = field(default_factory=dict)
+    by_session: dict[str, SessionFigures] = field(default_factory=dict)
+    needed_lines: int = 0  # needed lines over the calls with fates (ctxopt)
+    lost: dict[str, int] = field(default_factory=dict)  # missing needed lines by cause
 
     def add(
         self,
@@ -38,6 +77,7 @@ class Tally:
         ms: Sequence[float],
         count: CountTokens,
         outcomes: Sequence[str] = (),
+        fates: Sequence[Mapping[int, str]] = (),
     ) -> None:
         if len(prompts) != len(session.calls) or len(ms) != len(session.calls):
             raise ValueError(
@@ -46,14 +86,23 @@ class Tally:
             )
         billings = bill_calls(prompts, count)
         done = outcomes or [""] * len(prompts)
-        for call, prompt, billing, outcome in zip(
-            session.calls, prompts, billings, done, strict=True
+        recalls: list[float] = []
+        over_window = 0
+        for index, (call, prompt, billing, outcome) in enumerate(
+            zip(session.calls, prompts, billings, done, strict=True)
         ):
             needed = session.needed(call)
             if needed:
-                self.recalls.append(needed_recall(needed, "\n".join(text for _, text in prompt)))
+                text = "\n".join(text for _, text in prompt)
+                recalls.append(needed_recall(needed, text))
+                if fates:
+                    self.needed_lines += len(needed)
+                    for line in needed:
+                        if line not in text:
+                            cause = loss_cause(session, call, line, fates[index], outcome)
+                            self.lost[cause] = self.lost.get(cause, 0) + 1
             over = billing.prompt_tokens > window
-            self.over_window += over
+            over_window += over
             if outcome:
                 self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
                 if over:
@@ -61,9 +110,37 @@ class Tally:
                         self.over_window_outcomes.get(outcome, 0) + 1
                     )
         self.billings += billings
+        self.recalls += recalls
+        self.over_window += over_window
         self.ms += ms
         self.sessions += 1
         self.billed_by_session[session.instance_id] = billings
+        self.by_session[session.instance_id] = SessionFigures(
+            billings, recalls, list(ms), over_window
+        )
+
+    @classmethod
+    def of(cls, figures: Mapping[str, SessionFigures]) -> Tally:
+        """A tally of sessions' figures (billing, recall, latency, over-window)."""
+        tally = cls()
+        for instance_id, figure in figures.items():
+            tally.billings += figure.billings
+            tally.recalls += figure.recalls
+            tally.ms += figure.ms
+            tally.over_window += figure.over_window
+            tally.sessions += 1
+            tally.by_session[instance_id] = figure
+        return tally
+
+    def restricted(self, sessions: Collection[str]) -> Tally:
+        """The figures of `sessions` only."""
+        return Tally.of({i: self.by_session[i] for i in sessions})
+
+    def billed(self, ratio: float) -> float:
+        return sum(b.billed(ratio) for b in self.billings)
+
+    def mean_recall(self) -> float:
+        return float(np.mean(self.recalls)) if self.recalls else 1.0
 
     def summary(self, ratio: float, ratios: Sequence[float]) -> dict[str, Any]:
         prompt = sum(b.prompt_tokens for b in self.billings)
@@ -93,6 +170,14 @@ class Tally:
                     "over_window_outcomes": dict(sorted(self.over_window_outcomes.items())),
                 }
                 if self.outcomes
+                else {}
+            ),
+            **(
+                {
+                    "needed_lines": self.needed_lines,
+                    "lost_needed_lines": dict(sorted(self.lost.items(), key=lambda kv: -kv[1])),
+                }
+                if self.needed_lines
                 else {}
             ),
         }

@@ -1,8 +1,8 @@
 import type { ContentGenerator } from "@google/gemini-cli-core";
 import { type Content, type Part } from "./gemini/types.js";
-import { HostHistoryOptimizer, type HostOptimizerOptions } from "./hostOptimizer.js";
+import { GEMINI_CLI_COMPRESSION_PERCENT, HostHistoryOptimizer, type HostOptimizerOptions } from "./hostOptimizer.js";
 
-export { HOST_PRESSURE_PERCENT, HOST_TARGET_PERCENT, HOST_THRESHOLD_PERCENT, HostHistoryOptimizer } from "./hostOptimizer.js";
+export { GEMINI_CLI_COMPRESSION_PERCENT, HOST_PRESSURE_PERCENT, HOST_TARGET_PERCENT, HOST_THRESHOLD_PERCENT, HostHistoryOptimizer } from "./hostOptimizer.js";
 export type { HostOptimizerOptions, OptimizedContents } from "./hostOptimizer.js";
 
 /** The options of `withContextOptimizer`; each wins over the environment. */
@@ -33,13 +33,17 @@ const MAIN_ROLE = "main";
  * `defaultMode` sets the mode for an unset variable. Gemini CLI owns the history: ctxopt rewrites only what is
  * sent, keeps its decisions stable between collections (the prompt's prefix
  * stays byte-identical), never sends more than the window and falls back to
- * local truncation when the service fails. See `HostHistoryOptimizer`.
+ * local truncation when the service fails. Its ceiling is Gemini CLI's
+ * compression line (`ceilingPercent`, default GEMINI_CLI_COMPRESSION_PERCENT
+ * of the window): acting at HOST_THRESHOLD_PERCENT and landing at
+ * HOST_TARGET_PERCENT keeps the CLI's lossy summary from running. See
+ * `HostHistoryOptimizer`.
  *
  * @example
  * const generator = withContextOptimizer(await createContentGenerator(cfg, config), { windowTokens: 200_000 });
  */
 export function withContextOptimizer(generator: ContentGenerator, options: ContextOptimizerOptions = {}): ContentGenerator {
-  const optimizer = new HostHistoryOptimizer(options);
+  const optimizer = new HostHistoryOptimizer({ ceilingPercent: GEMINI_CLI_COMPRESSION_PERCENT, ...options });
   type Request = Parameters<ContentGenerator["generateContent"]>[0];
   const rewrite = async <R extends Request>(request: R, role: string): Promise<R> => {
     const contents: unknown = request.contents;

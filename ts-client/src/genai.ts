@@ -17,8 +17,10 @@ const optimizers = new Map<string, HostHistoryOptimizer>();
  * (with the same `sessionId` on every call of a conversation) and send the
  * returned `contents` instead. Your history stays yours; ctxopt recognises
  * what it already saw, keeps its decisions stable between collections and
- * never returns more than the window. `Content[]` of `@google/genai` 1.30 and
- * 3.x go in and come out without casts. Like every client entry it is off
+ * never returns more than the window. With no compression of its own in the
+ * way, its ceiling is the window (`ceilingPercent` 100): it acts at
+ * THRESHOLD_SHARE of the window and lands at TARGET_SHARE. `Content[]` of
+ * `@google/genai` 1.30 and 3.x go in and come out without casts. Like every client entry it is off
  * (pass-through) unless GEMINI_CONTEXT_OPTIMIZATION says `true` or `shadow`,
  * or `defaultMode` sets the mode for an unset variable.
  *
@@ -28,7 +30,7 @@ const optimizers = new Map<string, HostHistoryOptimizer>();
  */
 export function optimizeContents(contents: readonly Content[], options: OptimizeContentsOptions = {}): Promise<OptimizedContents> {
   const { systemInstruction, ...rest } = options;
-  const key = JSON.stringify([rest.address ?? "", rest.sessionId ?? "default", rest.windowTokens ?? 0, rest.thresholdPercent ?? 0, rest.targetPercent ?? 0]);
+  const key = JSON.stringify([rest.address ?? "", rest.sessionId ?? "default", rest.windowTokens ?? 0, rest.thresholdPercent ?? 0, rest.targetPercent ?? 0, rest.ceilingPercent ?? 0, rest.recentTurns ?? -1]);
   let optimizer = optimizers.get(key);
   if (optimizer === undefined) {
     optimizer = new HostHistoryOptimizer(rest);

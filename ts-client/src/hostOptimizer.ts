@@ -4,9 +4,10 @@ import { type Flags, inRollout, readFlags } from "./flags.js";
 import { Action, type Chunk, type Decision, type OptimizeResponse, Strategy } from "./generated/ctxopt/v1/ctxopt.js";
 import { environmentContextTurns } from "./gemini/environment.js";
 import { findViolations } from "./gemini/history.js";
-import { judgePlan, tokensOf } from "./gemini/judgePlan.js";
+import { judgePlan, type PlanVerdict, tokensOf } from "./gemini/judgePlan.js";
 import { chunksOf, type MappedContent, mapContents, systemChunk, toContents } from "./gemini/mapping.js";
-import { truncateHistory } from "./gemini/truncate.js";
+import { countingClient, ServerCounts, windowTokensOf } from "./gemini/serverCounts.js";
+import { clipLatest, truncateHistory } from "./gemini/truncate.js";
 import type { Content } from "./gemini/types.js";
 import { tokenLimit } from "./models.js";
 import { SessionMirror, type SyncReport } from "./sessionMirror.js";
@@ -15,15 +16,30 @@ import { countActions, fallbackReason, ServiceUnhealthy } from "./serviceErrors.
 import { estimateContentsTokens, estimateTextTokens } from "./tokens.js";
 
 /**
- * Defaults inside a host that compresses on its own. Gemini CLI summarises the
- * history with an LLM once its prompt passes 50% of the window
- * (`DEFAULT_COMPRESSION_TOKEN_THRESHOLD`); acting at 40% and landing at 30%
- * keeps the prompt (and so the usage the model reports back) under that line,
- * so its lossy summary is not needed.
+ * Gemini CLI summarises the history with an LLM once its prompt passes this
+ * share of the window (`DEFAULT_COMPRESSION_TOKEN_THRESHOLD`). Inside Gemini
+ * CLI the adapter keeps the prompt (and so the usage the model reports back)
+ * under that line, so the lossy summary is not needed: the line is its ceiling.
  */
-export const HOST_THRESHOLD_PERCENT = 40;
-export const HOST_TARGET_PERCENT = 30;
-export const HOST_PRESSURE_PERCENT = 45;
+export const GEMINI_CLI_COMPRESSION_PERCENT = 50;
+
+/**
+ * The defaults as shares of the ceiling (the window for an agent with no
+ * compression of its own, Gemini CLI's compression line inside Gemini CLI):
+ * a collection runs when the prompt passes THRESHOLD_SHARE of it and lands at
+ * TARGET_SHARE; the gap is what later calls reuse from the provider's prompt
+ * cache. Chosen by 5-fold cross-validation on the session replay
+ * (benchmarks/replay, README "Session replay"); PRESERVABLE chunks go only
+ * above PRESSURE_SHARE.
+ */
+export const THRESHOLD_SHARE = 0.9;
+export const TARGET_SHARE = 0.6;
+export const PRESSURE_SHARE = 0.9;
+
+/** The defaults inside Gemini CLI, in percent of the window. */
+export const HOST_THRESHOLD_PERCENT = GEMINI_CLI_COMPRESSION_PERCENT * THRESHOLD_SHARE;
+export const HOST_TARGET_PERCENT = GEMINI_CLI_COMPRESSION_PERCENT * TARGET_SHARE;
+export const HOST_PRESSURE_PERCENT = GEMINI_CLI_COMPRESSION_PERCENT * PRESSURE_SHARE;
 
 /** What a caller may set; every field wins over the environment. */
 export interface HostOptimizerOptions {
@@ -35,13 +51,23 @@ export interface HostOptimizerOptions {
   readonly model?: string;
   /** The context window in tokens (default GEMINI_CONTEXT_WINDOW_TOKENS, else the model table's). */
   readonly windowTokens?: number;
-  /** The hook engages at this share of the window (default GEMINI_CONTEXT_THRESHOLD_PERCENT, else 40). */
+  /**
+   * The prompt's ceiling in percent of the window: where the host's own
+   * compression starts (`withContextOptimizer`: GEMINI_CLI_COMPRESSION_PERCENT),
+   * else the window itself (default 100). The default threshold, target and
+   * pressure are shares of it.
+   */
+  readonly ceilingPercent?: number;
+  /** The hook engages at this percent of the window (default GEMINI_CONTEXT_THRESHOLD_PERCENT, else THRESHOLD_SHARE of the ceiling). */
   readonly thresholdPercent?: number;
-  /** Where a collection lands (default GEMINI_CONTEXT_TARGET_PERCENT, else 30). */
+  /** Where a collection lands, percent of the window (default GEMINI_CONTEXT_TARGET_PERCENT, else TARGET_SHARE of the ceiling). */
   readonly targetPercent?: number;
-  /** PRESERVABLE chunks go only above this usage (default 45). */
+  /** PRESERVABLE chunks go only above this usage (default PRESSURE_SHARE of the ceiling). */
   readonly pressurePercent?: number;
-  /** Turns kept as GC roots (server default when unset). */
+  /**
+   * The most recent turns kept as GC roots (default RECENT_TURNS); fewer when
+   * they would not fit in the target, so a collection can always land.
+   */
   readonly recentTurns?: number;
   /** The mode when GEMINI_CONTEXT_OPTIMIZATION is unset (default `false`: pass-through). */
   readonly defaultMode?: Flags["mode"];
@@ -78,6 +104,12 @@ export interface RequestExtras {
   readonly overheadTokens?: number;
 }
 
+/** Recent turns kept as GC roots at most (the service's own default). */
+export const RECENT_TURNS = 10;
+
+/** The smallest percentage sent to the service (its budget reads 0 as unset). */
+const MIN_PERCENT = 0.01;
+
 /** Health is asked again after this long. */
 const HEALTH_TTL_MS = 30_000;
 
@@ -95,6 +127,12 @@ const HEALTH_TTL_MS = 30_000;
  * chunks it lacks (and loses only those the host itself dropped), and its plan
  * replaces the decisions.
  *
+ * Sizes are judged with a count never below the service's (`ServerCounts`):
+ * each part counts the larger of Gemini CLI's estimate and the service's
+ * cl100k count, or its UTF-8 bytes before the service has counted it; when
+ * that bound reaches the threshold the new chunks are sent to be counted
+ * before anything is decided.
+ *
  * Never worse, never over the window: a plan's result is sent only when it
  * passes Gemini's history rules (the latest turn and any pending call intact,
  * a parallel step's signed call kept with its siblings) and is smaller; a
@@ -108,6 +146,8 @@ export class HostHistoryOptimizer {
   private readonly client: CtxoptClient;
   private readonly ownsClient: boolean;
   private readonly mirror: SessionMirror;
+  /** The service's token counts, recorded from every AppendChunks answer and plan. */
+  private readonly counts = new ServerCounts();
   /** Decisions of the collections so far, by chunk id. */
   private readonly decisions = new Map<string, Decision>();
   private healthyUntil = 0;
@@ -128,7 +168,17 @@ export class HostHistoryOptimizer {
     this.sessionId = options.sessionId ?? `host-${randomUUID()}`;
     this.ownsClient = options.client === undefined;
     this.client = options.client ?? new CtxoptClient(this.flags.address, { deadlineMs: this.flags.deadlineMs });
-    this.mirror = new SessionMirror(this.client, this.sessionId);
+    this.mirror = new SessionMirror(countingClient(this.client, this.counts), this.sessionId);
+  }
+
+  /** Threshold, target and pressure in percent of the window, as this optimizer applies them. */
+  get percents(): { readonly threshold: number; readonly target: number; readonly pressure: number } {
+    const ceiling = this.options.ceilingPercent ?? 100;
+    const threshold = this.flags.thresholdPercent ?? ceiling * THRESHOLD_SHARE;
+    // A threshold set below the default target drags the target (and pressure) along.
+    const target = Math.min(this.flags.targetPercent ?? ceiling * TARGET_SHARE, threshold);
+    const pressure = Math.max(this.options.pressurePercent ?? ceiling * PRESSURE_SHARE, threshold);
+    return { threshold, target, pressure };
   }
 
   close(): void {
@@ -145,14 +195,10 @@ export class HostHistoryOptimizer {
   private async optimizeNow(contents: readonly Content[], extras: RequestExtras): Promise<OptimizedContents> {
     if (this.flags.mode === "false") return this.passThrough(contents, extras, "");
     if (!inRollout(this.sessionId, this.flags.rolloutPercent)) return this.passThrough(contents, extras, `session outside the ${this.flags.rolloutPercent}% rollout`);
-    const call = this.prepare(contents, extras);
-    const projected = this.decisions.size > 0 && this.flags.mode === "true" ? judgePlan(call.turns, this.currentPlan(call.turns)) : undefined;
-    const projectedTokens = call.fixedTokens + (projected?.accepted ? projected.tokensAfter : tokensOf(call.turns));
+    let call = this.prepare(contents, extras);
+    let projected = this.project(call);
     const tooManyChunks = this.flags.maxChunks > 0 && call.chunks.length > this.flags.maxChunks;
-    if (projectedTokens < call.thresholdTokens && !tooManyChunks) {
-      if (projected?.accepted) return this.finish(call, "optimized", projected.turns, { ...this.decisionCounts(call.turns), note: "earlier decisions kept (no collection)" });
-      return this.finish(call, "below-threshold", undefined);
-    }
+    if (call.fixedTokens + projected.tokens < call.thresholdTokens && !tooManyChunks) return this.withoutCollection(call, projected);
     if (Date.now() < this.breakerUntil) {
       const seconds = Math.ceil((this.breakerUntil - Date.now()) / 1000);
       return this.withoutService(call, `service skipped for ${seconds} s after a failure (${this.lastFailure}; circuit open)`);
@@ -160,7 +206,18 @@ export class HostHistoryOptimizer {
     let plan: OptimizeResponse;
     let sync: SyncReport;
     try {
-      ({ plan, sync } = await this.collect(call));
+      const settings: CallSettings = { deadline: new Date(Date.now() + this.flags.deadlineMs) };
+      await this.checkHealth(settings);
+      let counting: SyncReport | undefined;
+      if (!this.counted(call)) {
+        // Over the threshold on the byte bound: the service counts the new chunks first.
+        counting = await this.mirror.sync(this.serviceView(call), settings);
+        call = this.recount(call);
+        projected = this.project(call);
+        if (call.fixedTokens + projected.tokens < call.thresholdTokens && !tooManyChunks) return this.withoutCollection(call, projected, counting);
+      }
+      ({ plan, sync } = await this.mirror.optimize(this.serviceView(call), this.optimizeRequest(call, projected), settings));
+      if (counting !== undefined) sync = { appended: counting.appended + sync.appended, removed: counting.removed + sync.removed, resynced: counting.resynced || sync.resynced };
     } catch (error) {
       this.healthyUntil = 0;
       this.lastFailure = fallbackReason(error);
@@ -183,6 +240,7 @@ export class HostHistoryOptimizer {
       thresholdTokens: 0,
       targetTokens: 0,
       lockedTurns: 0,
+      estimated: [],
       turns: [],
       fixed: [],
       fixedTokens: tokens,
@@ -202,22 +260,59 @@ export class HostHistoryOptimizer {
     for (let index = 0; index < lockedTurns; index += 1) locked.add(index);
     const turns = mapContents(contents, { lockedIndexes: locked });
     const fixed = extras.systemInstruction ? [systemChunk("system", extras.systemInstruction)] : [];
-    const fixedTokens = fixed.reduce((sum, c) => sum + c.tokens, extras.overheadTokens ?? 0);
-    return {
+    const { threshold, target } = this.percents;
+    return this.recount({
       started,
       original: contents,
       model,
       windowTokens,
-      thresholdTokens: windowTokens * ((this.flags.thresholdPercent ?? HOST_THRESHOLD_PERCENT) / 100),
-      targetTokens: windowTokens * (Math.min(this.flags.targetPercent ?? HOST_TARGET_PERCENT, this.flags.thresholdPercent ?? HOST_THRESHOLD_PERCENT) / 100),
+      thresholdTokens: windowTokens * (threshold / 100),
+      targetTokens: windowTokens * (target / 100),
       lockedTurns,
+      estimated: turns,
       turns,
       fixed,
-      fixedTokens,
+      fixedTokens: 0,
       overheadTokens: extras.overheadTokens ?? 0,
       chunks: [...fixed, ...chunksOf(turns)],
-      tokensBefore: fixedTokens + tokensOf(turns),
-    };
+      tokensBefore: 0,
+    });
+  }
+
+  /** `call` with every part (and the system instruction) at its window count as the service has counted it so far. */
+  private recount(call: PreparedCall): PreparedCall {
+    const turns = this.counts.counted(call.estimated);
+    const fixedTokens = call.fixed.reduce((sum, c) => sum + this.windowTokens(c), call.overheadTokens);
+    return { ...call, turns, fixedTokens, tokensBefore: fixedTokens + tokensOf(turns) };
+  }
+
+  private windowTokens(chunk: Chunk): number {
+    return windowTokensOf(chunk.tokens, chunk.text, this.counts.get(chunk.id, chunk.text));
+  }
+
+  /** Whether the service has counted every chunk of the call. */
+  private counted(call: PreparedCall): boolean {
+    return this.counts.allCounted(call.turns) && call.fixed.every((c) => this.counts.get(c.id, c.text) !== undefined);
+  }
+
+  /** The prompt as the kept decisions make it (no decisions, or a refused result: the turns as they are). */
+  private project(call: PreparedCall): { verdict?: PlanVerdict; turns: MappedContent[]; tokens: number } {
+    const verdict = this.decisions.size > 0 && this.flags.mode === "true" ? this.judge(call.turns, this.currentPlan(call.turns)) : undefined;
+    const turns = verdict?.accepted ? verdict.turns : call.turns;
+    return { ...(verdict === undefined ? {} : { verdict }), turns, tokens: tokensOf(turns) };
+  }
+
+  /** `judgePlan` with the result at window counts (a rewritten part counts what the service counted for its replacement). */
+  private judge(turns: readonly MappedContent[], plan: Pick<OptimizeResponse, "keptIds" | "decisions">): PlanVerdict {
+    const verdict = judgePlan(turns, plan);
+    const counted = this.counts.counted(verdict.turns);
+    return { ...verdict, turns: counted, tokensAfter: tokensOf(counted) };
+  }
+
+  /** Under the threshold: the kept decisions apply (the prefix stays byte-identical), or the request goes as is. */
+  private withoutCollection(call: PreparedCall, projected: { verdict?: PlanVerdict }, sync?: SyncReport): OptimizedContents {
+    if (projected.verdict?.accepted) return this.finish(call, "optimized", projected.verdict.turns, { ...this.decisionCounts(call.turns), note: "earlier decisions kept (no collection)" }, undefined, sync);
+    return this.finish(call, "below-threshold", undefined, {}, undefined, sync);
   }
 
   /** The decisions that apply to these turns, as a plan (a split parallel step keeps its signed call). */
@@ -229,29 +324,30 @@ export class HostHistoryOptimizer {
     return { keptIds: [], decisions: kept };
   }
 
-  /** The chunks as the service should hold them: decided removals absent, rewrites as rewritten. */
+  /**
+   * The chunks as the service should hold them: decided removals absent,
+   * rewrites as rewritten; sent with `tokens: 0` so the service counts them.
+   */
   private serviceView(call: PreparedCall): Chunk[] {
     const view: Chunk[] = [];
     for (const chunk of call.chunks) {
       const decision = this.decisions.get(chunk.id);
-      if (decision === undefined) view.push(chunk);
+      if (decision === undefined) view.push({ ...chunk, tokens: 0 });
       else if (decision.action === Action.ACTION_TRIM || decision.action === Action.ACTION_MASK) {
-        view.push({ ...chunk, text: decision.replacementText, tokens: decision.tokensAfter });
+        view.push({ ...chunk, text: decision.replacementText, tokens: 0 });
       }
     }
+    this.counts.retain(new Set(call.chunks.map((c) => c.id)));
     return view;
   }
 
-  private async collect(call: PreparedCall): Promise<{ plan: OptimizeResponse; sync: SyncReport }> {
-    const settings: CallSettings = { deadline: new Date(Date.now() + this.flags.deadlineMs) };
-    if (Date.now() >= this.healthyUntil) {
-      if ((await this.client.health("", settings)) !== ServingStatus.SERVING) throw new ServiceUnhealthy();
-      this.healthyUntil = Date.now() + HEALTH_TTL_MS;
-    }
-    return this.mirror.optimize(this.serviceView(call), this.optimizeRequest(call), settings);
+  private async checkHealth(settings: CallSettings): Promise<void> {
+    if (Date.now() < this.healthyUntil) return;
+    if ((await this.client.health("", settings)) !== ServingStatus.SERVING) throw new ServiceUnhealthy();
+    this.healthyUntil = Date.now() + HEALTH_TTL_MS;
   }
 
-  private optimizeRequest(call: PreparedCall) {
+  private optimizeRequest(call: PreparedCall, projected: { turns: readonly MappedContent[] }) {
     const last = call.turns.at(-1);
     const beforeLast = call.turns.at(-2);
     const lastAnswersCalls = last?.parts.some((p) => p.part.functionResponse !== undefined) ?? false;
@@ -261,15 +357,15 @@ export class HostHistoryOptimizer {
       ...(lastAnswersCalls ? (beforeLast?.parts ?? []) : []),
       ...(lastIsPendingCall ? (beforeLast?.parts ?? []) : []),
     ].map((p) => p.chunk.id);
-    const threshold = this.flags.thresholdPercent ?? HOST_THRESHOLD_PERCENT;
-    // A threshold set below the default target drags the target (and pressure) along.
-    const target = Math.min(this.flags.targetPercent ?? HOST_TARGET_PERCENT, threshold);
-    const pressure = Math.max(this.options.pressurePercent ?? HOST_PRESSURE_PERCENT, threshold);
-    // The service sees the chunks only: the request's other tokens (tool
-    // declarations) come off its window, and the percentages are restated on it.
-    const overhead = call.overheadTokens;
+    const { threshold, target, pressure } = this.percents;
+    // The service sees the chunks only, at its own counts: the request's other
+    // tokens (tool declarations) and what the window count adds to its counts
+    // come off its window, and the percentages are restated on it.
+    const excess = this.counts.excess(projected.turns) + call.fixed.reduce((sum, c) => sum + this.windowTokens(c) - (this.counts.get(c.id, c.text) ?? this.windowTokens(c)), 0);
+    const overhead = call.overheadTokens + excess;
     const chunkWindow = Math.max(1, call.windowTokens - overhead);
-    const restated = (percent: number) => Math.min(100, Math.max(0, (100 * ((call.windowTokens * percent) / 100 - overhead)) / chunkWindow));
+    // Never 0: the service reads 0 as unset and would apply its own default.
+    const restated = (percent: number) => Math.min(100, Math.max(MIN_PERCENT, (100 * ((call.windowTokens * percent) / 100 - overhead)) / chunkWindow));
     return {
       query: queryOf(call.turns),
       budget: {
@@ -278,7 +374,7 @@ export class HostHistoryOptimizer {
         targetPercent: restated(target),
         pressurePercent: restated(pressure),
       },
-      roots: { rootIds: mandatory, ...(this.options.recentTurns === undefined ? {} : { recentTurns: this.options.recentTurns }) },
+      roots: { rootIds: mandatory, recentTurns: recentRoots(projected.turns, this.options.recentTurns ?? RECENT_TURNS, call.targetTokens - call.fixedTokens) },
       dryRun: this.flags.mode === "shadow",
       aggressive: this.flags.aggressive,
       strategy: Strategy.STRATEGY_HYBRID,
@@ -287,9 +383,10 @@ export class HostHistoryOptimizer {
   }
 
   private usePlan(call: PreparedCall, plan: OptimizeResponse, sync: SyncReport): OptimizedContents {
+    this.counts.recordDecisions(plan.decisions);
     if (!plan.triggered && this.decisions.size === 0) return this.finish(call, "below-threshold", undefined, { note: "service: not triggered" }, plan, sync);
     if (this.flags.mode === "shadow") {
-      const verdict = judgePlan(call.turns, plan);
+      const verdict = this.judge(call.turns, plan);
       return this.finish(call, "shadow", undefined, { ...countActions(plan), tokensAfter: call.fixedTokens + verdict.tokensAfter, note: verdict.reason }, plan, sync);
     }
     // The service's plan is authoritative for what it holds: a chunk it keeps
@@ -302,7 +399,7 @@ export class HostHistoryOptimizer {
       if (decision.action === Action.ACTION_KEEP) this.decisions.delete(decision.chunkId);
       else this.decisions.set(decision.chunkId, decision);
     }
-    const verdict = judgePlan(call.turns, this.currentPlan(call.turns));
+    const verdict = this.judge(call.turns, this.currentPlan(call.turns));
     const infeasible = plan.triggered && !plan.feasible ? "plan infeasible (the protected turns alone exceed the target)" : "";
     if (!verdict.accepted) {
       return this.sendWithinWindow(call, call.turns, "kept-original", [infeasible, verdict.reason].filter(Boolean).join("; "), plan, sync);
@@ -329,7 +426,7 @@ export class HostHistoryOptimizer {
   /** No plan: shadow mode sends the original; otherwise local truncation (the plan's earlier decisions applied first). */
   private withoutService(call: PreparedCall, reason: string): OptimizedContents {
     if (this.flags.mode === "shadow") return this.finish(call, "shadow", undefined, { note: `no plan: ${reason}` });
-    const projected = this.decisions.size > 0 ? judgePlan(call.turns, this.currentPlan(call.turns)) : undefined;
+    const projected = this.decisions.size > 0 ? this.judge(call.turns, this.currentPlan(call.turns)) : undefined;
     return this.truncate(call, projected?.accepted ? projected.turns : call.turns, reason);
   }
 
@@ -345,9 +442,18 @@ export class HostHistoryOptimizer {
     if (findViolations(toContents(truncated.turns)).length > 0) {
       return this.finish(call, "fallback", undefined, { note: `${reason}; truncation would break the history, sent as is` }, plan, sync);
     }
-    const tokens = call.fixedTokens + tokensOf(truncated.turns);
+    let sent = truncated.turns;
+    let clippedNote = "";
+    const over = call.fixedTokens + tokensOf(sent) - call.windowTokens;
+    if (over > 0) {
+      // The latest turns alone exceed the window: their tool outputs lose their middle.
+      const clipping = clipLatest(sent, over, (part) => this.counts.partTokens(part));
+      sent = this.counts.counted(clipping.turns);
+      if (clipping.clipped > 0) clippedNote = `; the latest turns alone exceeded the window: ${clipping.clipped} tool output(s) of the latest turn clipped`;
+    }
+    const tokens = call.fixedTokens + tokensOf(sent);
     const still = tokens > call.windowTokens ? `; still ${fmt(tokens)} tokens: the latest turns alone exceed the window` : "";
-    return this.finish(call, "fallback", truncated.turns, { ...counts, droppedTurns: truncated.droppedTurns, note: `${reason}${still}` }, plan, sync);
+    return this.finish(call, "fallback", sent, { ...counts, droppedTurns: truncated.droppedTurns, note: `${reason}${clippedNote}${still}` }, plan, sync);
   }
 
   private decisionCounts(turns: readonly MappedContent[]): Pick<ContextSummary, "stashed" | "trimmed" | "masked" | "deleted"> {
@@ -390,7 +496,11 @@ interface PreparedCall {
   readonly thresholdTokens: number;
   readonly targetTokens: number;
   readonly lockedTurns: number;
+  /** The turns at the host's estimate (as mapped). */
+  readonly estimated: MappedContent[];
+  /** The turns at window counts (`ServerCounts`). */
   readonly turns: MappedContent[];
+  /** The system instruction's chunk, at the host's estimate. */
   readonly fixed: Chunk[];
   readonly fixedTokens: number;
   /** Tokens of the request outside the chunks (tool declarations). */
@@ -421,6 +531,24 @@ export function signedCallsToKeep(turns: readonly MappedContent[], decisions: Re
     }
   });
   return ids;
+}
+
+/**
+ * How many of the last turns stay roots: up to `most`, as long as they fit in
+ * `room` tokens together (roots the target cannot hold make a plan infeasible,
+ * and its fallback drops whole exchanges).
+ */
+export function recentRoots(turns: readonly MappedContent[], most: number, room: number): number {
+  let tokens = 0;
+  let kept = 0;
+  for (let index = turns.length - 1; index >= 0 && kept < most; index -= 1) {
+    const turn = turns[index]!;
+    if (turn.parts.length === 0) continue;
+    tokens += turn.parts.reduce((sum, p) => sum + p.chunk.tokens, 0);
+    if (tokens > room) break;
+    kept += 1;
+  }
+  return kept;
 }
 
 /** The relevance query: the latest user text, plus the user text that opened the current task when they differ. */

@@ -4,9 +4,21 @@ import { CtxoptClient } from "../src/client.js";
 import { DEFAULT_FLAGS, type Flags } from "../src/flags.js";
 import { Action, Decision } from "../src/generated/ctxopt/v1/ctxopt.js";
 import { findViolations } from "../src/gemini/history.js";
-import { mapContents } from "../src/gemini/mapping.js";
+import { chunksOf, mapContents } from "../src/gemini/mapping.js";
 import type { Content } from "../src/gemini/types.js";
-import { HostHistoryOptimizer, type HostOptimizerOptions, signedCallsToKeep } from "../src/hostOptimizer.js";
+import {
+  GEMINI_CLI_COMPRESSION_PERCENT,
+  HOST_PRESSURE_PERCENT,
+  HOST_TARGET_PERCENT,
+  HOST_THRESHOLD_PERCENT,
+  HostHistoryOptimizer,
+  type HostOptimizerOptions,
+  PRESSURE_SHARE,
+  recentRoots,
+  signedCallsToKeep,
+  TARGET_SHARE,
+  THRESHOLD_SHARE,
+} from "../src/hostOptimizer.js";
 import { PromptBuilder } from "../src/promptBuilder.js";
 import { estimateContentsTokens } from "../src/tokens.js";
 import { call, model, response, text, user } from "./support/histories.js";
@@ -94,15 +106,15 @@ test("after a failure the circuit breaker skips the service for CTXOPT_BREAKER_M
   assert.ok(waited < 200, `the second call waited ${waited.toFixed(0)} ms`);
 });
 
-test("an infeasible plan is never sent over the window: it falls back and says so", async () => {
-  // Every turn is recent (a root): the service cannot reach the target, and the whole exceeds the window.
+test("recent turns the target cannot hold are not made roots: the plan lands under the window instead of falling back", async () => {
+  // Asked to keep every turn as a root, the service could not reach the target and the whole exceeds the window.
   const contents = toolSession(12, 1_000);
   const result = await optimizer({}, { windowTokens: 6_000, recentTurns: 100 }).optimize(contents);
   assert.ok(estimateContentsTokens(contents) > 6_000);
+  assert.equal(result.summary.outcome, "optimized", result.summaryLine);
   assert.ok(result.summary.tokensAfter <= 6_000, result.summaryLine);
-  assert.ok(estimateContentsTokens(result.contents) <= 6_000, result.summaryLine);
-  assert.equal(result.summary.outcome, "fallback");
-  assert.match(result.summary.note, /window/);
+  assert.ok((await serviceCount(result.contents)) <= 6_000, result.summaryLine);
+  assert.deepEqual(result.contents.at(-1), contents.at(-1));
   assert.deepEqual(findViolations(result.contents), []);
 });
 
@@ -177,7 +189,7 @@ function logSession(): Content[] {
 
 test("a trimmed tool output is the excerpt itself: no tool-name prefix, name and id kept", async () => {
   const contents = logSession();
-  const result = await optimizer({}, { windowTokens: 150_000 }).optimize(contents);
+  const result = await optimizer({}, { windowTokens: 150_000, thresholdPercent: 40, targetPercent: 30 }).optimize(contents);
   assert.ok(result.summary.trimmed > 0, result.summaryLine);
   const outputs = result.contents.flatMap((c) => (c.parts ?? []).flatMap((p) => (p.functionResponse ? [p.functionResponse] : [])));
   const trimmed = outputs.filter((r) => String(r.response?.["output"]).startsWith("[ctxopt: trimmed"));
@@ -217,4 +229,74 @@ test("a chunk restored (and pinned) on the service comes back into the prompt at
   } finally {
     client.close();
   }
+});
+
+/** The service's cl100k count of what a request sends (its parts as chunks, counted by a fresh session). */
+async function serviceCount(contents: readonly Content[]): Promise<number> {
+  const client = new CtxoptClient(server.address, { deadlineMs: 5000 });
+  try {
+    const chunks = chunksOf(mapContents(contents)).map((c) => ({ ...c, tokens: 0 }));
+    const answer = await client.appendChunks({ sessionId: `count-${process.pid}-${(sessions += 1)}`, chunks });
+    return answer.chunks.reduce((sum, c) => sum + c.tokens, 0);
+  } finally {
+    client.close();
+  }
+}
+
+/** Hex words: cl100k needs about 2.4 times Gemini CLI's chars/4 estimate for them. */
+function denseSession(steps: number): Content[] {
+  const contents: Content[] = [user(text("Find the corrupted block in the dump."))];
+  for (let i = 0; i < steps; i += 1) {
+    contents.push(model(text(`Step ${i}.`), call("run_shell_command", `d${i}`, { command: `xxd block${i}` })));
+    const words = Array.from({ length: 300 }, (_, w) => ((((i + 1) * 40503 + w) * 2654435761) % 2 ** 32).toString(16).padStart(8, "0"));
+    contents.push(user(response("run_shell_command", `d${i}`, words.join(" "))));
+  }
+  return contents;
+}
+
+test("a request fits the window by the service's cl100k count when chars/4 underestimates it (dense hex)", async () => {
+  const contents = denseSession(8);
+  assert.ok(estimateContentsTokens(contents) < 0.9 * 8_000, "below the threshold by Gemini CLI's estimate");
+  assert.ok((await serviceCount(contents)) > 8_000, "over the window by cl100k");
+  const result = await optimizer().optimize(contents);
+  assert.ok(result.changed, result.summaryLine);
+  assert.ok((await serviceCount(result.contents)) <= 8_000, result.summaryLine);
+  assert.deepEqual(findViolations(result.contents), []);
+});
+
+test("between collections the window count of the uncounted new turns is their UTF-8 bytes: a large new output is counted before it is sent", async () => {
+  const host = optimizer();
+  const first = await host.optimize(denseSession(3));
+  assert.equal(first.summary.outcome, "below-threshold", first.summaryLine);
+  const grown = await host.optimize(denseSession(8));
+  assert.ok((await serviceCount(grown.contents)) <= 8_000, grown.summaryLine);
+});
+
+test("the defaults are shares of the ceiling: the window for optimizeContents, Gemini CLI's compression line inside it", () => {
+  const plain = optimizer();
+  assert.deepEqual(plain.percents, { threshold: 100 * THRESHOLD_SHARE, target: 100 * TARGET_SHARE, pressure: 100 * PRESSURE_SHARE });
+  const cli = optimizer({}, { ceilingPercent: GEMINI_CLI_COMPRESSION_PERCENT });
+  assert.deepEqual(cli.percents, { threshold: HOST_THRESHOLD_PERCENT, target: HOST_TARGET_PERCENT, pressure: HOST_PRESSURE_PERCENT });
+  assert.ok(HOST_THRESHOLD_PERCENT < GEMINI_CLI_COMPRESSION_PERCENT, "below Gemini CLI's own compression");
+  assert.deepEqual(optimizer({ thresholdPercent: 30 }).percents, { threshold: 30, target: 30, pressure: 100 * PRESSURE_SHARE }, "a low threshold drags the target along");
+});
+
+test("recent turns stay roots only as far as they fit in the room the target leaves", () => {
+  const turns = mapContents([user(text("a".repeat(400))), model(text("b".repeat(400))), user(text("c".repeat(400)))]); // 100 tokens each
+  assert.equal(recentRoots(turns, 10, 1_000), 3);
+  assert.equal(recentRoots(turns, 2, 1_000), 2);
+  assert.equal(recentRoots(turns, 10, 250), 2);
+  assert.equal(recentRoots(turns, 10, 50), 0);
+});
+
+test("a latest tool output larger than the window alone is clipped (head and tail kept) so the request fits", async () => {
+  const lines = Array.from({ length: 2_000 }, (_, l) => `line ${l}: ${"output ".repeat(4)}`);
+  const contents: Content[] = [user(text("Run the tests.")), model(call("run_shell_command", "t1", { command: "pytest" })), user(response("run_shell_command", "t1", lines.join("\n")))];
+  const result = await optimizer().optimize(contents);
+  assert.equal(result.summary.outcome, "fallback", result.summaryLine);
+  assert.match(result.summaryLine, /clipped/);
+  const output = String(result.contents.at(-1)!.parts![0]!.functionResponse!.response!["output"]);
+  assert.ok(output.startsWith("line 0:") && output.endsWith(lines.at(-1)!), "head and tail kept");
+  assert.match(output, /\[ctxopt: \d+ characters clipped to fit the window\]/);
+  assert.ok((await serviceCount(result.contents)) <= 8_000, result.summaryLine);
 });

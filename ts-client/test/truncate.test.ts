@@ -2,8 +2,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
 import { findViolations } from "../src/gemini/history.js";
-import { mapContents, toContents } from "../src/gemini/mapping.js";
-import { truncateHistory } from "../src/gemini/truncate.js";
+import { type MappedPart, mapContents, toContents } from "../src/gemini/mapping.js";
+import { clipLatest, truncateHistory } from "../src/gemini/truncate.js";
 import { call, model, response, text, user, validHistory } from "./support/histories.js";
 
 const long = "x".repeat(4000); // 1,000 tokens
@@ -53,4 +53,26 @@ test("truncating a valid history at any target keeps it valid", () => {
       assert.deepEqual(findViolations(toContents(truncateHistory(mapContents(h), target, 0).turns)), []);
     }),
   );
+});
+
+test("clipLatest cuts the middle of the latest turn's largest tool output until the excess is gone; head, tail and every other part stay", () => {
+  const big = Array.from({ length: 400 }, (_, l) => `row ${l} ${"z".repeat(20)}`).join("\n");
+  const turns = mapContents([user(text("task")), model(call("run", "1")), user(response("run", "1", big), text("and a note"))]);
+  const bytes = (p: MappedPart) => Math.max(p.chunk.tokens, Buffer.byteLength(p.chunk.text, "utf8"));
+  const before = turns.at(-1)!.parts.reduce((sum, p) => sum + bytes(p), 0);
+  const { turns: clipped, clipped: count } = clipLatest(turns, 5_000, bytes);
+  assert.equal(count, 1);
+  const after = clipped.at(-1)!.parts.reduce((sum, p) => sum + bytes(p), 0);
+  assert.ok(before - after >= 5_000, `${before} -> ${after}`);
+  const output = String(clipped.at(-1)!.parts[0]!.part.functionResponse!.response!["output"]);
+  assert.ok(output.startsWith("row 0 ") && output.endsWith(`row 399 ${"z".repeat(20)}`));
+  assert.match(output, /\[ctxopt: \d+ characters clipped to fit the window\]/);
+  assert.deepEqual(clipped.at(-1)!.parts[1], turns.at(-1)!.parts[1]);
+  assert.deepEqual(clipped.slice(0, -1), turns.slice(0, -1));
+  assert.deepEqual(findViolations(toContents(clipped)), []);
+});
+
+test("clipLatest leaves a history with no excess as it is", () => {
+  const turns = mapContents(history);
+  assert.deepEqual(clipLatest(turns, 0, (p) => p.chunk.tokens).turns, turns);
 });

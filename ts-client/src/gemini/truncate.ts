@@ -1,4 +1,4 @@
-import type { MappedContent } from "./mapping.js";
+import { type MappedContent, type MappedPart, remapPart } from "./mapping.js";
 
 export interface Truncation {
   readonly turns: MappedContent[];
@@ -36,4 +36,48 @@ export function truncateHistory(turns: readonly MappedContent[], targetTokens: n
     tokens -= tokensOf(turns[i]!) + tokensOf(turns[i + 1]!);
   }
   return { turns: turns.filter((_, i) => !dropped.has(i)), droppedTurns: dropped.size };
+}
+
+export interface Clipping {
+  readonly turns: MappedContent[];
+  /** Tool outputs of the latest turn that lost their middle. */
+  readonly clipped: number;
+}
+
+/** Characters of a clipped output's head and tail never go below this. */
+const MIN_CLIP_KEEP = 200;
+
+/**
+ * The last resort when the latest turn alone (which truncation keeps) exceeds
+ * the window: its tool outputs, largest first, keep their head and tail and
+ * lose their middle, a marker in its place, until `excessTokens` are gone.
+ * `count` measures a part as the caller judges the window (a clipped text is
+ * new to the service, so typically its UTF-8 bytes); a sent request that
+ * would be refused as too long helps no one.
+ */
+export function clipLatest(turns: readonly MappedContent[], excessTokens: number, count: (part: MappedPart) => number): Clipping {
+  const last = turns.at(-1);
+  if (last === undefined || excessTokens <= 0) return { turns: [...turns], clipped: 0 };
+  let excess = excessTokens;
+  let clipped = 0;
+  const parts = [...last.parts];
+  const order = parts.map((p, i) => ({ i, tokens: count(p) })).sort((a, b) => b.tokens - a.tokens);
+  for (const { i, tokens } of order) {
+    const mapped = parts[i]!;
+    const response = mapped.part.functionResponse;
+    const output = response?.response?.["output"];
+    if (excess <= 0 || response === undefined || typeof output !== "string") continue;
+    const allowance = tokens - excess;
+    let keep = Math.floor(output.length / 2);
+    let candidate = mapped;
+    do {
+      keep = Math.floor(keep * 0.8);
+      const text = `${output.slice(0, keep)}\n[ctxopt: ${output.length - 2 * keep} characters clipped to fit the window]\n${output.slice(output.length - keep)}`;
+      candidate = remapPart(mapped, { ...mapped.part, functionResponse: { ...response, response: { ...response.response, output: text } } }, text);
+    } while (count(candidate) > allowance && keep > MIN_CLIP_KEEP);
+    excess -= tokens - count(candidate);
+    parts[i] = candidate;
+    clipped += 1;
+  }
+  return { turns: [...turns.slice(0, -1), { ...last, parts }], clipped };
 }
