@@ -288,11 +288,11 @@ def test_the_stash_answers_only_to_its_owner(stub: Stub) -> None:
 
 
 def test_snippet_is_the_matching_line_with_the_match_marked(store: Store) -> None:
-    lines = [f"line {i}: collected item from the worker pool" for i in range(50)]
-    lines[31] = "line 31: ConnectionError while retrying the upload"
+    lines = [f"line {i}: collected item from the worker pool" for i in range(1_000)]
+    lines[731] = "line 731: ConnectionError while retrying the upload"
     stash_texts(store, {"log": "\n".join(lines)})
     hits, _ = store.search(OWNER, "s1", "retry upload", StashFilter(), 10, 0)
-    assert hits[0].snippet.startswith("… line 31: ConnectionError while «retrying» the «upload»")
+    assert hits[0].snippet.startswith("… line 731: ConnectionError while «retrying» the «upload»")
     assert hits[0].snippet.endswith(" …")
 
 

@@ -45,6 +45,10 @@ SNIPPET_OPEN = "«"
 SNIPPET_CLOSE = "»"
 SNIPPET_ELLIPSIS = "…"
 SNIPPET_CHARS = 160  # text shown around the matches (markers and ellipses aside)
+SNIPPET_BLOCK = 64  # pieces analysed together to skip the text that does not match
+# Text read for the best pieces once some match: a long original shows its first
+# matches rather than paying an analysis of all of it for every hit.
+SNIPPET_SCAN_CHARS = 64_000
 BROWSE_SNIPPET_CHARS = 160
 # A query's first terms; more only slow the match without changing the top hits.
 MAX_QUERY_TERMS = 64
@@ -111,46 +115,39 @@ def search_sql(
         )
         cut: list[object] = [BROWSE_SNIPPET_CHARS, BROWSE_SNIPPET_CHARS, SNIPPET_ELLIPSIS]
         return sql, [*cut, *params, limit + 1, offset]
+    # The page is ranked on ids alone, then its originals are read: the sorter
+    # never carries the text of every match.
     sql = (
-        "SELECT s.stash_id, s.chunk_id, s.session_id, s.kind, -bm25(stash_fts), "
-        "s.text, s.tokens, s.action, s.stashed_at_ms "
+        "WITH page AS ("
+        "SELECT s.id AS id, bm25(stash_fts) AS rank "
         "FROM stash_fts JOIN stash AS s ON s.id = stash_fts.rowid "
         f"WHERE stash_fts MATCH ? AND {where} "
-        "ORDER BY bm25(stash_fts), s.id LIMIT ? OFFSET ?"
+        "ORDER BY rank, s.id LIMIT ? OFFSET ?) "
+        "SELECT s.stash_id, s.chunk_id, s.session_id, s.kind, -page.rank, "
+        "s.text, s.tokens, s.action, s.stashed_at_ms "
+        "FROM page JOIN stash AS s ON s.id = page.id ORDER BY page.rank, s.id"
     )
     return sql, [match, *params, limit + 1, offset]
 
 
 def snippet(text: str, wanted: frozenset[str], terms: Terms) -> str:
-    """Where `text` matches: its pieces (lines, long lines cut at spaces into
+    """Where `text` matches: its pieces (lines; a long line cut at spaces into
     pieces of at most SNIPPET_CHARS) holding the most distinct `wanted` terms,
-    then the most hits, best first while they fit in SNIPPET_CHARS together; shown
-    in text order with every matching word marked and `…` where text is left out.
-    The start of the text when no piece matches.
+    earliest first, as many as fit in SNIPPET_CHARS together; shown in text order
+    with every matching word marked and `…` where text is left out. The start of
+    the text when no piece matches.
 
     >>> from ctxopt.scoring.analyzer import Analyzer
     >>> snippet("setup\\nthe retries failed\\nteardown", frozenset({"retri"}), Analyzer().terms)
     '… the «retries» failed …'
     """
     pieces = _pieces(text)
-    ranked = []
-    for index, piece in enumerate(pieces):
-        found = terms(piece)
-        distinct = len(wanted.intersection(found))
-        if distinct:
-            ranked.append((-distinct, -sum(map(wanted.__contains__, found)), index))
-    if not ranked:
+    shown = _best_pieces(pieces, wanted, terms)
+    if not shown:
         return text[:SNIPPET_CHARS] + (SNIPPET_ELLIPSIS if len(text) > SNIPPET_CHARS else "")
-    shown: list[int] = []
-    room = SNIPPET_CHARS
-    for _, _, index in sorted(ranked):
-        if len(pieces[index]) <= room:
-            shown.append(index)
-            room -= len(pieces[index])
-    shown.sort()
 
     def mark(word: re.Match[str]) -> str:
-        hit = wanted.intersection(terms(word[0]))
+        hit = not wanted.isdisjoint(terms(word[0]))
         return f"{SNIPPET_OPEN}{word[0]}{SNIPPET_CLOSE}" if hit else word[0]
 
     parts: list[str] = []
@@ -165,19 +162,53 @@ def snippet(text: str, wanted: frozenset[str], terms: Terms) -> str:
     return " ".join(parts)
 
 
+def _best_pieces(pieces: list[str], wanted: frozenset[str], terms: Terms) -> list[int]:
+    """The indexes of the pieces a snippet shows, in text order.
+
+    Pieces are analysed SNIPPET_BLOCK at a time first, so text without a match
+    costs one analyzer call per block. The scan stops once pieces holding every
+    wanted term fill the snippet (no later piece can outrank them), or once past
+    SNIPPET_SCAN_CHARS with a match found."""
+    found: list[tuple[int, int]] = []  # (-distinct wanted terms, index)
+    complete_chars = scanned_chars = 0
+    for start in range(0, len(pieces), SNIPPET_BLOCK):
+        block = pieces[start : start + SNIPPET_BLOCK]
+        joined = " ".join(block)
+        scanned_chars += len(joined)
+        if wanted.isdisjoint(terms(joined)):
+            continue
+        for index, piece in enumerate(block, start):
+            distinct = len(wanted.intersection(terms(piece)))
+            if distinct:
+                found.append((-distinct, index))
+            if distinct == len(wanted):
+                complete_chars += len(piece)
+        if complete_chars >= SNIPPET_CHARS or (scanned_chars >= SNIPPET_SCAN_CHARS and found):
+            break
+    shown: list[int] = []
+    room = SNIPPET_CHARS
+    for _, index in sorted(found):
+        if len(pieces[index]) <= room:
+            shown.append(index)
+            room -= len(pieces[index])
+    return sorted(shown)
+
+
 def _pieces(text: str) -> list[str]:
     """The non-blank lines of `text`, stripped; a line longer than SNIPPET_CHARS
     cut at its last space within the limit (hard cut when it has none)."""
     pieces: list[str] = []
     for line in text.splitlines():
-        line = line.strip()
-        while len(line) > SNIPPET_CHARS:
-            cut = line.rfind(" ", 1, SNIPPET_CHARS + 1)
-            cut = cut if cut > 0 else SNIPPET_CHARS
-            pieces.append(line[:cut].rstrip())
-            line = line[cut:].lstrip()
-        if line:
-            pieces.append(line)
+        start, end = 0, len(line)
+        while start < end:
+            stop = end
+            if end - start > SNIPPET_CHARS:
+                cut = line.rfind(" ", start + 1, start + SNIPPET_CHARS + 1)
+                stop = cut if cut > start else start + SNIPPET_CHARS
+            piece = line[start:stop].strip()
+            if piece:
+                pieces.append(piece)
+            start = stop
     return pieces
 
 
