@@ -54,9 +54,16 @@ function toolStep(i: number): { call: Content; response: Part } {
 /**
  * Tool-loop steps through `builder`, `STEPS_PER_SESSION` per session: each
  * step hands back the last build's history and message plus the model's call,
- * with the tool's response as the new message. Only the steps are timed.
+ * with the tool's response as the new message; `deepCopy` hands back a
+ * structuredClone of it, as Gemini CLI's getHistory does. Only the builds are timed.
  */
-async function toolLoop(builder: PromptBuilder, base: PromptInput, name: string, steps: number): Promise<{ samples: number[]; serverMs: number[]; outcomes: Map<string, number> }> {
+async function toolLoop(
+  builder: PromptBuilder,
+  base: PromptInput,
+  name: string,
+  steps: number,
+  deepCopy = false,
+): Promise<{ samples: number[]; serverMs: number[]; outcomes: Map<string, number> }> {
   const samples: number[] = [];
   const serverMs: number[] = [];
   const outcomes = new Map<string, number>();
@@ -65,7 +72,8 @@ async function toolLoop(builder: PromptBuilder, base: PromptInput, name: string,
     let built = await builder.build(input);
     for (let i = 0; i < STEPS_PER_SESSION && samples.length < steps; i += 1) {
       const step = toolStep(session * STEPS_PER_SESSION + i);
-      input = { ...input, history: [...built.history, built.contents.at(-1)!, step.call], message: [step.response] };
+      const history = [...built.history, built.contents.at(-1)!, step.call];
+      input = { ...input, history: deepCopy ? structuredClone(history) : history, message: [step.response] };
       const started = performance.now();
       built = await builder.build(input);
       samples.push(performance.now() - started);
@@ -143,6 +151,7 @@ async function main(): Promise<void> {
     });
 
     const loop = await toolLoop(optimizer, base, "loop", ITERATIONS);
+    const copiedLoop = await toolLoop(optimizer, base, "copied-loop", ITERATIONS, true);
     const shadowLoop = await toolLoop(shadow, base, "shadow-loop", ITERATIONS);
 
     const rows = [
@@ -150,6 +159,7 @@ async function main(): Promise<void> {
       row("first build of a fresh session, true mode (append 1,000 + plan + stash)", fresh, "-"),
       row("append a 10-message delta to 1,000 chunks", delta, "p50 <= 3 ms"),
       row(`tool-loop step, true mode, 1,000+ chunks (${outcomeList(loop.outcomes)})`, loop.samples, "p50 <= 3 ms", loop.serverMs),
+      row(`tool-loop step, true mode, history handed back deep-copied (${outcomeList(copiedLoop.outcomes)})`, copiedLoop.samples, "p50 <= 3 ms", copiedLoop.serverMs),
       row(`tool-loop step, shadow, 1,000+ chunks (append 2 + plan every step)`, shadowLoop.samples, "-", shadowLoop.serverMs),
     ];
     report(rows, warm.summaryLine);

@@ -108,8 +108,10 @@ export class CtxoptClient {
     this.channel = new Channel(address, credentials, {
       "grpc.initial_reconnect_backoff_ms": 50,
       "grpc.max_reconnect_backoff_ms": 1000,
-      "grpc.max_receive_message_length": 64 * 1024 * 1024,
-      "grpc.max_send_message_length": 64 * 1024 * 1024,
+      // No limits of the client's own: the server enforces its max_message_bytes
+      // and reports it (GetServerInfo), and SessionMirror splits appends by it.
+      "grpc.max_receive_message_length": -1,
+      "grpc.max_send_message_length": -1,
       "grpc-node.flow_control_window": FLOW_CONTROL_WINDOW_BYTES,
     });
     this.optimizer = new ContextOptimizerClient(address, credentials, { channelOverride: this.channel });

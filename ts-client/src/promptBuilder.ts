@@ -340,7 +340,7 @@ export class PromptBuilder {
     const turns = [...state.turns.slice(0, same), ...fresh];
     state.turns = turns;
     state.contents = [...contents];
-    state.nextTurn = Math.max(state.nextTurn, ...turns.map((t) => t.turn + 1));
+    for (const turn of turns) state.nextTurn = Math.max(state.nextTurn, turn.turn + 1);
     return turns;
   }
 
