@@ -135,6 +135,7 @@ class _Selection:
                 unit_of[idx] = idx.min()
         self.unit_of = unit_of
         self.unit_size = np.bincount(unit_of[self.live], minlength=n)  # members per unit
+        self.units = self.live[unit_of[self.live] == self.live]  # by leader, the lowest slot
         # live slots of units with more than one member (most units are one chunk)
         self.grouped = self.live[self.unit_size[unit_of[self.live]] > 1]
         self.state = np.full(n, FULL, dtype=np.int8)  # per unit leader slot
@@ -247,26 +248,53 @@ def plan_session(
     the tier order; groups move as one and the result passes the coherence
     rules; the same state and request give the same plan.
     """
-    cols = session.columns
-    n = session.n_slots
+    rules = RULES[options.strategy]
     live = session.live_slots()
-    tokens_before = int(cols.tokens[live].sum())
-    budget = options.budget
+    tokens = session.columns.tokens
+    tokens_before = int(tokens[live].sum())
     target = landing(options, tuning)
-    mandatory_tokens = int(cols.tokens[live][scores.marks.root[live]].sum())
+    mandatory_tokens = int(tokens[live][scores.marks.root[live]].sum())
 
     sel = _Selection(session, options, scores, tuning)
-    units = live[sel.unit_of[live] == live]  # each unit by its leader, its lowest slot
-    candidates = units[~sel.unit_mandatory[units]]
+    values = _chunk_values(session, options, scores, tools, tuning)
+    priorities = _unit_priorities(sel, values, tools.book, tuning)
+    steps = _removal_steps(sel, priorities, rules, old_generation_after)
+    forced_out = _forced_out(sel, options)
+    batch = incremental_batch if options.incremental else 0
+    pressure = float(options.budget.pressure)
+    total = _greedy_cut(sel, steps, rules, forced_out, float(target), pressure, batch)
+    _backfill(sel, steps, target - total, forced_out)
+    if options.max_chunks > 0:
+        _enforce_max_chunks(sel, steps, options.max_chunks)
+    repairs = _make_coherent(sel, steps, float(target), pressure)
+    return _outcome(sel, tokens_before, target, mandatory_tokens, repairs, values)
 
-    # ---- per-chunk value and shrink options ---------------------------
+
+@dataclass(slots=True)
+class _ChunkValues:
+    """Per slot: what keeping the chunk is worth, and how it would shrink."""
+
+    value: FloatArray
+    covered_by_summary: npt.NDArray[np.bool_]
+    shrink_tokens: FloatArray
+    shrink_action: npt.NDArray[np.int8]  # TRIM, MASK or KEEP (does not shrink)
+    shrink_texts: dict[int, tuple[str, int]]
+    retention: FloatArray  # share of the value a shrunk chunk keeps
+
+
+def _chunk_values(
+    session: SessionView,
+    options: OptimizeOptions,
+    scores: Scores,
+    tools: TextTools,
+    tuning: Tuning,
+) -> _ChunkValues:
     value = scores.total.copy()
     covered_by_summary = _summary_covered(session)
     value[covered_by_summary] *= tuning.summary_discount
-    book = tools.book
-    if book is not None and tuning.discount_repeated:
+    if tools.book is not None and tuning.discount_repeated:
         # what a later chunk prints again (a rerun, a re-view, a duplicate) is stale here
-        value *= 1.0 - book.repeated(session)
+        value *= 1.0 - tools.book.repeated(session)
     shrink_tokens, shrink_action, shrink_texts, anchored = _shrink_options(
         session, options, tuning, tools, scores.marks.root
     )
@@ -276,16 +304,40 @@ def plan_session(
         np.where(scores.bm25 > 0, tuning.trim_retention, tuning.trim_retention_irrelevant),
     )
     retention[anchored] = tuning.anchor_retention
+    return _ChunkValues(
+        value, covered_by_summary, shrink_tokens, shrink_action, shrink_texts, retention
+    )
 
-    # ---- per-unit aggregates -----------------------------------------
+
+@dataclass(slots=True)
+class _Priorities:
+    """Per unit leader: the keys removal is ordered by, and what each step saves."""
+
+    tier: npt.NDArray[np.int64]
+    reachable: npt.NDArray[np.bool_]
+    last: npt.NDArray[np.bool_]  # holds the latest copy of an echo line
+    shrinkable: npt.NDArray[np.bool_]
+    density_out: FloatArray  # value per token lost by removing the unit
+    density_shrink: FloatArray  # value per token lost by shrinking it
+    out_cost: FloatArray  # tokens removal saves, after any shrink
+
+
+def _unit_priorities(
+    sel: _Selection, values: _ChunkValues, book: LineBook | None, tuning: Tuning
+) -> _Priorities:
+    """Units take their most valuable (highest-tier, reachable) member's
+    priority, and a parent goes no earlier than its kept children."""
+    session, scores, live, n = sel.session, sel.scores, sel.live, sel.session.n_slots
     sel.unit_shrunk = np.bincount(
-        sel.unit_of[live], weights=shrink_tokens[live], minlength=n
+        sel.unit_of[live], weights=values.shrink_tokens[live], minlength=n
     ).astype(np.float64)
     unit_tokens, unit_shrunk = sel.unit_tokens, sel.unit_shrunk
-    unit_value = sel.unit_max(value)
-    unit_shrunk_value = sel.unit_max(value * retention)
-    unit_tier = sel.unit_max(_tier(cols.policy[:n]))
-    unit_reachable = sel.unit_max(scores.marks.reachable[:n])
+    unit_value = sel.unit_max(values.value)
+    unit_shrunk_value = sel.unit_max(values.value * values.retention)
+    tier = sel.unit_max(_tier(session.columns.policy))
+    reachable = sel.unit_max(scores.marks.reachable[:n])
+    if not tuning.reachability_first:
+        reachable = np.ones_like(reachable)
     shrinkable = unit_shrunk < unit_tokens * tuning.shrink_worth
 
     exponent = tuning.density_exponent
@@ -296,131 +348,167 @@ def plan_session(
         unit_tokens - unit_shrunk, 1.0
     ) ** exponent
     density_out = np.where(shrinkable, np.maximum(density_out, density_shrink), density_out)
-    unit_last = np.zeros(n, dtype=bool)
+    last = np.zeros(n, dtype=bool)
     if tuning.anchors_last and book is not None:
         # a unit holding the latest copy of an echo line: its excerpt, or all
         # of it when it is too small for one, goes after the rest of its tier
-        unit_last = sel.unit_max(book.owns_anchors(n) & ~scores.marks.root[:n])
-    # a parent goes no earlier than its kept children
+        last = sel.unit_max(book.owns_anchors(n) & ~scores.marks.root[:n])
     child_units = sel.unit_of[sel.child_slots]
     parent_units = sel.unit_of[sel.parent_slots]
     cross = child_units != parent_units
     child_units, parent_units = child_units[cross], parent_units[cross]
     for _ in range(64):
-        before_d, before_t = density_out[parent_units].copy(), unit_tier[parent_units].copy()
-        before_l = unit_last[parent_units].copy()
+        before_d, before_t = density_out[parent_units].copy(), tier[parent_units].copy()
+        before_l = last[parent_units].copy()
         np.maximum.at(density_out, parent_units, density_out[child_units])
-        np.maximum.at(unit_tier, parent_units, unit_tier[child_units])
-        np.logical_or.at(unit_last, parent_units, unit_last[child_units])
+        np.maximum.at(tier, parent_units, tier[child_units])
+        np.logical_or.at(last, parent_units, last[child_units])
         if (
             np.array_equal(before_d, density_out[parent_units])
-            and np.array_equal(before_t, unit_tier[parent_units])
-            and np.array_equal(before_l, unit_last[parent_units])
+            and np.array_equal(before_t, tier[parent_units])
+            and np.array_equal(before_l, last[parent_units])
         ):
             break
-
-    # ---- the ordered list of removal steps ----------------------------
-    step_unit = candidates
-    step_kind = np.full(len(candidates), OUT, dtype=np.int8)
-    step_density = density_out[candidates]
-    step_saves = out_cost[candidates].astype(np.float64)
-    if options.strategy == Strategy.HYBRID:
-        shrinking = candidates[shrinkable[candidates]]
-        step_unit = np.concatenate([shrinking, candidates])
-        step_kind = np.concatenate([np.full(len(shrinking), SHRUNK, dtype=np.int8), step_kind])
-        step_density = np.concatenate([density_shrink[shrinking], step_density])
-        step_saves = np.concatenate([(unit_tokens - unit_shrunk)[shrinking], step_saves])
-    else:
-        step_saves = unit_tokens[candidates].astype(np.float64)
-    if not tuning.reachability_first:
-        unit_reachable = np.ones_like(unit_reachable)
-    step_last = (step_kind == OUT) & unit_last[step_unit]
-    order = _removal_order(
-        options.strategy, step_unit, step_kind, step_density, unit_tier, unit_reachable, step_last
-    )
-    step_unit, step_kind, step_saves = step_unit[order], step_kind[order], step_saves[order]
-    if options.incremental:
-        young = session.survived()[step_unit] < old_generation_after
-        step_unit, step_kind, step_saves = step_unit[young], step_kind[young], step_saves[young]
-    steps = _Steps(
-        step_unit, step_kind, step_saves, unit_tier[step_unit], np.zeros(len(step_unit), bool)
+    return _Priorities(
+        tier,
+        reachable,
+        last,
+        shrinkable,
+        density_out,
+        density_shrink,
+        out_cost.astype(np.float64),
     )
 
-    # ---- greedy cut -----------------------------------------------------
-    total = float(tokens_before)
-    pressure = float(budget.pressure)
-    forced_out = _forced_out(sel, options)
+
+# ---- strategies: which steps, in what order, and when a step may run --------
+
+
+@dataclass(frozen=True, slots=True)
+class _StepKeys:
+    """What a strategy may order the steps by (one entry per step)."""
+
+    unit: IntArray
+    kind: npt.NDArray[np.int8]  # SHRUNK sorts before OUT for the same unit
+    density: FloatArray
+    tier: npt.NDArray[np.int64]
+    reachable: npt.NDArray[np.bool_]
+    last: npt.NDArray[np.bool_]
+
+
+Allowed = Callable[[FloatArray, npt.NDArray[np.int64], float, float], npt.NDArray[np.bool_]]
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """One strategy: whether it shrinks before it removes, the order of its
+    steps, and which steps may run given the tokens left before each."""
+
+    shrinks: bool
+    order: Callable[[_StepKeys], IntArray]
+    allowed: Allowed
+
+
+def _oldest_first(keys: _StepKeys) -> IntArray:
+    return np.lexsort((keys.kind, keys.unit))
+
+
+def _tier_then_oldest(keys: _StepKeys) -> IntArray:
+    return np.lexsort((keys.kind, keys.unit, keys.tier))
+
+
+def _least_value_first(keys: _StepKeys) -> IntArray:
+    """Tier, then echo-line holders last, then unreachable first, then value
+    per token (np.lexsort: the last key is the primary one)."""
+    return np.lexsort((keys.kind, keys.unit, keys.density, keys.reachable, keys.last, keys.tier))
+
+
+def _above_target(
+    running: FloatArray, tier: npt.NDArray[np.int64], target: float, pressure: float
+) -> npt.NDArray[np.bool_]:
+    return running > target
+
+
+def _above_target_and_pressure(
+    running: FloatArray, tier: npt.NDArray[np.int64], target: float, pressure: float
+) -> npt.NDArray[np.bool_]:
+    """PRESERVABLE chunks go only while usage is above the pressure level."""
+    return (running > target) & ((tier < PRESERVABLE_TIER) | (running > pressure))
+
+
+RULES = {
+    Strategy.HYBRID: Rules(True, _least_value_first, _above_target_and_pressure),
+    Strategy.BUDGET: Rules(False, _tier_then_oldest, _above_target_and_pressure),
+    Strategy.TRUNCATE: Rules(False, _oldest_first, _above_target),
+}
+
+
+def _removal_steps(
+    sel: _Selection, priorities: _Priorities, rules: Rules, old_generation_after: int
+) -> _Steps:
+    """Every step the strategy offers, in its order: removing each candidate
+    unit, and before that shrinking it, when the strategy shrinks and the unit
+    shrinks well."""
+    p = priorities
+    candidates = sel.units[~sel.unit_mandatory[sel.units]]
+    unit = candidates
+    kind = np.full(len(candidates), OUT, dtype=np.int8)
+    density = p.density_out[candidates]
+    saves = sel.unit_tokens[candidates]
+    if rules.shrinks:
+        shrinking = candidates[p.shrinkable[candidates]]
+        unit = np.concatenate([shrinking, candidates])
+        kind = np.concatenate([np.full(len(shrinking), SHRUNK, dtype=np.int8), kind])
+        density = np.concatenate([p.density_shrink[shrinking], density])
+        saved_by_shrinking = (sel.unit_tokens - sel.unit_shrunk)[shrinking]
+        saves = np.concatenate([saved_by_shrinking, p.out_cost[candidates]])
+    last = (kind == OUT) & p.last[unit]
+    order = rules.order(_StepKeys(unit, kind, density, p.tier[unit], p.reachable[unit], last))
+    unit, kind, saves = unit[order], kind[order], saves[order]
+    if sel.options.incremental:
+        young = sel.session.survived()[unit] < old_generation_after
+        unit, kind, saves = unit[young], kind[young], saves[young]
+    return _Steps(unit, kind, saves, p.tier[unit], np.zeros(len(unit), bool))
+
+
+def _greedy_cut(
+    sel: _Selection,
+    steps: _Steps,
+    rules: Rules,
+    forced_out: list[int],
+    target: float,
+    pressure: float,
+    batch: int,
+) -> float:
+    """Remove what the client asked for, then take steps in order while the
+    strategy allows (at most `batch` of them when > 0); the tokens left."""
+    total = float(sel.unit_tokens[sel.units].sum())
     for unit in forced_out:
-        total -= float(unit_tokens[unit])
+        total -= float(sel.unit_tokens[unit])
         sel.state[unit] = OUT
     running = total - np.concatenate([[0.0], np.cumsum(steps.saves)[:-1]])
-    allowed = (running > target) & ((steps.tier < PRESERVABLE_TIER) | (running > pressure))
-    if options.strategy == Strategy.TRUNCATE:
-        allowed = running > target
+    allowed = rules.allowed(running, steps.tier, target, pressure)
     stop = int(np.argmin(allowed)) if not allowed.all() else len(allowed)
-    if incremental_batch and options.incremental:
-        stop = min(stop, incremental_batch)
+    if batch:
+        stop = min(stop, batch)
     steps.applied[:stop] = True
     np.maximum.at(sel.state, steps.unit[:stop], steps.kind[:stop])
-    total -= float(steps.saves[:stop].sum())
+    return total - float(steps.saves[:stop].sum())
 
-    # ---- backfill: put back what still fits, best first ----------------
-    total = _backfill(sel, steps, total, float(target), forced_out)
 
-    # ---- max_chunks -------------------------------------------------------
-    if options.max_chunks > 0:
-        total = _enforce_max_chunks(sel, steps, total, options.max_chunks)
-
-    # ---- coherence, resuming removal when a repair overshoots -------------
-    # a minor (incremental) collection never goes past its batch
-    resume = not options.incremental and len(steps.unit) > 0
+def _make_coherent(sel: _Selection, steps: _Steps, target: float, pressure: float) -> list[Repair]:
+    """Coherence repairs, resuming removal when a repair overshoots the target
+    (a minor, incremental, collection never goes past its batch)."""
+    resume = not sel.options.incremental and len(steps.unit) > 0
     repairs: list[Repair] = []
     for _ in range(MAX_REPAIR_ROUNDS):
         new_repairs = _repair(sel)
         repairs += new_repairs
-        total = sel.current_tokens(units)
+        total = sel.current_tokens(sel.units)
         if total > target and resume:
-            total = _resume(sel, steps, total, float(target), pressure)
+            _resume(sel, steps, total, target, pressure)
         if not new_repairs and not _repair_needed(sel):
             break
-
-    return _outcome(
-        sel,
-        tokens_before,
-        target,
-        mandatory_tokens,
-        repairs,
-        covered_by_summary,
-        shrink_action,
-        shrink_texts,
-    )
-
-
-def _removal_order(
-    strategy: Strategy,
-    step_unit: IntArray,
-    step_kind: npt.NDArray[np.int8],
-    step_density: FloatArray,
-    unit_tier: npt.NDArray[np.int64],
-    unit_reachable: npt.NDArray[np.bool_],
-    step_last: npt.NDArray[np.bool_],
-) -> IntArray:
-    """Indices of the steps in removal order (np.lexsort: last key is primary)."""
-    if strategy == Strategy.TRUNCATE:
-        return np.lexsort((step_kind, step_unit))
-    if strategy == Strategy.BUDGET:
-        return np.lexsort((step_kind, step_unit, unit_tier[step_unit]))
-    # shrink steps sort before the unit's removal: kind SHRUNK(1) < OUT(2)
-    return np.lexsort(
-        (
-            step_kind,
-            step_unit,
-            step_density,
-            unit_reachable[step_unit],
-            step_last,
-            unit_tier[step_unit],
-        )
-    )
+    return repairs
 
 
 def _summary_covered(session: SessionView) -> npt.NDArray[np.bool_]:
@@ -547,7 +635,8 @@ def _forced_out(sel: _Selection, options: OptimizeOptions) -> list[int]:
     return sorted(set(units))
 
 
-def _enforce_max_chunks(sel: _Selection, steps: _Steps, total: float, max_chunks: int) -> float:
+def _enforce_max_chunks(sel: _Selection, steps: _Steps, max_chunks: int) -> None:
+    """Remove further units, in step order, until at most `max_chunks` stay."""
     kept = int((sel.slot_state()[sel.live] != OUT).sum())
     for i in np.flatnonzero(~steps.applied):
         if kept <= max_chunks:
@@ -555,19 +644,15 @@ def _enforce_max_chunks(sel: _Selection, steps: _Steps, total: float, max_chunks
         if steps.kind[i] != OUT:
             continue
         unit = int(steps.unit[i])
-        total -= sel.unit_cost(unit)
         sel.state[unit] = OUT
         steps.applied[i] = True
         kept -= int(sel.unit_size[unit])
-    return total
 
 
-def _backfill(
-    sel: _Selection, steps: _Steps, total: float, target: float, forced_out: list[int]
-) -> float:
+def _backfill(sel: _Selection, steps: _Steps, slack: float, forced_out: list[int]) -> None:
     """Undo applied steps, most valuable first, while they still fit; a step
-    stays applied when a step of a higher tier does (the tier order holds)."""
-    slack = target - total
+    stays applied when a step of a higher tier does (the tier order holds);
+    `slack` is what the plan may still add before it reaches the target."""
     forced = set(forced_out)
     shrunk_units = set(steps.unit[steps.applied & (steps.kind == SHRUNK)].tolist())
     order = np.flatnonzero(steps.applied)[::-1]
@@ -598,11 +683,9 @@ def _backfill(
             sel.state[unit] = SHRUNK if unit in shrunk_units else FULL
         steps.applied[i] = False
         slack -= cost
-        total += cost
-    return total
 
 
-def _resume(sel: _Selection, steps: _Steps, total: float, target: float, pressure: float) -> float:
+def _resume(sel: _Selection, steps: _Steps, total: float, target: float, pressure: float) -> None:
     """Keep removing, in order, units no repair or kept child protects."""
     state = sel.slot_state()
     kept_child_parent_units = set(
@@ -623,7 +706,6 @@ def _resume(sel: _Selection, steps: _Steps, total: float, target: float, pressur
         sel.state[unit] = steps.kind[i]
         steps.applied[i] = True
         total -= before - after
-    return total
 
 
 def _repair_needed(sel: _Selection) -> bool:
@@ -671,15 +753,14 @@ def _outcome(
     target: int,
     mandatory_tokens: int,
     repairs: list[Repair],
-    covered_by_summary: npt.NDArray[np.bool_],
-    shrink_action: npt.NDArray[np.int8],
-    shrink_texts: dict[int, tuple[str, int]],
+    values: _ChunkValues,
 ) -> Outcome:
     """Turn unit states into the plan's decision columns, texts and totals.
 
     Only chunks that change get a decision, and every per-slot fact is read
     column-wise; the loop left does per decision only what needs its text."""
     session, options, scores = sel.session, sel.options, sel.scores
+    shrink_action, shrink_texts = values.shrink_action, values.shrink_texts
     state = sel.slot_state()
     live = sel.live
     live_state = state[live]
@@ -705,7 +786,7 @@ def _outcome(
         np.where(requested | dead, int(Action.DELETE), int(Action.STASH)),
         shrink_action[changed_slots],
     )
-    facts = _reason_facts(sel, scores, changed_slots, covered_by_summary, requested)
+    facts = _reason_facts(sel, scores, changed_slots, values.covered_by_summary, requested)
     reasons_of: dict[tuple[object, ...], tuple[str, ...]] = {}
     reasons: list[tuple[str, ...]] = []
     for code, fact in zip(codes.tolist(), facts, strict=True):
