@@ -391,9 +391,13 @@ export class PromptBuilder {
     return { threshold, target: Math.min(target ?? server!.target, threshold), pressure: pressure ?? server!.pressure };
   }
 
-  /** The server's default budget (GetServerInfo, cached by the client per connection). */
+  /**
+   * The server's default budget (GetServerInfo, cached by the client per
+   * connection). Health is checked before the first contact only, so a build
+   * under the threshold costs no round trip once the defaults are known.
+   */
   private async serverDefaults(settings: CallSettings): Promise<BudgetPercents> {
-    await this.ensureHealthy(settings);
+    if (this.client.lastServerInfo === undefined) await this.ensureHealthy(settings);
     const info = await this.client.serverInfo(settings);
     const defaults = serverBudget(info);
     if (defaults === undefined) {

@@ -85,6 +85,15 @@ test("under the threshold the service is not asked for a plan", async () => {
   assert.equal(await sessionExists(server.address, sessionId), false, "nothing was appended");
 });
 
+test("once the server's defaults are known, a build under the threshold makes no call", async () => {
+  const own = await startServer();
+  const builder = await builderFor({ mode: "true", address: own.address, deadlineMs: 2000 }, 1_000_000);
+  assert.equal((await builder.build({ ...input, sessionId: "s-known" })).summary.outcome, "below-threshold");
+  await own.stop();
+  const built = await builder.build({ ...input, sessionId: "s-known" });
+  assert.equal(built.summary.outcome, "below-threshold", built.summaryLine);
+});
+
 test("a threshold given to the builder decides without the service", async () => {
   const built = await (await builderFor({ mode: "true", thresholdPercent: 50 }, 1_000_000)).build(input);
   assert.equal(built.summary.outcome, "below-threshold", built.summaryLine);
