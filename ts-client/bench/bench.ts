@@ -63,25 +63,24 @@ async function toolLoop(
   name: string,
   steps: number,
   deepCopy = false,
-): Promise<{ samples: number[]; serverMs: number[]; outcomes: Map<string, number> }> {
-  const samples: number[] = [];
+): Promise<{ timings: Timings; serverMs: number[]; outcomes: Map<string, number> }> {
+  const timings = new Timings();
   const serverMs: number[] = [];
   const outcomes = new Map<string, number>();
-  for (let session = 0; samples.length < steps; session += 1) {
+  for (let session = 0; timings.wall.length < steps; session += 1) {
     let input: PromptInput = { ...base, sessionId: `bench-${name}-${process.pid}-${session}` };
     let built = await builder.build(input);
-    for (let i = 0; i < STEPS_PER_SESSION && samples.length < steps; i += 1) {
+    for (let i = 0; i < STEPS_PER_SESSION && timings.wall.length < steps; i += 1) {
       const step = toolStep(session * STEPS_PER_SESSION + i);
       const history = [...built.history, built.contents.at(-1)!, step.call];
       input = { ...input, history: deepCopy ? structuredClone(history) : history, message: [step.response] };
-      const started = performance.now();
-      built = await builder.build(input);
-      samples.push(performance.now() - started);
+      const next = input;
+      built = await timings.measure(() => builder.build(next));
       if (built.plan !== undefined) serverMs.push(built.plan.serverMs);
       outcomes.set(built.summary.outcome, (outcomes.get(built.summary.outcome) ?? 0) + 1);
     }
   }
-  return { samples, serverMs, outcomes };
+  return { timings, serverMs, outcomes };
 }
 
 function percentile(samples: readonly number[], p: number): number {
@@ -89,14 +88,29 @@ function percentile(samples: readonly number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
 }
 
-async function timed(iterations: number, run: (i: number) => Promise<void>): Promise<number[]> {
-  const samples: number[] = [];
-  for (let i = 0; i < iterations; i += 1) {
+/**
+ * Wall time per sample, and this process's CPU time: the client's own share
+ * (the server is another process), steadier than wall time on a busy machine.
+ */
+class Timings {
+  readonly wall: number[] = [];
+  readonly cpu: number[] = [];
+
+  async measure<T>(run: () => Promise<T>): Promise<T> {
+    const cpu = process.cpuUsage();
     const started = performance.now();
-    await run(i);
-    samples.push(performance.now() - started);
+    const result = await run();
+    this.wall.push(performance.now() - started);
+    const used = process.cpuUsage(cpu);
+    this.cpu.push((used.user + used.system) / 1000);
+    return result;
   }
-  return samples;
+}
+
+async function timed(iterations: number, run: (i: number) => Promise<void>): Promise<Timings> {
+  const timings = new Timings();
+  for (let i = 0; i < iterations; i += 1) await timings.measure(() => run(i));
+  return timings;
 }
 
 interface Row {
@@ -104,14 +118,17 @@ interface Row {
   readonly samples: number;
   readonly p50_ms: number;
   readonly p99_ms: number;
+  /** CPU time of the client process per sample (GC and gRPC included). */
+  readonly client_cpu_p50_ms: number;
   /** The server's own time (OptimizeResponse.server_ms) of the builds that planned; absent when none did. */
   readonly server_p50_ms?: number;
   readonly target: string;
 }
 
-function row(name: string, samples: number[], target: string, serverMs: readonly number[] = []): Row {
+function row(name: string, timings: Timings, target: string, serverMs: readonly number[] = []): Row {
   const server = serverMs.length > 0 ? { server_p50_ms: percentile(serverMs, 50) } : {};
-  return { name, samples: samples.length, p50_ms: percentile(samples, 50), p99_ms: percentile(samples, 99), ...server, target };
+  const { wall, cpu } = timings;
+  return { name, samples: wall.length, p50_ms: percentile(wall, 50), p99_ms: percentile(wall, 99), client_cpu_p50_ms: percentile(cpu, 50), ...server, target };
 }
 
 function outcomeList(outcomes: ReadonlyMap<string, number>): string {
@@ -158,9 +175,9 @@ async function main(): Promise<void> {
       row(`prompt build with optimization (shadow, ${warm.plan.decisions.length} decisions over 1,000 chunks)`, build, "p50 <= 5 ms, p99 <= 15 ms", buildServerMs),
       row("first build of a fresh session, true mode (append 1,000 + plan + stash)", fresh, "-"),
       row("append a 10-message delta to 1,000 chunks", delta, "p50 <= 3 ms"),
-      row(`tool-loop step, true mode, 1,000-1,200 chunks (${outcomeList(loop.outcomes)})`, loop.samples, "p50 <= 3 ms", loop.serverMs),
-      row(`tool-loop step, true mode, history handed back deep-copied (${outcomeList(copiedLoop.outcomes)})`, copiedLoop.samples, "p50 <= 3 ms", copiedLoop.serverMs),
-      row(`tool-loop step, shadow, 1,000-1,200 chunks (append 2 + plan every step)`, shadowLoop.samples, "-", shadowLoop.serverMs),
+      row(`tool-loop step, true mode, 1,000-1,200 chunks (${outcomeList(loop.outcomes)})`, loop.timings, "p50 <= 3 ms", loop.serverMs),
+      row(`tool-loop step, true mode, history handed back deep-copied (${outcomeList(copiedLoop.outcomes)})`, copiedLoop.timings, "p50 <= 3 ms", copiedLoop.serverMs),
+      row(`tool-loop step, shadow, 1,000-1,200 chunks (append 2 + plan every step)`, shadowLoop.timings, "-", shadowLoop.serverMs),
     ];
     report(rows, warm.summaryLine);
     shadow.close();
@@ -173,10 +190,11 @@ async function main(): Promise<void> {
 
 function report(rows: readonly Row[], summaryLine: string): void {
   const width = Math.max(...rows.map((r) => r.name.length));
-  console.log(`${"benchmark".padEnd(width)}  samples   p50 ms   p99 ms  server p50  target`);
+  console.log(`${"benchmark".padEnd(width)}  samples   p50 ms   p99 ms  client CPU p50  server p50  target`);
   for (const r of rows) {
     const server = r.server_p50_ms === undefined ? "-" : r.server_p50_ms.toFixed(2);
-    console.log(`${r.name.padEnd(width)}  ${String(r.samples).padStart(7)}  ${r.p50_ms.toFixed(2).padStart(7)}  ${r.p99_ms.toFixed(2).padStart(7)}  ${server.padStart(10)}  ${r.target}`);
+    const cells = [String(r.samples).padStart(7), r.p50_ms.toFixed(2).padStart(7), r.p99_ms.toFixed(2).padStart(7), r.client_cpu_p50_ms.toFixed(2).padStart(14), server.padStart(10)];
+    console.log(`${r.name.padEnd(width)}  ${cells.join("  ")}  ${r.target}`);
   }
   console.log(`\nsample build: ${summaryLine}`);
   const out = join(repoRoot, "benchmarks", "results", ...(smoke ? ["smoke"] : []), "bench_ts.json");
