@@ -59,7 +59,12 @@ _TIER_BY_POLICY = np.array(
 
 FULL, SHRUNK, OUT = UnitState.FULL, UnitState.SHRUNK, UnitState.OUT
 _ACTION_BY_CODE = {int(a): a for a in Action}
-_DELETE, _TRIM, _MASK = int(Action.DELETE), int(Action.TRIM), int(Action.MASK)
+# plain ints for numpy: comparing an array with an IntEnum member costs ~5x more
+_KEEP, _DELETE = int(Action.KEEP), int(Action.DELETE)
+_TRIM, _MASK = int(Action.TRIM), int(Action.MASK)
+_EPHEMERAL = int(GcPolicy.EPHEMERAL)
+_SUMMARY, _TOOL_RESULT = int(ChunkKind.SUMMARY), int(ChunkKind.TOOL_RESULT)
+_ENRICHMENT = int(ChunkKind.ENRICHMENT)
 MAX_REPAIR_ROUNDS = 8
 
 
@@ -299,7 +304,7 @@ def _chunk_values(
         session, options, tuning, tools, scores.marks.root
     )
     retention = np.where(
-        shrink_action == Action.MASK,
+        shrink_action == _MASK,
         tuning.mask_retention,
         np.where(scores.bm25 > 0, tuning.trim_retention, tuning.trim_retention_irrelevant),
     )
@@ -516,7 +521,7 @@ def _summary_covered(session: SessionView) -> npt.NDArray[np.bool_]:
     covered = np.zeros(session.n_slots, dtype=bool)
     summaries = np.flatnonzero(
         session.columns.alive[: session.n_slots]
-        & (session.columns.kind[: session.n_slots] == ChunkKind.SUMMARY)
+        & (session.columns.kind[: session.n_slots] == _SUMMARY)
     )
     for slot in summaries:
         for chunk_id in session.entry_at(int(slot)).chunk.summary_of:
@@ -543,7 +548,7 @@ def _shrink_options(
     n = session.n_slots
     cols = session.columns
     tokens = cols.tokens[:n].astype(np.float64)
-    action = np.full(n, Action.KEEP, dtype=np.int8)
+    action = np.full(n, _KEEP, dtype=np.int8)
     anchored = np.zeros(n, dtype=bool)
     texts: dict[int, tuple[str, int]] = {}
     if options.strategy != Strategy.HYBRID or options.aggressive:
@@ -562,7 +567,7 @@ def _shrink_options(
             ),
         )
         anchored = multiline & (excerpt >= 0)
-        action[anchored] = Action.TRIM
+        action[anchored] = _TRIM
         tokens[anchored] = excerpt[anchored]
         texts = _ShrunkTexts(book, tokens)
     trimmable = multiline & ~anchored & (cols.tokens[:n] >= tuning.trim_min_tokens)
@@ -570,16 +575,16 @@ def _shrink_options(
         alive
         & ~anchored
         & ~trimmable
-        & (cols.kind[:n] == ChunkKind.TOOL_RESULT)
+        & (cols.kind[:n] == _TOOL_RESULT)
         & (cols.tokens[:n] >= tuning.mask_min_tokens)
     )
-    action[trimmable] = Action.TRIM
-    action[maskable] = Action.MASK
+    action[trimmable] = _TRIM
+    action[maskable] = _MASK
     for slot in np.flatnonzero(trimmable | maskable).tolist():
         entry = session.entry_at(slot)
         chunk = entry.chunk
         stash = entry.stash_id()
-        if action[slot] == Action.TRIM:
+        if action[slot] == _TRIM:
             goal = int(entry.tokens * tuning.trim_fraction)
             text = tools.trim(chunk.id, chunk.text, stash, goal, entry.tokens)
             texts[slot] = (text, count_tokens(text))
@@ -765,7 +770,7 @@ def _outcome(
     live = sel.live
     live_state = state[live]
     kept = live_state != OUT
-    changed = ~kept | ((live_state == SHRUNK) & (shrink_action[live] != Action.KEEP))
+    changed = ~kept | ((live_state == SHRUNK) & (shrink_action[live] != _KEEP))
     slot_ids = session.slot_ids
     kept_ids = [slot_ids[slot] for slot in live[kept].tolist()]
     tokens_after = int(session.columns.tokens[live[kept & ~changed]].sum())
@@ -777,8 +782,8 @@ def _outcome(
     if delete_requested:
         requested = np.isin(changed_slots, np.asarray(delete_requested, dtype=np.intp))
     dead = (
-        (cols.policy[changed_slots] == GcPolicy.EPHEMERAL)
-        & (cols.kind[changed_slots] == ChunkKind.ENRICHMENT)
+        (cols.policy[changed_slots] == _EPHEMERAL)
+        & (cols.kind[changed_slots] == _ENRICHMENT)
         & ~scores.marks.reachable[changed_slots]
     )
     codes = np.where(

@@ -18,6 +18,9 @@ from ctxopt.model import ChunkKind, GcPolicy, Roots
 from ctxopt.registry import SessionView
 
 DECISION_ROOT_WINDOW_MS = 3_600_000
+# plain ints for numpy: comparing an array with an IntEnum member costs ~5x more
+_TOOL_CALL, _DECISION = int(ChunkKind.TOOL_CALL), int(ChunkKind.DECISION)
+_LOCKED = int(GcPolicy.LOCKED)
 
 BoolArray = npt.NDArray[np.bool_]
 
@@ -59,7 +62,7 @@ def pending_call_mask(session: SessionView) -> BoolArray:
     """Tool calls no result answers yet (by group or by parent link)."""
     cols, n = session.columns, session.n_slots
     mask = np.zeros(n, dtype=bool)
-    calls = np.flatnonzero(cols.alive[:n] & (cols.kind[:n] == ChunkKind.TOOL_CALL))
+    calls = np.flatnonzero(cols.alive[:n] & (cols.kind[:n] == _TOOL_CALL))
     for slot in calls:
         entry = session.entry_at(int(slot))
         group = session.hubs.by_group.get(entry.chunk.group_id, ()) if entry.chunk.group_id else ()
@@ -79,7 +82,7 @@ def root_mask(session: SessionView, roots: Roots) -> BoolArray:
     per-slot mask."""
     cols, n = session.columns, session.n_slots
     alive = cols.alive[:n]
-    mask = cols.pinned[:n] | (cols.policy[:n] == GcPolicy.LOCKED)
+    mask = cols.pinned[:n] | (cols.policy[:n] == _LOCKED)
     for hub, key in (
         (session.hubs.by_task, roots.current_task_id),
         (session.hubs.by_file, roots.active_file_path),
@@ -90,7 +93,7 @@ def root_mask(session: SessionView, roots: Roots) -> BoolArray:
         slot = session.slot_of(chunk_id)
         if slot is not None:
             mask[slot] = True
-    decisions = alive & (cols.kind[:n] == ChunkKind.DECISION)
+    decisions = alive & (cols.kind[:n] == _DECISION)
     if decisions.any():
         now = int(cols.created_ms[:n][alive].max())
         mask |= decisions & (cols.created_ms[:n] >= now - DECISION_ROOT_WINDOW_MS)
