@@ -108,9 +108,12 @@ interface PreparedPrompt {
   readonly lockedTurns: number;
   /** History plus message, mapped. */
   readonly turns: MappedContent[];
+  /** Chunks of the system instruction and memory. */
+  readonly fixed: Chunk[];
   /** Tokens of the system instruction and memory. */
   readonly fixedTokens: number;
-  readonly chunks: Chunk[];
+  /** Chunks of the prompt (fixed ones and one per part); the list itself is made only for the service. */
+  readonly chunkCount: number;
   readonly tokensBefore: number;
   readonly windowTokens: number;
 }
@@ -192,7 +195,7 @@ export class PromptBuilder {
     if (!inRollout(input.sessionId, this.flags.rolloutPercent)) {
       return this.finish(prompt, "pass-through", prompt.turns, { note: `session outside the ${this.flags.rolloutPercent}% rollout` });
     }
-    const tooManyChunks = this.flags.maxChunks > 0 && prompt.chunks.length > this.flags.maxChunks;
+    const tooManyChunks = this.flags.maxChunks > 0 && prompt.chunkCount > this.flags.maxChunks;
     const below = (thresholdPercent: number) => prompt.tokensBefore < prompt.windowTokens * (thresholdPercent / 100) && !tooManyChunks;
     const known = this.localThreshold() ?? serverBudget(this.client.lastServerInfo)?.threshold;
     if (Date.now() < this.breakerUntil) {
@@ -232,8 +235,9 @@ export class PromptBuilder {
       message,
       lockedTurns,
       turns,
+      fixed,
       fixedTokens,
-      chunks: [...fixed, ...chunksOf(turns)],
+      chunkCount: turns.reduce((count, turn) => count + turn.parts.length, fixed.length),
       tokensBefore: fixedTokens + tokensOf(turns),
       windowTokens: this.budget.contextLimitTokens ?? this.flags.windowTokens ?? tokenLimit(input.model),
     };
@@ -242,8 +246,9 @@ export class PromptBuilder {
   private async askService(prompt: PreparedPrompt, threshold: number, settings: CallSettings): Promise<ServiceAnswer> {
     await this.ensureHealthy(settings);
     const request = this.optimizeRequest(prompt, await this.budgetPercents(threshold, settings));
-    const queryEmbedding = await this.attachEmbeddings(prompt.state, prompt.chunks, request.query);
-    return prompt.state.mirror.optimize(prompt.chunks, { ...request, queryEmbedding }, settings);
+    const chunks = [...prompt.fixed, ...chunksOf(prompt.turns)];
+    const queryEmbedding = await this.attachEmbeddings(prompt.state, chunks, request.query);
+    return prompt.state.mirror.optimize(chunks, { ...request, queryEmbedding }, settings);
   }
 
   /** No plan: shadow mode sends the original; otherwise local truncation under the same history rules. */
@@ -333,13 +338,20 @@ export class PromptBuilder {
     while (same < contents.length && same < state.turns.length && sameContent(contents[same]!, state.contents[same], state.turns[same]!)) {
       same += 1;
     }
+    if (same === contents.length && same === state.turns.length) {
+      // Nothing new: keep the mapped turns, and remember the caller's objects for the next identity check.
+      state.contents.length = same;
+      for (let index = 0; index < same; index += 1) state.contents[index] = contents[index]!;
+      return state.turns;
+    }
     const firstTurn = same === 0 ? 0 : state.nextTurn;
     const locked = new Set<number>();
     for (let index = same; index < lockedTurns; index += 1) locked.add(index - same);
     const fresh = mapContents(contents.slice(same), { firstTurn, lockedIndexes: locked, previous: state.turns[same - 1] });
-    const turns = [...state.turns.slice(0, same), ...fresh];
+    const turns = state.turns.slice(0, same);
+    for (const turn of fresh) turns.push(turn);
     state.turns = turns;
-    state.contents = [...contents];
+    state.contents = contents.slice();
     for (const turn of turns) state.nextTurn = Math.max(state.nextTurn, turn.turn + 1);
     return turns;
   }
