@@ -5,10 +5,12 @@
  * every build plans over the same 1,000 chunks), the first build of a fresh
  * session in `true` mode, appending a 10-message delta, and tool-loop steps:
  * one model call and its tool response appended since the last build, then
- * the next build, as Gemini CLI's tool loop does. In `true` mode a step
- * between collections stays under the threshold; in shadow mode every step
- * plans. Prints a table and writes ../benchmarks/results/bench_ts.json
- * (smoke: results/smoke/), with the server's own time per planning row.
+ * the next build, as Gemini CLI's tool loop does (also with the history
+ * handed back deep-copied, as Gemini CLI's getHistory does). In `true` mode a
+ * step between collections stays under the threshold; in shadow mode every
+ * step plans. Prints a table and writes ../benchmarks/results/bench_ts.json
+ * (smoke: results/smoke/): wall time, the client process's CPU time, and the
+ * server's own time (server_ms) of the builds that planned.
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
