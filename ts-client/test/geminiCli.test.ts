@@ -6,7 +6,7 @@ import { after, before, test } from "node:test";
 import type { ContentGenerator } from "@google/gemini-cli-core";
 import { LlmRole } from "@google/gemini-cli-core";
 import type { Content } from "../src/gemini/types.js";
-import { withContextOptimizer } from "../src/geminiCli.js";
+import { GEMINI_CLI_COMPRESSION_PERCENT, HOST_TARGET_PERCENT, HOST_THRESHOLD_PERCENT, withContextOptimizer } from "../src/geminiCli.js";
 import type { ContextSummary } from "../src/summary.js";
 import { call, model, response, text, user } from "./support/histories.js";
 import { closedPort } from "./support/network.js";
@@ -79,6 +79,16 @@ test("options win over the environment: address, window and session reach the se
   } finally {
     process.env = previous;
   }
+});
+
+test("inside Gemini CLI the adapter's ceiling is the CLI's compression line: it acts and lands below 50% of the window", async () => {
+  assert.ok(HOST_TARGET_PERCENT < HOST_THRESHOLD_PERCENT && HOST_THRESHOLD_PERCENT <= GEMINI_CLI_COMPRESSION_PERCENT);
+  const summaries: ContextSummary[] = [];
+  const { generator } = await fakeModel(1);
+  const wrapped = withContextOptimizer(generator, { address: server.address, windowTokens: 8_000, sessionId: "adapter-ceiling", defaultMode: "true", onSummary: (s) => summaries.push(s) });
+  await wrapped.generateContentStream({ model: "gemini-2.5-pro", contents: longSession() }, "p1", LlmRole.MAIN);
+  assert.equal(summaries[0]!.outcome, "optimized", summaries[0]!.note);
+  assert.ok(summaries[0]!.tokensAfter < (8_000 * GEMINI_CLI_COMPRESSION_PERCENT) / 100, `${summaries[0]!.tokensAfter} tokens`);
 });
 
 test("only the main chat is rewritten: utility calls, countTokens and the generator's properties pass through", async () => {
