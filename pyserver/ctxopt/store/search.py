@@ -165,17 +165,18 @@ def snippet(text: str, wanted: frozenset[str], terms: Terms) -> str:
 def _best_pieces(pieces: list[str], wanted: frozenset[str], terms: Terms) -> list[int]:
     """The indexes of the pieces a snippet shows, in text order.
 
-    Pieces are analysed SNIPPET_BLOCK at a time first, so text without a match
-    costs one analyzer call per block. The scan stops once pieces holding every
-    wanted term fill the snippet (no later piece can outrank them), or once past
-    SNIPPET_SCAN_CHARS with a match found."""
+    A text longer than a block is analysed SNIPPET_BLOCK pieces at a time first,
+    so text without a match costs one analyzer call per block. The scan stops
+    once pieces holding every wanted term fill the snippet (no later piece can
+    outrank them), or once past SNIPPET_SCAN_CHARS with a match found."""
     found: list[tuple[int, int]] = []  # (-distinct wanted terms, index)
     complete_chars = scanned_chars = 0
     for start in range(0, len(pieces), SNIPPET_BLOCK):
         block = pieces[start : start + SNIPPET_BLOCK]
         joined = " ".join(block)
         scanned_chars += len(joined)
-        if wanted.isdisjoint(terms(joined)):
+        # a text of one block: the check would cost what the pieces' analysis costs
+        if len(pieces) > SNIPPET_BLOCK and wanted.isdisjoint(terms(joined)):
             continue
         for index, piece in enumerate(block, start):
             distinct = len(wanted.intersection(terms(piece)))
@@ -183,6 +184,8 @@ def _best_pieces(pieces: list[str], wanted: frozenset[str], terms: Terms) -> lis
                 found.append((-distinct, index))
             if distinct == len(wanted):
                 complete_chars += len(piece)
+                if complete_chars >= SNIPPET_CHARS:
+                    break
         if complete_chars >= SNIPPET_CHARS or (scanned_chars >= SNIPPET_SCAN_CHARS and found):
             break
     shown: list[int] = []
