@@ -667,11 +667,19 @@ def _backfill(sel: _Selection, steps: _Steps, slack: float, forced_out: list[int
     kept_cut_before = np.maximum.accumulate(np.where(never, steps.tier[order], -1))
     kept_cut_before = np.concatenate([[-1], kept_cut_before[:-1]])
     highest_kept_cut = -1
-    for position in np.flatnonzero(~never).tolist():
+    fitting = np.flatnonzero(~never)
+    # once slack is below the cheapest step ahead, or a kept cut above the
+    # highest tier ahead, nothing more can be undone
+    ahead = order[fitting][::-1]
+    cheapest_ahead = np.minimum.accumulate(steps.saves[ahead])[::-1].tolist()
+    highest_tier_ahead = np.maximum.accumulate(steps.tier[ahead])[::-1].tolist()
+    for k, position in enumerate(fitting.tolist()):
+        highest_kept_cut = max(highest_kept_cut, int(kept_cut_before[position]))
+        if slack < cheapest_ahead[k] or highest_kept_cut > highest_tier_ahead[k]:
+            break
         i = int(order[position])
         cost = float(steps.saves[i])
         unit = int(steps.unit[i])
-        highest_kept_cut = max(highest_kept_cut, int(kept_cut_before[position]))
         undoable = (
             cost <= slack
             and unit not in forced
