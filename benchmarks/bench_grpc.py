@@ -21,7 +21,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import cast
 
@@ -41,11 +41,14 @@ TIMEOUT = 60.0
 # the targets set when the gRPC front was built, milliseconds
 TARGETS = {
     "optimize": (3.0, 10.0),
+    "optimize_lean": (3.0, 10.0),
     "append_10": (2.0, None),
     "optimize_context_warm": (25.0, None),
 }
 APPEND_BATCH = 100  # chunks per AppendChunks in the throughput figure
 APPEND_TARGET_TOKENS_PER_S = 2_500_000  # over gRPC
+# Optimize over gRPC at most this many health-check round trips of the same run
+HEALTH_RTT_GOAL = 2.5
 
 
 @dataclass
@@ -137,10 +140,14 @@ def in_process(
             engine.append("", "bench", base)
             tokens = engine.stats("", "bench").tokens
             options = _options(tokens)
+            lean = replace(options, lean=True)
             delta = iter(deltas)
             calls = {
                 "optimize": summary(
                     samples(lambda: engine.optimize("", "bench", options), repeats)
+                ),
+                "optimize_lean": summary(
+                    samples(lambda: engine.optimize("", "bench", lean), repeats)
                 ),
                 "append_10": summary(
                     samples(lambda: engine.append("", "bench", next(delta)), repeats)
@@ -204,6 +211,10 @@ def over_grpc(
                 )
                 tokens = appended.session_tokens
                 optimize = forced_dry_run(tokens)
+                lean = pb.OptimizeRequest()
+                lean.CopyFrom(optimize)
+                lean.lean = True
+                check = health_pb2.HealthCheckRequest()
                 context = pb.OptimizeContextRequest(
                     chunks=base_pb,
                     query=QUERY,
@@ -213,8 +224,14 @@ def over_grpc(
                 )
                 delta = iter([[to_pb(c) for c in d] for d in deltas])
                 calls = {
+                    "health": summary(
+                        samples(lambda: health.Check(check, timeout=TIMEOUT), repeats)
+                    ),
                     "optimize": summary(
                         samples(lambda: stub.Optimize(optimize, timeout=TIMEOUT), repeats)
+                    ),
+                    "optimize_lean": summary(
+                        samples(lambda: stub.Optimize(lean, timeout=TIMEOUT), repeats)
                     ),
                     "append_10": summary(
                         samples(
@@ -306,6 +323,11 @@ def main() -> None:
             f"{theirs['p99_ms']:9.2f} {target:10.1f}"
         )
     print(f"{'start to SERVING':24} {'':11} {remote.start_to_serving_ms:9.0f} {'':9} {1500:10}")
+    health = remote.calls["health"]["p50_ms"]
+    print(f"{'health check':24} {'':11} {health:9.2f} {remote.calls['health']['p99_ms']:9.2f}")
+    for name in ("optimize", "optimize_lean"):
+        ratio = remote.calls[name]["p50_ms"] / health
+        print(f"  {name} over gRPC = {ratio:.1f}x the health round trip (goal {HEALTH_RTT_GOAL}x)")
     mine, theirs = local.append_throughput, remote.append_throughput
     print(
         f"\nappend throughput, {theirs['chunks']:,.0f} fresh chunks in batches of "
