@@ -799,37 +799,35 @@ def _outcome(
         np.where(requested | dead, int(Action.DELETE), int(Action.STASH)),
         shrink_action[changed_slots],
     )
-    facts = _reason_facts(sel, scores, changed_slots, values.covered_by_summary, requested)
-    reasons_of: dict[tuple[object, ...], tuple[str, ...]] = {}
-    reasons: list[tuple[str, ...]] = []
-    for code, fact in zip(codes.tolist(), facts, strict=True):
-        key = (code, *fact)
-        found = reasons_of.get(key)
-        if found is None:
-            found = reasons_of[key] = _reasons(options.strategy, _ACTION_BY_CODE[code], *fact)
-        reasons.append(found)
-
-    decisions = Decisions()
-    outcome = Outcome(Plan(kept_ids, decisions, tokens_before, 0, target, True, True, repairs))
+    code_list = codes.tolist()
+    actions = [_ACTION_BY_CODE[code] for code in code_list]
+    chunk_ids = [slot_ids[slot] for slot in slot_list]
     entries = session.entries
-    texts, afters = decisions.replacement_texts, decisions.tokens_after
-    stash_ids = decisions.stash_ids
-    for slot, code in zip(slot_list, codes.tolist(), strict=True):
-        entry = entries[slot_ids[slot]]
-        if code in (_TRIM, _MASK):
-            text, after = shrink_texts[slot]
-            outcome.shrunk[slot] = (_ACTION_BY_CODE[code], text, after)
-        else:
-            text, after = "", 0
-            outcome.removed[slot] = _ACTION_BY_CODE[code]
-        texts.append(text)
-        afters.append(after)
-        stash_ids.append("" if code == _DELETE else entry.stash_id())
-    decisions.chunk_ids = [slot_ids[slot] for slot in slot_list]
-    decisions.actions = [_ACTION_BY_CODE[code] for code in codes.tolist()]
-    decisions.tokens = cols.tokens[changed_slots].tolist()
-    decisions.scores = scores.total[changed_slots].tolist()
-    decisions.reasons = reasons
+    stash_ids = [
+        "" if code == _DELETE else entries[chunk_id].stash_id()
+        for chunk_id, code in zip(chunk_ids, code_list, strict=True)
+    ]
+    shrunk = (codes == _TRIM) | (codes == _MASK)
+    texts = [""] * len(slot_list)
+    afters = [0] * len(slot_list)
+    decisions = Decisions(
+        chunk_ids,
+        actions,
+        cols.tokens[changed_slots].tolist(),
+        afters,
+        scores.total[changed_slots].tolist(),
+        None,
+        _decision_reasons(sel, codes, changed_slots, values.covered_by_summary, requested),
+        texts,
+        stash_ids,
+    )
+    outcome = Outcome(Plan(kept_ids, decisions, tokens_before, 0, target, True, True, repairs))
+    for i in np.flatnonzero(shrunk).tolist():
+        slot = slot_list[i]
+        texts[i], afters[i] = shrink_texts[slot]
+        outcome.shrunk[slot] = (actions[i], texts[i], afters[i])
+    for i in np.flatnonzero(~shrunk).tolist():
+        outcome.removed[slot_list[i]] = actions[i]
     if not options.lean:
         decisions.breakdowns = scores.breakdowns(changed_slots)
     tokens_after += sum(afters)
@@ -856,30 +854,40 @@ def _outcome(
     return outcome
 
 
-def _reason_facts(
+def _decision_reasons(
     sel: _Selection,
-    scores: Scores,
+    codes: npt.NDArray[np.int64],
     slots: IntArray,
     covered_by_summary: npt.NDArray[np.bool_],
     requested: npt.NDArray[np.bool_],
-) -> list[tuple[bool, int, bool, bool, str]]:
-    """Per slot, what its reasons depend on besides the action: delete
-    requested, policy, reachable, summarised, and the id of its group's leader
-    ("" if alone)."""
-    units = sel.unit_of[slots]
-    grouped = (sel.unit_size[units] > 1).tolist()
-    ids = sel.session.slot_ids
-    leaders = [ids[u] if g else "" for u, g in zip(units.tolist(), grouped, strict=True)]
-    return list(
-        zip(
-            requested.tolist(),
-            sel.session.columns.policy[slots].tolist(),
-            scores.marks.reachable[slots].tolist(),
-            covered_by_summary[slots].tolist(),
-            leaders,
-            strict=True,
+) -> list[tuple[str, ...]]:
+    """Each decision's reason codes. They depend on the action, delete
+    requested, policy, reachable, summarised and the group's leader, so
+    they are made once per distinct combination, not once per decision."""
+    policy = sel.session.columns.policy[slots]
+    reachable = sel.scores.marks.reachable[slots]
+    summarized = covered_by_summary[slots]
+    # one int per combination (action and policy codes are below 8)
+    key = (((codes * 2 + requested) * 8 + policy) * 2 + reachable) * 2 + summarized
+    _, first, which = np.unique(key, return_index=True, return_inverse=True)
+    strategy = sel.options.strategy
+    made = [
+        _reasons(
+            strategy,
+            _ACTION_BY_CODE[int(codes[i])],
+            bool(requested[i]),
+            int(policy[i]),
+            bool(reachable[i]),
+            bool(summarized[i]),
         )
-    )
+        for i in first.tolist()
+    ]
+    reasons = [made[k] for k in which.reshape(-1).tolist()]
+    units = sel.unit_of[slots]
+    ids = sel.session.slot_ids
+    for i in np.flatnonzero(sel.unit_size[units] > 1).tolist():
+        reasons[i] = (*reasons[i], f"group_with:{ids[int(units[i])]}")
+    return reasons
 
 
 def _reasons(
@@ -889,7 +897,6 @@ def _reasons(
     policy: int,
     reachable: bool,
     summarized: bool,
-    group_leader: str,
 ) -> tuple[str, ...]:
     reasons: list[str] = []
     if delete_requested:
@@ -912,8 +919,6 @@ def _reasons(
         reasons.append("trimmed_to_relevant_lines")
     elif action == Action.MASK:
         reasons.append("masked_tool_result")
-    if group_leader:
-        reasons.append(f"group_with:{group_leader}")
     return tuple(reasons)
 
 
