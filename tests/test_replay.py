@@ -164,23 +164,31 @@ def test_folds_deal_sessions_round_robin() -> None:
 def test_choose_prefers_the_best_recall_billing_under_every_baseline(session: Session) -> None:
     ids = [session.instance_id]
     grid: dict[Setting, Tally] = {
-        (90.0, 60.0, None): tally_of(session, [50], 0.8),
-        (90.0, 80.0, None): tally_of(session, [90], 0.9),  # best recall, cheaper than both
-        (95.0, 90.0, None): tally_of(session, [120], 0.93),  # dearer than a baseline
-        (99.0, 90.0, None): tally_of(session, [10], 1.0, over=1),  # over the window
+        (90.0, 60.0, None, "hybrid"): tally_of(session, [50], 0.8),
+        (90.0, 80.0, None, "hybrid"): tally_of(
+            session, [90], 0.9
+        ),  # best recall, cheaper than both
+        (95.0, 90.0, None, "hybrid"): tally_of(session, [120], 0.93),  # dearer than a baseline
+        (99.0, 90.0, None, "hybrid"): tally_of(session, [10], 1.0, over=1),  # over the window
     }
     baselines = [tally_of(session, [100], 0.85), tally_of(session, [130], 0.86)]
-    assert choose(grid, baselines, ids, 0.25) == (90.0, 80.0, None)
+    assert choose(grid, baselines, ids, 0.25) == (90.0, 80.0, None, "hybrid")
     reaching: dict[Setting, Tally] = {
         **grid,
-        (80.0, 60.0, 2): tally_of(session, [95], 0.96),
-        (85.0, 60.0, 2): tally_of(session, [99], 0.97),
+        (80.0, 60.0, 2, "hybrid"): tally_of(session, [95], 0.96),
+        (85.0, 60.0, 2, "hybrid"): tally_of(session, [99], 0.97),
     }
-    assert choose(reaching, baselines, ids, 0.25) == (80.0, 60.0, 2)  # the cheapest reaching 0.95
+    assert choose(reaching, baselines, ids, 0.25) == (
+        80.0,
+        60.0,
+        2,
+        "hybrid",
+    )  # the cheapest reaching 0.95
     assert choose(grid, [tally_of(session, [5], 0.5)], ids, 0.25) == (
         90.0,
         60.0,
         None,
+        "hybrid",
     )  # none cheaper
 
 
@@ -197,8 +205,8 @@ def test_cross_validation_reports_each_fold_on_sessions_it_did_not_choose_on() -
         {s.instance_id: SessionFigures([Billing(100, 0)], [0.8], [0.0], 0) for s in sessions}
     )
     grid: dict[Setting, Tally] = {
-        (90.0, 60.0, None): Tally.of(cheap.by_session),
-        (90.0, 80.0, None): Tally.of(rich.by_session),
+        (90.0, 60.0, None, "hybrid"): Tally.of(cheap.by_session),
+        (90.0, 80.0, None, "hybrid"): Tally.of(rich.by_session),
     }
     cv = cross_validate(
         grid, {"langchain": base}, [s.instance_id for s in sessions], 0.25, (0.25,), k=4

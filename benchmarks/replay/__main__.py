@@ -54,15 +54,17 @@ OTHER_RATIO = 0.1  # Anthropic: cache reads at 10% of the input price
 METHODS = ("none", "gemini-cli-native", "obs-mask", "langchain", "ctxopt")
 NODE_METHODS = ("gemini-cli-native", "ctxopt")
 # ctxopt's settings cross-validated at 40%: threshold and target (percent of the window) and
-# the most recent turns kept as roots at most (10: the server's default); the `ctxopt` rows run the
-# adapter's defaults
+# the most recent turns kept as roots at most (10: the server's default), and the service's
+# strategy (hybrid: relevance, trims and masks; budget: policy tiers and age); the `ctxopt` rows
+# run the adapter's defaults
 GRID: tuple[Setting, ...] = tuple(
-    (threshold, threshold - gap, recent)
+    (threshold, threshold - gap, recent, strategy)
+    for strategy in ("hybrid", "budget")
     for threshold in (90.0, 100.0)
-    for gap in (0.0, 5.0, 10.0, 20.0, 30.0, 40.0)
+    for gap in (0.0, 5.0, 10.0, 20.0)
     for recent in (10, 2)
 )
-SMOKE_GRID: tuple[Setting, ...] = ((100.0, 95.0, 2), (90.0, 60.0, 10))
+SMOKE_GRID: tuple[Setting, ...] = ((100.0, 95.0, 2, "budget"), (90.0, 60.0, 10, "hybrid"))
 BASELINES = ("obs-mask", "langchain")  # the methods that stay inside the window
 SMOKE_SESSIONS = 2
 NOTES = (
@@ -129,9 +131,19 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def setting_name(setting: Setting) -> str:
-    threshold, target, recent = setting
+    threshold, target, recent, strategy = setting
     roots = "" if recent is None else f", {recent} recent turns"
-    return f"{threshold:g}/{target:g}{roots}"
+    how = "" if strategy is None else f", {strategy}"
+    return f"{threshold:g}/{target:g}{roots}{how}"
+
+
+def setting_of(entry: dict[str, Any]) -> Setting:
+    return (
+        entry["threshold_percent"],
+        entry["target_percent"],
+        entry["recent_turns"],
+        entry.get("strategy"),
+    )
 
 
 def node_jobs(sessions: Sequence[Session], grid: Sequence[Setting]) -> list[Job]:
@@ -221,9 +233,10 @@ def results_json(
         tally = tallies[SHARE_WINDOW].get(f"ctxopt {setting_name(setting)}")
         if tally is not None:
             measured[setting] = tally
-            threshold, target, recent = setting
+            threshold, target, recent, strategy = setting
             gaps.append(
-                {"gap": threshold - target, "recent_turns": recent} | tally.summary(ratio, ratios)
+                {"gap": threshold - target, "recent_turns": recent, "strategy": strategy}
+                | tally.summary(ratio, ratios)
             )
     baselines = {
         name: tallies[SHARE_WINDOW][name] for name in BASELINES if name in tallies[SHARE_WINDOW]
@@ -254,12 +267,7 @@ def print_results(results: dict[str, Any], other: float) -> None:
         print(f"\nctxopt threshold/target gap, window {SHARE_WINDOW}")
         print(
             table(
-                {
-                    setting_name(
-                        (g["threshold_percent"], g["target_percent"], g["recent_turns"])
-                    ): g
-                    for g in results["threshold_target"]
-                },
+                {setting_name(setting_of(g)): g for g in results["threshold_target"]},
                 ratio,
                 other,
                 first="threshold/target",
@@ -288,9 +296,7 @@ def print_results(results: dict[str, Any], other: float) -> None:
         rows.append("| " + " | ".join("---" for _ in range(6 + len(BASELINES))) + " |")
         for f in cv["per_fold"]:
             chosen = f["chosen"]
-            name = setting_name(
-                (chosen["threshold_percent"], chosen["target_percent"], chosen["recent_turns"])
-            )
+            name = setting_name(setting_of(chosen))
             rows.append(
                 f"| {f['fold']} | {f['sessions']} | {name} | {f['billed_tokens']:,} | "
                 f"{f['needed_later_recall']:.3f} | {f['over_window_calls']} / {f['calls']} | "
@@ -300,12 +306,7 @@ def print_results(results: dict[str, Any], other: float) -> None:
         print("\n".join(rows))
         print(table({"ctxopt out-of-fold": cv["out_of_fold"], **cv["baselines"]}, ratio, other))
         chosen = cv["chosen_on_all_sessions"]
-        print(
-            "chosen on all sessions: "
-            + setting_name(
-                (chosen["threshold_percent"], chosen["target_percent"], chosen["recent_turns"])
-            )
-        )
+        print("chosen on all sessions: " + setting_name(setting_of(cv["chosen_on_all_sessions"])))
     for note in results["notes"]:
         print(f"- {note}")
     for name, reason in results["unavailable"].items():

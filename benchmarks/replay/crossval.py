@@ -25,7 +25,8 @@ RULE = (
     "the cheapest"
 )
 
-Setting = tuple[float, float, int | None]  # threshold %, target %, recent turns kept as roots
+# threshold %, target %, recent turns kept as roots at most, the service's strategy
+Setting = tuple[float, float, int | None, str | None]
 
 
 def fold_of(ids: Sequence[str], k: int) -> list[list[str]]:
@@ -107,5 +108,10 @@ def brief(tally: Tally, ratio: float) -> dict[str, Any]:
 
 
 def setting_json(setting: Setting) -> dict[str, Any]:
-    threshold, target, recent = setting
-    return {"threshold_percent": threshold, "target_percent": target, "recent_turns": recent}
+    threshold, target, recent, strategy = setting
+    return {
+        "threshold_percent": threshold,
+        "target_percent": target,
+        "recent_turns": recent,
+        "strategy": strategy,
+    }

@@ -23,6 +23,8 @@ from benchmarks.replay.sessions import Prompt, Session
 from tests.serverproc import start_server
 
 SCRIPT = Path(__file__).with_name("replay.mjs")
+# ctxopt.v1.Strategy values the adapter may ask for
+STRATEGIES = {"hybrid": 1, "budget": 2}
 GEMINI_CORE = TS_CLIENT / "node_modules" / "@google" / "gemini-cli-core" / "package.json"
 MODEL = "gemini-2.5-pro"
 NODE_TIMEOUT_S = 7_200
@@ -51,6 +53,7 @@ class Job:
     threshold_percent: float | None = None  # None: the adapter's default
     target_percent: float | None = None
     recent_turns: int | None = None
+    strategy: str | None = None  # a key of STRATEGIES; None: the adapter's default
 
     def request(self, index: int) -> dict[str, Any]:
         return {
@@ -62,6 +65,7 @@ class Job:
             "thresholdPercent": self.threshold_percent,
             "targetPercent": self.target_percent,
             "recentTurns": self.recent_turns,
+            "strategy": None if self.strategy is None else STRATEGIES[self.strategy],
         }
 
 

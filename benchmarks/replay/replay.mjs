@@ -4,7 +4,7 @@
 //
 // stdin:  {"address", "tsClient", "model", "summaryText", "trajectories": {key: [{role, content}]},
 //          "jobs": [{"method", "session", "trajectory", "window", "calls": [index...],
-//                    "thresholdPercent", "targetPercent", "recentTurns" (null: the default)}]}
+//                    "thresholdPercent", "targetPercent", "recentTurns", "strategy" (null: the default)}]}
 // stdout: one JSON line per job, in order:
 //         {"job", "texts": [[role, text]...], "prompts": [[text index...]...],
 //          "ms": [...], "outcomes": [what the method did at each call],
@@ -36,7 +36,7 @@
 // ctxopt-client/genai (the code withContextOptimizer runs inside Gemini CLI),
 // given the host's full history on every call, as a user would run it: the
 // window as windowTokens, the adapter's own defaults unless the job sets a
-// threshold, target or recent-turn roots (null: the default).
+// threshold, target, recent-turn roots or strategy (null: the default).
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -194,6 +194,7 @@ async function ctxopt(job, messages, request) {
     ...(job.thresholdPercent === null ? {} : { thresholdPercent: job.thresholdPercent }),
     ...(job.targetPercent === null ? {} : { targetPercent: job.targetPercent }),
     ...(job.recentTurns === null ? {} : { recentTurns: job.recentTurns }),
+    ...(job.strategy === null ? {} : { strategy: job.strategy }),
   };
   const out = new Prompts();
   const ms = [];

@@ -71,6 +71,8 @@ export interface HostOptimizerOptions {
    * they would not fit in the target, so a collection can always land.
    */
   readonly recentTurns?: number;
+  /** The service's selection strategy (default STRATEGY). */
+  readonly strategy?: Strategy;
   /** The mode when GEMINI_CONTEXT_OPTIMIZATION is unset (default `false`: pass-through). */
   readonly defaultMode?: Flags["mode"];
   /** Flags (default: read from the environment, then overridden by the fields above). */
@@ -112,6 +114,13 @@ export interface RequestExtras {
  * the target then cannot hold and recalls no more).
  */
 export const RECENT_TURNS = 2;
+
+/**
+ * How the service chooses what goes (cross-validated with the shares): policy
+ * tiers and age (STRATEGY_BUDGET) keep more of what the agent needs later on
+ * the replayed sessions than relevance-weighted trims and masks (HYBRID).
+ */
+export const STRATEGY = Strategy.STRATEGY_BUDGET;
 
 /** The smallest percentage sent to the service (its budget reads 0 as unset). */
 const MIN_PERCENT = 0.01;
@@ -383,7 +392,7 @@ export class HostHistoryOptimizer {
       roots: { rootIds: mandatory, recentTurns: recentRoots(projected.turns, this.options.recentTurns ?? RECENT_TURNS, call.targetTokens - call.fixedTokens) },
       dryRun: this.flags.mode === "shadow",
       aggressive: this.flags.aggressive,
-      strategy: Strategy.STRATEGY_HYBRID,
+      strategy: this.options.strategy ?? STRATEGY,
       maxChunks: this.flags.maxChunks,
     };
   }

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { CtxoptClient } from "../src/client.js";
 import { DEFAULT_FLAGS, type Flags } from "../src/flags.js";
-import { Action, Decision } from "../src/generated/ctxopt/v1/ctxopt.js";
+import { Action, Decision, Strategy } from "../src/generated/ctxopt/v1/ctxopt.js";
 import { findViolations } from "../src/gemini/history.js";
 import { chunksOf, mapContents } from "../src/gemini/mapping.js";
 import type { Content } from "../src/gemini/types.js";
@@ -16,6 +16,7 @@ import {
   PRESSURE_SHARE,
   recentRoots,
   signedCallsToKeep,
+  STRATEGY,
   TARGET_SHARE,
   THRESHOLD_SHARE,
 } from "../src/hostOptimizer.js";
@@ -189,7 +190,7 @@ function logSession(): Content[] {
 
 test("a trimmed tool output is the excerpt itself: no tool-name prefix, name and id kept", async () => {
   const contents = logSession();
-  const result = await optimizer({}, { windowTokens: 150_000, thresholdPercent: 40, targetPercent: 30 }).optimize(contents);
+  const result = await optimizer({}, { windowTokens: 150_000, thresholdPercent: 40, targetPercent: 30, strategy: Strategy.STRATEGY_HYBRID }).optimize(contents);
   assert.ok(result.summary.trimmed > 0, result.summaryLine);
   const outputs = result.contents.flatMap((c) => (c.parts ?? []).flatMap((p) => (p.functionResponse ? [p.functionResponse] : [])));
   const trimmed = outputs.filter((r) => String(r.response?.["output"]).startsWith("[ctxopt: trimmed"));
@@ -299,4 +300,28 @@ test("a latest tool output larger than the window alone is clipped (head and tai
   assert.ok(output.startsWith("line 0:") && output.endsWith(lines.at(-1)!), "head and tail kept");
   assert.match(output, /\[ctxopt: \d+ characters clipped to fit the window\]/);
   assert.ok((await serviceCount(result.contents)) <= 8_000, result.summaryLine);
+});
+
+test("the service is asked for the adapter's STRATEGY unless the caller names another", async () => {
+  const asked: (Strategy | undefined)[] = [];
+  const client = new CtxoptClient(server.address, { deadlineMs: 5000 });
+  const recording = new Proxy(client, {
+    get: (target, property) => {
+      if (property === "optimize") {
+        return (request: Parameters<CtxoptClient["optimize"]>[0], settings?: Parameters<CtxoptClient["optimize"]>[1]) => {
+          asked.push(request.strategy);
+          return target.optimize(request, settings);
+        };
+      }
+      const value: unknown = Reflect.get(target, property, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+  try {
+    await optimizer({}, { client: recording }).optimize(toolSession(30));
+    await optimizer({}, { client: recording, strategy: Strategy.STRATEGY_HYBRID }).optimize(toolSession(30));
+    assert.deepEqual(asked, [STRATEGY, Strategy.STRATEGY_HYBRID]);
+  } finally {
+    client.close();
+  }
 });
