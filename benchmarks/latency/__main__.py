@@ -1,4 +1,4 @@
-"""Latency and scaling from 100 to 100,000 chunks (issue 7).
+"""Latency and scaling from 100 to 100,000 chunks.
 
 For each session size, on real agent text (`benchmarks.corpus`): append
 throughput in-process and through gRPC; `Score` and `Optimize` (a forced dry
