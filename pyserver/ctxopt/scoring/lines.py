@@ -109,15 +109,19 @@ class LineBook:
             return  # every change of a chunk's text goes through the index
         self._synced_index = session.index.version
         live = {e.slot: e.chunk.text for e in session.entries.values()}
+        touched: set[str] = set()
         for slot in [s for s in self.text if s not in live]:
-            self._drop(slot)
+            touched |= self._drop(slot)
         for slot, text in live.items():
             if self.text.get(slot) is not text:
                 if slot in self.text:
-                    self._drop(slot)
-                self._add(slot, text)
+                    touched |= self._drop(slot)
+                touched |= self._add(slot, text)
+        # once per sync, not per chunk: a line many chunks hold would make a
+        # first sync quadratic
+        self._touch(touched)
 
-    def _touch(self, keys: frozenset[str]) -> None:
+    def _touch(self, keys: set[str]) -> None:
         """Cached answers of every slot sharing these keys are stale."""
         self.version += 1
         for key in keys:
@@ -176,28 +180,30 @@ class LineBook:
     def excerpt_text(self, slot: int) -> str:
         return self._excerpt_text[slot]
 
-    def _add(self, slot: int, text: str) -> None:
+    def _add(self, slot: int, text: str) -> frozenset[str]:
+        """Hold the slot's lines; returns them (their holders' answers are stale)."""
         self.version += 1
         self.text[slot] = text
         keys = text_lines(text).distinct
-        self._touch(keys)
         self._anchors.pop(slot, None)  # answered while the slot was empty or held another text
         self._repeated.pop(slot, None)
         self._forget_excerpt(slot)
         for key in keys:
             self.holders[key].add(slot)
+        return keys
 
-    def _drop(self, slot: int) -> None:
+    def _drop(self, slot: int) -> frozenset[str]:
+        """Forget the slot's lines; returns them (their holders' answers are stale)."""
         keys = text_lines(self.text.pop(slot)).distinct
         for key in keys:
             holders = self.holders[key]
             holders.discard(slot)
             if not holders:
                 del self.holders[key]
-        self._touch(keys)
         self._anchors.pop(slot, None)
         self._repeated.pop(slot, None)
         self._forget_excerpt(slot)
+        return keys
 
     def anchors(self, slot: int) -> tuple[int, ...]:
         """Line numbers of the echo lines this slot owns (it is their latest holder)."""
