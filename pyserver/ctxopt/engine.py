@@ -56,7 +56,7 @@ from ctxopt.model import (
     UpsertStatus,
     Weights,
 )
-from ctxopt.pruner import Outcome, TextTools, Tuning, idle_plan, is_triggered, plan_session
+from ctxopt.pruner import TextTools, Tuning, idle_plan, is_triggered, plan_session
 from ctxopt.registry import Entry, Registry, Session, SessionView
 from ctxopt.roots import Marks, mark
 from ctxopt.scoring.analyzer import Analyzer
@@ -345,7 +345,7 @@ class Engine:
             self.config.neighbour_share,
         )
 
-    def _plan(self, session: Session, options: OptimizeOptions) -> Outcome:
+    def _plan(self, session: Session, options: OptimizeOptions) -> Plan:
         """Mark; below the threshold that is all, else score and plan. Marking,
         scoring and planning read one snapshot of the session."""
         if options.strategy == Strategy.UNSPECIFIED:
@@ -354,7 +354,7 @@ class Engine:
         view = session.view()
         marks = mark(view, options.roots)
         if not is_triggered(view, options):
-            return Outcome(idle_plan(view, options, marks, self.tuning))
+            return idle_plan(view, options, marks, self.tuning)
         terms = self.analyzer.terms(options.query)
         scores = self._scores(view, terms, options.query_embedding, marks, options.weights)
         query_terms = frozenset(terms)
@@ -380,11 +380,11 @@ class Engine:
         session = self._session(owner, session_id)
         with session.lock:
             self._check_removable(session, options.delete_ids, options.roots, "delete_ids")
-            outcome = self._plan(session, options)
-            if outcome.plan.triggered and not options.dry_run:
-                self._apply(session, owner, outcome)
-        outcome.plan.server_ms = (time.perf_counter() - started) * 1000
-        return outcome.plan
+            plan = self._plan(session, options)
+            if plan.triggered and not options.dry_run:
+                self._apply(session, owner, plan)
+        plan.server_ms = (time.perf_counter() - started) * 1000
+        return plan
 
     def _check_removable(
         self, session: Session, chunk_ids: Sequence[str], roots: Roots, field: str
@@ -413,29 +413,25 @@ class Engine:
                 "(unpin a pinned one first)",
             )
 
-    def _apply(self, session: Session, owner: str, outcome: Outcome) -> None:
+    def _apply(self, session: Session, owner: str, plan: Plan) -> None:
         """Keep every original, then change the session, as one committed change."""
-        plan = outcome.plan
         originals = _Originals(session.id, owner, _now_ms(), plan_fingerprint(session.id, plan))
-        decisions = plan.decisions
-        row_of = {chunk_id: i for i, chunk_id in enumerate(decisions.chunk_ids)}
+        d = plan.decisions
         upserts: list[StoredChunk] = []
         removals: list[str] = []
-
-        def keep_original(entry: Entry, action: Action) -> str:
-            row = row_of[entry.chunk.id]
-            return originals.keep(entry, action, decisions.reasons[row], decisions.scores[row])
-
-        for slot, (action, text, tokens) in outcome.shrunk.items():
-            entry = session.entry_at(slot)
-            origin = keep_original(entry, action)
-            shrunk = replace(entry.chunk, text=text, tokens=tokens)
-            upserts.append(replace(_stored(entry), chunk=shrunk, origin=origin))
-        for slot, action in outcome.removed.items():
-            entry = session.entry_at(slot)
-            removals.append(entry.chunk.id)
-            if action != Action.DELETE:
-                keep_original(entry, action)
+        shrinks = {Action.TRIM, Action.MASK}
+        for i, action in enumerate(d.actions):
+            if action in shrinks:
+                entry = session.entries[d.chunk_ids[i]]
+                origin = originals.keep(entry, action, d.reasons[i], d.scores[i])
+                shrunk = replace(entry.chunk, text=d.replacement_texts[i], tokens=d.tokens_after[i])
+                upserts.append(replace(_stored(entry), chunk=shrunk, origin=origin))
+        for i, action in enumerate(d.actions):
+            if action not in shrinks:
+                entry = session.entries[d.chunk_ids[i]]
+                removals.append(entry.chunk.id)
+                if action != Action.DELETE:
+                    originals.keep(entry, action, d.reasons[i], d.scores[i])
         change = Change(
             session.id,
             owner,
@@ -494,7 +490,7 @@ class Engine:
             session = self._sync_stateless(session, chunks, tokens)
             self._check_embeddings(session, chunks)
             self._check_removable(session, options.delete_ids, options.roots, "delete_ids")
-            plan = self._plan(session, replace(options, dry_run=True)).plan
+            plan = self._plan(session, replace(options, dry_run=True))
         plan.server_ms = (time.perf_counter() - started) * 1000
         return plan
 

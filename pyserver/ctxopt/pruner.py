@@ -21,7 +21,7 @@ the target.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -90,15 +90,6 @@ class Tuning:
     anchor_retention: float = 0.5  # share of a chunk's value its anchored excerpt keeps
     anchors_last: bool = True  # anchored excerpts go only after everything else of their tier
     link_df_share: float = 0.0  # a query term at most this share of chunks hold is a link
-
-
-@dataclass(slots=True)
-class Outcome:
-    """A plan plus what the engine needs to carry it out."""
-
-    plan: Plan
-    shrunk: dict[int, tuple[Action, str, int]] = field(default_factory=dict)  # slot -> text
-    removed: dict[int, Action] = field(default_factory=dict)
 
 
 # (chunk id, text, stash id, target tokens, tokens) -> the TRIM excerpt
@@ -243,7 +234,7 @@ def plan_session(
     tuning: Tuning = Tuning(),
     incremental_batch: int = 0,
     old_generation_after: int = 3,
-) -> Outcome:
+) -> Plan:
     """Decide what to keep, trim, mask, stash or delete in a triggered
     collection (see the module doc; `is_triggered` says when one runs).
 
@@ -272,7 +263,7 @@ def plan_session(
     if options.max_chunks > 0:
         _enforce_max_chunks(sel, steps, options.max_chunks)
     repairs = _make_coherent(sel, steps, float(target), pressure)
-    return _outcome(sel, tokens_before, target, mandatory_tokens, repairs, values)
+    return _plan_of(sel, tokens_before, target, mandatory_tokens, repairs, values)
 
 
 @dataclass(slots=True)
@@ -509,10 +500,9 @@ def _make_coherent(sel: _Selection, steps: _Steps, target: float, pressure: floa
         new_repairs = _repair(sel)
         repairs += new_repairs
         total = sel.current_tokens(sel.units)
-        if total > target and resume:
-            _resume(sel, steps, total, target, pressure)
-        if not new_repairs and not _repair_needed(sel):
-            break
+        resumed = resume and total > target and _resume(sel, steps, total, target, pressure)
+        if not new_repairs and not resumed:
+            break  # a round that changed nothing leaves nothing to repair
     return repairs
 
 
@@ -698,12 +688,14 @@ def _backfill(sel: _Selection, steps: _Steps, slack: float, forced_out: list[int
         slack -= cost
 
 
-def _resume(sel: _Selection, steps: _Steps, total: float, target: float, pressure: float) -> None:
-    """Keep removing, in order, units no repair or kept child protects."""
+def _resume(sel: _Selection, steps: _Steps, total: float, target: float, pressure: float) -> bool:
+    """Keep removing, in order, units no repair or kept child protects;
+    whether any was."""
     state = sel.slot_state()
     kept_child_parent_units = set(
         sel.unit_of[sel.parent_slots[state[sel.child_slots] != OUT]].tolist()
     )
+    removed = False
     for i in np.flatnonzero(~steps.applied):
         if total <= target:
             break
@@ -719,20 +711,8 @@ def _resume(sel: _Selection, steps: _Steps, total: float, target: float, pressur
         sel.state[unit] = steps.kind[i]
         steps.applied[i] = True
         total -= before - after
-
-
-def _repair_needed(sel: _Selection) -> bool:
-    return bool(
-        coherence.violations(
-            sel.session,
-            sel.live,
-            sel.slot_state(),
-            sel.unit_of,
-            sel.protected,
-            sel.child_slots,
-            sel.parent_slots,
-        )
-    )
+        removed = True
+    return removed
 
 
 def _repair(sel: _Selection) -> list[Repair]:
@@ -760,14 +740,14 @@ def _repair(sel: _Selection) -> list[Repair]:
     return repairs
 
 
-def _outcome(
+def _plan_of(
     sel: _Selection,
     tokens_before: int,
     target: int,
     mandatory_tokens: int,
     repairs: list[Repair],
     values: _ChunkValues,
-) -> Outcome:
+) -> Plan:
     """Turn unit states into the plan's decision columns, texts and totals.
 
     Only chunks that change get a decision, and every per-slot fact is read
@@ -821,18 +801,13 @@ def _outcome(
         texts,
         stash_ids,
     )
-    outcome = Outcome(Plan(kept_ids, decisions, tokens_before, 0, target, True, True, repairs))
     for i in np.flatnonzero(shrunk).tolist():
-        slot = slot_list[i]
-        texts[i], afters[i] = shrink_texts[slot]
-        outcome.shrunk[slot] = (actions[i], texts[i], afters[i])
-    for i in np.flatnonzero(~shrunk).tolist():
-        outcome.removed[slot_list[i]] = actions[i]
+        texts[i], afters[i] = shrink_texts[slot_list[i]]
     if not options.lean:
         decisions.breakdowns = scores.breakdowns(changed_slots)
     tokens_after += sum(afters)
 
-    plan = outcome.plan
+    plan = Plan(kept_ids, decisions, tokens_before, 0, target, True, True, repairs)
     plan.tokens_after = tokens_after
     plan.mandatory_tokens = mandatory_tokens
     plan.feasible = tokens_after <= target
@@ -851,7 +826,7 @@ def _outcome(
                 ),
             )
         )
-    return outcome
+    return plan
 
 
 def _decision_reasons(
