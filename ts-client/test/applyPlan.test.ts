@@ -94,3 +94,32 @@ test("never worse: stashing only a call's response drops the unanswered call too
   assert.ok(verdict.repairs.some((r) => r.rule === "calls_answered"));
   assert.ok(toContents(verdict.turns).every((c) => c.parts!.every((p) => p.functionCall === undefined)));
 });
+
+test("a turn the plan does not touch is kept as the same object; a changed one is new and the input is untouched", () => {
+  const before = toContents(turns);
+  const applied = applyPlan(turns, { keptIds: ids, decisions: [decision(resultId, Action.ACTION_MASK, "[masked]")] });
+  assert.equal(applied.turns[1], turns[1]);
+  assert.equal(applied.turns[3], turns[3]);
+  assert.notEqual(applied.turns[2], turns[2]);
+  assert.deepEqual(toContents(turns), before);
+});
+
+test("the same rewrite of the same part gives back the same part and turn; another replacement does not", () => {
+  const plan = (replacement: string) => ({ keptIds: ids, decisions: [decision(resultId, Action.ACTION_MASK, replacement)] });
+  const first = applyPlan(turns, plan("[masked]")).turns[2]!;
+  assert.equal(applyPlan(turns, plan("[masked]")).turns[2], first);
+  const other = applyPlan(turns, plan("[masked again]")).turns[2]!;
+  assert.notEqual(other, first);
+  assert.equal(other.parts[0]!.chunk.text, "[masked again]");
+  assert.deepEqual(other.parts[0]!.part, { functionResponse: { id: "r1", name: "read_file", response: { output: "[masked again]" } } });
+});
+
+test("judging a plan keeps the turns it does not touch as the same objects", () => {
+  const verdict = judgePlan(turns, { keptIds: ids, decisions: [decision(resultId, Action.ACTION_MASK, "[masked]")] });
+  assert.equal(verdict.accepted, true, verdict.reason);
+  assert.deepEqual(verdict.repairs, []);
+  assert.deepEqual(
+    verdict.turns.map((t, i) => t === turns[i]),
+    [true, true, false, true, true],
+  );
+});

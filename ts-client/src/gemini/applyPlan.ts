@@ -25,36 +25,63 @@ export interface AppliedPlan {
  * `{ctxopt_masked: replacement}` as args, inline data becomes text); STASH
  * and DELETE drop it. A part the plan does not mention stays as it is; a
  * thought or thoughtSignature part is never rewritten.
+ *
+ * A turn the plan does not change is returned as the same object, and the
+ * same rewrite of the same part gives back the same part (plans repeat their
+ * rewrites from build to build until the next collection).
  */
 export function applyPlan(turns: readonly MappedContent[], plan: Pick<OptimizeResponse, "keptIds" | "decisions">): AppliedPlan {
-  const kept = new Set(plan.keptIds);
-  const decisions = new Map<string, Decision>(plan.decisions.map((d) => [d.chunkId, d]));
+  // Kept and unmentioned parts both stay: only decisions change anything.
+  const decisions = new Map<string, Decision>();
+  for (const d of plan.decisions) decisions.set(d.chunkId, d);
   const removedIds: string[] = [];
   const rewrittenIds: string[] = [];
   const keptVerbatimIds: string[] = [];
   const result = turns.map((turn): MappedContent => {
-    const parts: MappedPart[] = [];
-    for (const mapped of turn.parts) {
+    let parts: MappedPart[] | undefined;
+    turn.parts.forEach((mapped, index) => {
       const id = mapped.chunk.id;
       const decision = decisions.get(id);
-      const action = decision?.action ?? (kept.has(id) ? Action.ACTION_KEEP : undefined);
-      if (action === Action.ACTION_STASH || action === Action.ACTION_DELETE) {
+      let next: MappedPart | undefined = mapped;
+      if (decision?.action === Action.ACTION_STASH || decision?.action === Action.ACTION_DELETE) {
         removedIds.push(id);
-      } else if ((action === Action.ACTION_TRIM || action === Action.ACTION_MASK) && decision !== undefined) {
+        next = undefined;
+      } else if (decision?.action === Action.ACTION_TRIM || decision?.action === Action.ACTION_MASK) {
         if (isVerbatimPart(mapped.part)) {
           keptVerbatimIds.push(id);
-          parts.push(mapped);
         } else {
           rewrittenIds.push(id);
-          parts.push(remapPart(mapped, rewritePart(mapped.part, decision.replacementText), decision.replacementText));
+          next = rewritten(mapped, decision.replacementText);
         }
-      } else {
-        parts.push(mapped);
       }
-    }
-    return { ...turn, parts };
+      if (parts === undefined && next !== mapped) parts = turn.parts.slice(0, index);
+      if (parts !== undefined && next !== undefined) parts.push(next);
+    });
+    return parts === undefined ? turn : changedTurn(turn, parts);
   });
   return { turns: result, removedIds, rewrittenIds, keptVerbatimIds };
+}
+
+/** Each turn's latest changed version, reused while it holds the same parts. */
+const changedTurns = new WeakMap<MappedContent, MappedContent>();
+
+function changedTurn(turn: MappedContent, parts: MappedPart[]): MappedContent {
+  const cached = changedTurns.get(turn);
+  if (cached !== undefined && cached.parts.length === parts.length && cached.parts.every((p, i) => p === parts[i])) return cached;
+  const result = { ...turn, parts };
+  changedTurns.set(turn, result);
+  return result;
+}
+
+/** Each part's latest rewrite, reused while the replacement text stays the same. */
+const rewrites = new WeakMap<MappedPart, MappedPart>();
+
+function rewritten(mapped: MappedPart, replacement: string): MappedPart {
+  const cached = rewrites.get(mapped);
+  if (cached !== undefined && cached.chunk.text === replacement) return cached;
+  const result = remapPart(mapped, rewritePart(mapped.part, replacement), replacement);
+  rewrites.set(mapped, result);
+  return result;
 }
 
 function rewritePart(part: Part, replacement: string): Part {

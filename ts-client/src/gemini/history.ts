@@ -1,7 +1,7 @@
 import type { Content, Part } from "./types.js";
 import { Chunk, GcPolicy, Role } from "../generated/ctxopt/v1/ctxopt.js";
 import { estimateTextTokens } from "../tokens.js";
-import { type MappedContent, type MappedPart, toContents } from "./mapping.js";
+import type { MappedContent, MappedPart } from "./mapping.js";
 import { canonicalJson, isEmptyPart, isVerbatimPart } from "./parts.js";
 
 /**
@@ -47,17 +47,78 @@ export interface HistoryRepair {
 /** Placeholder opening a history whose first user turn is no longer in the window. */
 export const OMITTED_START_TEXT = "[Earlier conversation is stashed by ctxopt; it is searchable and restorable.]";
 
+/**
+ * What the rules read of one turn: its role and parts, the keys of its calls
+ * and responses, and its thought and thought-signed parts. A mapped turn's shape is made
+ * once per turn object (turns are never changed in place: a change makes a
+ * new turn), so a turn the plan did not touch costs a lookup.
+ */
+interface TurnShape {
+  readonly role: string | undefined;
+  readonly parts: readonly Part[];
+  readonly calls: readonly CallKey[];
+  readonly responses: readonly CallKey[];
+  readonly hasEmptyPart: boolean;
+  /** No functionResponse comes after a part of another kind (the order `pairCalls` gives). */
+  readonly responsesFirst: boolean;
+  readonly verbatim: readonly Part[];
+}
+
+interface CallKey {
+  readonly name: string | undefined;
+  readonly id: string | undefined;
+}
+
+function shapeOf(role: string | undefined, parts: readonly Part[]): TurnShape {
+  const calls: CallKey[] = [];
+  const responses: CallKey[] = [];
+  const verbatim: Part[] = [];
+  let hasEmptyPart = false;
+  let responsesFirst = true;
+  let others = 0;
+  for (const part of parts) {
+    if (part.functionCall) calls.push({ name: part.functionCall.name, id: part.functionCall.id });
+    if (part.functionResponse) {
+      responses.push({ name: part.functionResponse.name, id: part.functionResponse.id });
+      if (others > 0) responsesFirst = false;
+    } else {
+      others += 1;
+    }
+    if (isVerbatimPart(part)) verbatim.push(part);
+    if (isEmptyPart(part)) hasEmptyPart = true;
+  }
+  return { role, parts, calls, responses, hasEmptyPart, responsesFirst, verbatim };
+}
+
+function contentShape(content: Content): TurnShape {
+  return shapeOf(content.role, content.parts ?? []);
+}
+
+const mappedShapes = new WeakMap<MappedContent, TurnShape>();
+
+function mappedShape(turn: MappedContent): TurnShape {
+  let shape = mappedShapes.get(turn);
+  if (shape === undefined) {
+    shape = shapeOf(turn.role, turn.parts.map((p) => p.part));
+    mappedShapes.set(turn, shape);
+  }
+  return shape;
+}
+
 /** Every violation of Gemini's history rules, in turn order. */
 export function findViolations(history: readonly Content[]): Violation[] {
+  return violationsOf(history.map(contentShape));
+}
+
+function violationsOf(history: readonly TurnShape[]): Violation[] {
   const violations: Violation[] = [];
-  history.forEach((content, turn) => {
-    const role = content.role;
+  history.forEach((shape, turn) => {
+    const role = shape.role;
     if (role !== "user" && role !== "model") {
       violations.push({ rule: "known_role", turn, detail: `role ${JSON.stringify(role)}` });
     }
-    const parts = content.parts ?? [];
-    if (parts.length === 0 || parts.some(isEmptyPart)) {
-      violations.push({ rule: "no_empty_parts", turn, detail: parts.length === 0 ? "no parts" : "an empty part" });
+    if (shape.parts.length === 0 || shape.hasEmptyPart) {
+      violations.push({ rule: "no_empty_parts", turn, detail: shape.parts.length === 0 ? "no parts" : "an empty part" });
     }
     if (turn === 0 && role !== "user") {
       violations.push({ rule: "first_turn_user", turn, detail: `first turn is ${JSON.stringify(role)}` });
@@ -65,22 +126,20 @@ export function findViolations(history: readonly Content[]): Violation[] {
     if (turn > 0 && history[turn - 1]!.role === role) {
       violations.push({ rule: "alternating_roles", turn, detail: `two ${JSON.stringify(role)} turns in a row` });
     }
-    violations.push(...callViolations(history, turn));
+    callViolations(history, turn, violations);
   });
   return violations;
 }
 
-function callViolations(history: readonly Content[], turn: number): Violation[] {
-  const content = history[turn]!;
-  const responses = responsesOf(content.parts ?? []);
+function callViolations(history: readonly TurnShape[], turn: number, violations: Violation[]): void {
+  const shape = history[turn]!;
+  const responses = shape.responses;
   const previous = turn > 0 ? history[turn - 1]! : undefined;
-  const answered = previous?.role === "model" ? callsOf(previous.parts ?? []) : [];
-  const violations: Violation[] = [];
-  if (content.role === "model") {
-    const calls = callsOf(content.parts ?? []);
+  const answered = previous?.role === "model" ? previous.calls : [];
+  if (shape.role === "model") {
     const next = history[turn + 1];
-    if (calls.length > 0 && next !== undefined && (next.role !== "user" || responsesOf(next.parts ?? []).length === 0)) {
-      violations.push({ rule: "calls_answered", turn, detail: `${calls.length} functionCall(s) not answered by the next turn` });
+    if (shape.calls.length > 0 && next !== undefined && (next.role !== "user" || next.responses.length === 0)) {
+      violations.push({ rule: "calls_answered", turn, detail: `${shape.calls.length} functionCall(s) not answered by the next turn` });
     }
   }
   if (responses.length > 0 && answered.length === 0) {
@@ -92,20 +151,6 @@ function callViolations(history: readonly Content[], turn: number): Violation[] 
       detail: `calls [${describe(answered)}] answered by [${describe(responses)}]`,
     });
   }
-  return violations;
-}
-
-interface CallKey {
-  readonly name: string | undefined;
-  readonly id: string | undefined;
-}
-
-function callsOf(parts: readonly Part[]): CallKey[] {
-  return parts.flatMap((p) => (p.functionCall ? [{ name: p.functionCall.name, id: p.functionCall.id }] : []));
-}
-
-function responsesOf(parts: readonly Part[]): CallKey[] {
-  return parts.flatMap((p) => (p.functionResponse ? [{ name: p.functionResponse.name, id: p.functionResponse.id }] : []));
 }
 
 function sameCalls(calls: readonly CallKey[], responses: readonly CallKey[]): boolean {
@@ -121,12 +166,16 @@ function describe(keys: readonly CallKey[]): string {
  * the pending call it answers, and thought / thoughtSignature parts.
  */
 export function preservationViolations(before: readonly Content[], after: readonly Content[]): Violation[] {
+  return preservationOf(before.map(contentShape), after.map(contentShape));
+}
+
+function preservationOf(before: readonly TurnShape[], after: readonly TurnShape[]): Violation[] {
   const violations: Violation[] = [];
   const lastBefore = before.at(-1);
   const lastAfter = after.at(-1);
   if (lastBefore !== undefined) {
     const kept = lastAfter?.parts ?? [];
-    const expected = lastBefore.parts ?? [];
+    const expected = lastBefore.parts;
     const tail = kept.slice(kept.length - expected.length);
     if (lastAfter?.role !== lastBefore.role || kept.length < expected.length || !sameParts(tail, expected)) {
       violations.push({ rule: "latest_turn_intact", turn: after.length - 1, detail: "the latest turn changed" });
@@ -139,10 +188,15 @@ export function preservationViolations(before: readonly Content[], after: readon
       violations.push({ rule: "pending_call_intact", turn: after.length - 2, detail: "the call the latest turn answers changed" });
     }
   }
-  const received = new Set(before.flatMap((c) => (c.parts ?? []).filter(isVerbatimPart).map(canonicalJson)));
-  after.forEach((content, turn) => {
-    for (const part of content.parts ?? []) {
-      if (isVerbatimPart(part) && !received.has(canonicalJson(part))) {
+  // Repair moves parts and never copies them: a part received as is needs no serialising.
+  const received = new Set<Part>();
+  for (const shape of before) for (const part of shape.verbatim) received.add(part);
+  let receivedJson: Set<string> | undefined;
+  after.forEach((shape, turn) => {
+    for (const part of shape.verbatim) {
+      if (received.has(part)) continue;
+      receivedJson ??= new Set([...received].map(canonicalJson));
+      if (!receivedJson.has(canonicalJson(part))) {
         violations.push({ rule: "verbatim_parts_intact", turn, detail: "a thought or thoughtSignature part changed" });
       }
     }
@@ -151,16 +205,16 @@ export function preservationViolations(before: readonly Content[], after: readon
 }
 
 /** The functionCall parts of the model turn the last (user) turn answers. */
-function pendingCallParts(history: readonly Content[]): Part[] {
+function pendingCallParts(history: readonly TurnShape[]): Part[] {
   const last = history.at(-1);
   const previous = history.at(-2);
   if (last?.role !== "user" || previous?.role !== "model") return [];
-  if (responsesOf(last.parts ?? []).length === 0) return [];
-  return (previous.parts ?? []).filter((p) => p.functionCall !== undefined);
+  if (last.responses.length === 0) return [];
+  return previous.parts.filter((p) => p.functionCall !== undefined);
 }
 
 function sameParts(a: readonly Part[], b: readonly Part[]): boolean {
-  return a.length === b.length && a.every((part, i) => canonicalJson(part) === canonicalJson(b[i]));
+  return a.length === b.length && a.every((part, i) => part === b[i] || canonicalJson(part) === canonicalJson(b[i]));
 }
 
 export interface RepairOutcome {
@@ -181,6 +235,11 @@ export interface RepairOutcome {
  * refuse the result.
  */
 export function repairHistory(input: readonly MappedContent[]): RepairOutcome {
+  const inputShapes = input.map(mappedShape);
+  // A valid history with every turn's responses first is what the repairs below leave unchanged.
+  if (inputShapes.every((s) => s.responsesFirst) && violationsOf(inputShapes).length === 0) {
+    return { turns: [...input], repairs: [], violations: preservationOf(inputShapes, inputShapes) };
+  }
   const repairs: HistoryRepair[] = [];
   let turns = dropEmpty(input, repairs);
   for (let pass = 0; pass < input.length + 1; pass += 1) {
@@ -195,13 +254,18 @@ export function repairHistory(input: readonly MappedContent[]): RepairOutcome {
     turns = [omittedStartTurn(turns[0]!.turn), ...turns];
     repairs.push({ rule: "first_turn_user", detail: "history opened with a model turn: placeholder user turn added" });
   }
-  const violations = [...findViolations(toContents(turns)), ...preservationViolations(toContents(input), toContents(turns))];
+  const shapes = turns.map(mappedShape);
+  const violations = [...violationsOf(shapes), ...preservationOf(inputShapes, shapes)];
   return { turns, repairs, violations };
 }
 
 function dropEmpty(turns: readonly MappedContent[], repairs: HistoryRepair[]): MappedContent[] {
   const result: MappedContent[] = [];
   for (const turn of turns) {
+    if (turn.parts.length > 0 && !mappedShape(turn).hasEmptyPart) {
+      result.push(turn);
+      continue;
+    }
     const parts = turn.parts.filter((p) => !isEmptyPart(p.part));
     if (parts.length !== turn.parts.length) {
       repairs.push({ rule: "no_empty_parts", detail: `turn ${turn.turn}: ${turn.parts.length - parts.length} empty part(s) dropped` });
@@ -237,6 +301,9 @@ function pairCalls(turns: readonly MappedContent[], repairs: HistoryRepair[]): M
     if (turn.role === "model") {
       const next = result[index + 1];
       if (next === undefined) return; // a pending call: the next turn will answer it
+      const shape = mappedShape(turn);
+      // Responses with the calls' keys in the calls' order answer every call.
+      if (shape.calls.length === 0 || (next.role === "user" && sameCalls(shape.calls, mappedShape(next).responses))) return;
       const calls = turn.parts.filter((p) => p.part.functionCall !== undefined);
       const answers = next.role === "user" ? answerOrder(calls, next.parts) : [];
       const unanswered = calls.filter((_, i) => answers[i] === undefined);
@@ -246,8 +313,11 @@ function pairCalls(turns: readonly MappedContent[], repairs: HistoryRepair[]): M
       }
       return;
     }
+    const shape = mappedShape(turn);
+    if (shape.responses.length === 0) return;
+    // Already paired one to one, in call order, ahead of the turn's other parts: nothing to move.
+    if (shape.responsesFirst && previous?.role === "model" && sameCalls(mappedShape(previous).calls, shape.responses)) return;
     const responses = turn.parts.filter((p) => p.part.functionResponse !== undefined);
-    if (responses.length === 0) return;
     const calls = previous?.role === "model" ? previous.parts.filter((p) => p.part.functionCall !== undefined) : [];
     const ordered = answerOrder(calls, turn.parts).filter((p): p is MappedPart => p !== undefined);
     const orphans = responses.filter((p) => !ordered.includes(p));
