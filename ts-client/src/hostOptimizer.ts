@@ -7,6 +7,7 @@ import { findViolations } from "./gemini/history.js";
 import { judgePlan, type PlanVerdict, tokensOf } from "./gemini/judgePlan.js";
 import { chunksOf, type MappedContent, mapContents, systemChunk, toContents } from "./gemini/mapping.js";
 import { countingClient, ServerCounts, windowTokensOf } from "./gemini/serverCounts.js";
+import { unchangedPrefix } from "./gemini/prefix.js";
 import { clipLatest, truncateHistory } from "./gemini/truncate.js";
 import type { Content } from "./gemini/types.js";
 import { tokenLimit } from "./models.js";
@@ -168,6 +169,8 @@ export class HostHistoryOptimizer {
   private healthyUntil = 0;
   private breakerUntil = 0;
   private lastFailure = "";
+  /** The last call's contents and their mapping, kept for the next call's unchanged prefix. */
+  private lastMapping: { readonly contents: readonly Content[]; readonly turns: readonly MappedContent[]; readonly lockedTurns: number } = { contents: [], turns: [], lockedTurns: 0 };
   /** Calls are serialised: the session is one sequence of states. */
   private queue: Promise<unknown> = Promise.resolve();
 
@@ -271,9 +274,7 @@ export class HostHistoryOptimizer {
     const model = this.options.model ?? extras.model ?? "gemini-2.5-pro";
     const windowTokens = this.flags.windowTokens ?? tokenLimit(model);
     const lockedTurns = environmentContextTurns(contents);
-    const locked = new Set<number>();
-    for (let index = 0; index < lockedTurns; index += 1) locked.add(index);
-    const turns = mapContents(contents, { lockedIndexes: locked });
+    const turns = this.mapTurns(contents, lockedTurns);
     const fixed = extras.systemInstruction ? [systemChunk("system", extras.systemInstruction)] : [];
     const { threshold, target } = this.percents;
     return this.recount({
@@ -292,6 +293,22 @@ export class HostHistoryOptimizer {
       chunks: [...fixed, ...chunksOf(turns)],
       tokensBefore: 0,
     });
+  }
+
+  /**
+   * Maps `contents`, keeping the previous call's mapped turns for the prefix
+   * that is unchanged (Gemini CLI sends its whole history, deep-copied, with
+   * every request): only the turns after it are mapped (hashed) again.
+   */
+  private mapTurns(contents: readonly Content[], lockedTurns: number): MappedContent[] {
+    const last = this.lastMapping;
+    const same = last.lockedTurns === lockedTurns ? unchangedPrefix(contents, last.contents, last.turns) : 0;
+    const locked = new Set<number>();
+    for (let index = same; index < lockedTurns; index += 1) locked.add(index - same);
+    const fresh = mapContents(contents.slice(same), { firstTurn: same, lockedIndexes: locked, previous: last.turns[same - 1] });
+    const turns = [...last.turns.slice(0, same), ...fresh];
+    this.lastMapping = { contents: [...contents], turns, lockedTurns };
+    return turns;
   }
 
   /** `call` with every part (and the system instruction) at its window count as the service has counted it so far. */

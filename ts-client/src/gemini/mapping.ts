@@ -61,7 +61,9 @@ export function toContents(mapped: readonly MappedContent[]): Content[] {
 }
 
 export function chunksOf(mapped: readonly MappedContent[]): Chunk[] {
-  return mapped.flatMap((content) => content.parts.map((p) => p.chunk));
+  const chunks: Chunk[] = [];
+  for (const content of mapped) for (const p of content.parts) chunks.push(p.chunk);
+  return chunks;
 }
 
 /** The chunk of a system-side text (system instruction, memory): always LOCKED. */
