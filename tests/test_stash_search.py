@@ -72,18 +72,6 @@ def porter_matches(texts: dict[str, str], query: str) -> set[str]:
     return {row[0] for row in conn.execute("SELECT id FROM v2 WHERE v2 MATCH ?", (words,))}
 
 
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
-
-
-@pytest.fixture
-def store(data_dir: Path) -> Iterator[Store]:
-    s = Store(str(data_dir))
-    yield s
-    s.close()
-
-
 # The index holds the analyzer's terms, one FTS token each
 
 

@@ -10,7 +10,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -111,18 +110,6 @@ RICH_CHUNK = Chunk(
     summary_of=("c1", "c2"),
     metadata={"tool": "grep", "ключ": "значение"},
 )
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
-
-
-@pytest.fixture
-def store(data_dir: Path) -> Iterator[Store]:
-    s = Store(str(data_dir))
-    yield s
-    s.close()
 
 
 def fresh_session(*chunks: Chunk) -> StoredSession:
