@@ -760,7 +760,7 @@ def _plan_of(
     kept = live_state != OUT
     changed = ~kept | ((live_state == SHRUNK) & (shrink_action[live] != _KEEP))
     slot_ids = session.slot_ids
-    kept_ids = [slot_ids[slot] for slot in live[kept].tolist()]
+    kept_ids = list(map(slot_ids.__getitem__, live[kept].tolist()))
     tokens_after = int(session.columns.tokens[live[kept & ~changed]].sum())
     changed_slots = live[changed]
     slot_list = changed_slots.tolist()
@@ -780,13 +780,12 @@ def _plan_of(
         shrink_action[changed_slots],
     )
     code_list = codes.tolist()
-    actions = [_ACTION_BY_CODE[code] for code in code_list]
-    chunk_ids = [slot_ids[slot] for slot in slot_list]
+    actions = list(map(_ACTION_BY_CODE.__getitem__, code_list))
+    chunk_ids = list(map(slot_ids.__getitem__, slot_list))
     entries = session.entries
-    stash_ids = [
-        "" if code == _DELETE else entries[chunk_id].stash_id()
-        for chunk_id, code in zip(chunk_ids, code_list, strict=True)
-    ]
+    stash_ids = [entry.stash_id() for entry in map(entries.__getitem__, chunk_ids)]
+    for i in np.flatnonzero(codes == _DELETE).tolist():
+        stash_ids[i] = ""  # a deleted chunk keeps no original
     shrunk = (codes == _TRIM) | (codes == _MASK)
     texts = [""] * len(slot_list)
     afters = [0] * len(slot_list)
@@ -801,8 +800,10 @@ def _plan_of(
         texts,
         stash_ids,
     )
-    for i in np.flatnonzero(shrunk).tolist():
-        texts[i], afters[i] = shrink_texts[slot_list[i]]
+    shrunk_rows = np.flatnonzero(shrunk).tolist()
+    made = list(map(shrink_texts.__getitem__, changed_slots[shrunk].tolist()))
+    for i, (text, after) in zip(shrunk_rows, made, strict=True):
+        texts[i], afters[i] = text, after
     if not options.lean:
         decisions.breakdowns = scores.breakdowns(changed_slots)
     tokens_after += sum(afters)
