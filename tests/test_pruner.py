@@ -332,3 +332,32 @@ def test_agent_trajectory_lands_at_the_target() -> None:
         kept = set(plan.kept_ids)
         for i in range(2, 40, 2):
             assert f"m{i + 1}" not in kept or f"m{i}" in kept  # no reply without its call
+
+
+def test_removal_resumes_through_call_and_result_groups_after_a_repair() -> None:
+    """The first user turn goes early (oldest), coherence brings it back, and
+    removal must then go on with the steps, each a call and the result that
+    replies to it in one group."""
+    e = engine()
+    chunks = [chunk("task", filler(400, "task"), turn=0)]
+    for t in range(1, 30, 2):
+        chunks += [
+            chunk(f"n{t}", filler(60, f"n{t}"), Role.MODEL, turn=t, policy=GcPolicy.EPHEMERAL),
+            chunk(f"c{t}", "run", Role.MODEL, ChunkKind.TOOL_CALL, turn=t, group_id=f"g{t}"),
+            chunk(
+                f"r{t}",
+                filler(150, f"r{t}"),
+                kind=ChunkKind.TOOL_RESULT,
+                turn=t + 1,
+                group_id=f"g{t}",
+                parent_id=f"c{t}",
+            ),
+        ]
+    e.append("", S, chunks)
+    tokens = {c.id: e.counter.count(c.text) for c in chunks}
+    narration = sum(tokens[f"n{t}"] for t in range(1, 27, 2))  # all but the two recent turns'
+    target = e.stats("", S).tokens - narration - tokens["task"] - 10  # the task, or one step
+    plan = e.optimize("", S, options(target, strategy=Strategy.BUDGET))
+    assert [r.rule for r in plan.repairs] == ["first_user_turn"]
+    assert plan.feasible and plan.tokens_after <= target
+    assert "task" in plan.kept_ids and {"c1", "r1", "c3", "r3"} <= removed(plan)

@@ -9,9 +9,11 @@ from collections.abc import Sequence
 import pytest
 from ctxopt.tokens import TokenCounter
 
+from benchmarks.latency.typescript import TS_CLIENT
 from benchmarks.replay.crossval import Setting, choose, cross_validate, fold_of
 from benchmarks.replay.ledger import Billing, bill_calls, billed_tokens, shared_prefix
 from benchmarks.replay.methods import FullHistory, python_methods
+from benchmarks.replay.node import Job, check_node, ctxopt_server, run_jobs
 from benchmarks.replay.report import SessionFigures, Tally, loss_cause
 from benchmarks.replay.sessions import Prompt, Session, session_of
 
@@ -164,32 +166,27 @@ def test_folds_deal_sessions_round_robin() -> None:
 def test_choose_prefers_the_best_recall_billing_under_every_baseline(session: Session) -> None:
     ids = [session.instance_id]
     grid: dict[Setting, Tally] = {
-        (90.0, 60.0, None, "hybrid"): tally_of(session, [50], 0.8),
-        (90.0, 80.0, None, "hybrid"): tally_of(
-            session, [90], 0.9
-        ),  # best recall, cheaper than both
-        (95.0, 90.0, None, "hybrid"): tally_of(session, [120], 0.93),  # dearer than a baseline
-        (99.0, 90.0, None, "hybrid"): tally_of(session, [10], 1.0, over=1),  # over the window
+        Setting(90.0, 60.0, None, "hybrid"): tally_of(session, [50], 0.8),
+        # best recall, cheaper than both
+        Setting(90.0, 80.0, None, "hybrid"): tally_of(session, [90], 0.9),
+        # dearer than a baseline
+        Setting(95.0, 90.0, None, "hybrid"): tally_of(session, [120], 0.93),
+        # over the window
+        Setting(99.0, 90.0, None, "hybrid"): tally_of(session, [10], 1.0, over=1),
     }
     baselines = [tally_of(session, [100], 0.85), tally_of(session, [130], 0.86)]
-    assert choose(grid, baselines, ids, 0.25) == (90.0, 80.0, None, "hybrid")
+    assert choose(grid, baselines, ids, 0.25) == Setting(90.0, 80.0, None, "hybrid")
     reaching: dict[Setting, Tally] = {
         **grid,
-        (80.0, 60.0, 2, "hybrid"): tally_of(session, [95], 0.96),
-        (85.0, 60.0, 2, "hybrid"): tally_of(session, [99], 0.97),
+        Setting(80.0, 60.0, 2, "hybrid"): tally_of(session, [95], 0.96),
+        Setting(85.0, 60.0, 2, "hybrid"): tally_of(session, [99], 0.97),
     }
-    assert choose(reaching, baselines, ids, 0.25) == (
-        80.0,
-        60.0,
-        2,
-        "hybrid",
-    )  # the cheapest reaching 0.95
-    assert choose(grid, [tally_of(session, [5], 0.5)], ids, 0.25) == (
-        90.0,
-        60.0,
-        None,
-        "hybrid",
-    )  # none cheaper
+    # the cheapest reaching 0.95
+    assert choose(reaching, baselines, ids, 0.25) == Setting(80.0, 60.0, 2, "hybrid")
+    # none cheaper
+    assert choose(grid, [tally_of(session, [5], 0.5)], ids, 0.25) == Setting(
+        90.0, 60.0, None, "hybrid"
+    )
 
 
 def test_cross_validation_reports_each_fold_on_sessions_it_did_not_choose_on() -> None:
@@ -205,8 +202,8 @@ def test_cross_validation_reports_each_fold_on_sessions_it_did_not_choose_on() -
         {s.instance_id: SessionFigures([Billing(100, 0)], [0.8], [0.0], 0) for s in sessions}
     )
     grid: dict[Setting, Tally] = {
-        (90.0, 60.0, None, "hybrid"): Tally.of(cheap.by_session),
-        (90.0, 80.0, None, "hybrid"): Tally.of(rich.by_session),
+        Setting(90.0, 60.0, None, "hybrid"): Tally.of(cheap.by_session),
+        Setting(90.0, 80.0, None, "hybrid"): Tally.of(rich.by_session),
     }
     cv = cross_validate(
         grid, {"langchain": base}, [s.instance_id for s in sessions], 0.25, (0.25,), k=4
@@ -242,3 +239,17 @@ def test_tally_counts_lost_needed_lines_by_cause(session: Session) -> None:
     assert summary["needed_lines"] == 1
     assert summary["lost_needed_lines"] == {"stashed whole": 1}
     assert tally.restricted([session.instance_id]).billed(0.25) == tally.billed(0.25)
+
+
+def test_gemini_turns_render_back_as_the_original_messages(session: Session) -> None:
+    """The Node legs hold each answered assistant message as its prose plus a
+    functionCall carrying the command once; a prompt neither leg touched
+    renders back byte for byte as the history (a real server, real
+    gemini-cli-core)."""
+    check_node(TS_CLIENT)
+    jobs = [Job(m, m, "40%", session, 10**6) for m in ("gemini-cli-native", "ctxopt")]
+    with ctxopt_server() as address:
+        results = list(run_jobs(jobs, address))
+    assert [job.method for job, _ in results] == ["gemini-cli-native", "ctxopt"]
+    for _, result in results:
+        assert result.prompts == [session.history(call) for call in session.calls]

@@ -53,18 +53,23 @@ DEFAULT_RATIO = 0.25  # Gemini 2.5 and later: cached input at 25% (or less) of t
 OTHER_RATIO = 0.1  # Anthropic: cache reads at 10% of the input price
 METHODS = ("none", "gemini-cli-native", "obs-mask", "langchain", "ctxopt")
 NODE_METHODS = ("gemini-cli-native", "ctxopt")
-# ctxopt's settings cross-validated at 40%: threshold and target (percent of the window) and
-# the most recent turns kept as roots at most (10: the server's default), and the service's
-# strategy (hybrid: relevance, trims and masks; budget: policy tiers and age); the `ctxopt` rows
-# run the adapter's defaults
+# ctxopt's settings cross-validated at 40%: threshold and target (percent of the window), the
+# most recent turns kept as roots at most (10: the server's default), the service's strategy
+# (hybrid: relevance, trims and masks; budget: policy tiers and age), and the policy of a
+# tool-calling turn's text (EPHEMERAL: it goes before the outputs; its kind's: with them); the
+# `ctxopt` rows run the adapter's defaults
 GRID: tuple[Setting, ...] = tuple(
-    (threshold, threshold - gap, recent, strategy)
+    Setting(threshold, threshold - gap, recent, strategy, step_text)
     for strategy in ("hybrid", "budget")
+    for step_text in ("ephemeral", "kind")
     for threshold in (90.0, 100.0)
     for gap in (0.0, 5.0, 10.0, 20.0)
     for recent in (10, 2)
 )
-SMOKE_GRID: tuple[Setting, ...] = ((100.0, 95.0, 2, "budget"), (90.0, 60.0, 10, "hybrid"))
+SMOKE_GRID: tuple[Setting, ...] = (
+    Setting(100.0, 95.0, 2, "budget", "ephemeral"),
+    Setting(90.0, 60.0, 10, "hybrid", "kind"),
+)
 BASELINES = ("obs-mask", "langchain")  # the methods that stay inside the window
 SMOKE_SESSIONS = 2
 NOTES = (
@@ -131,18 +136,19 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def setting_name(setting: Setting) -> str:
-    threshold, target, recent, strategy = setting
-    roots = "" if recent is None else f", {recent} recent turns"
-    how = "" if strategy is None else f", {strategy}"
-    return f"{threshold:g}/{target:g}{roots}{how}"
+    roots = "" if setting.recent_turns is None else f", {setting.recent_turns} recent turns"
+    how = "" if setting.strategy is None else f", {setting.strategy}"
+    text = "" if setting.step_text is None else f", step text {setting.step_text}"
+    return f"{setting.threshold:g}/{setting.target:g}{roots}{how}{text}"
 
 
 def setting_of(entry: dict[str, Any]) -> Setting:
-    return (
+    return Setting(
         entry["threshold_percent"],
         entry["target_percent"],
         entry["recent_turns"],
         entry.get("strategy"),
+        entry.get("step_text"),
     )
 
 
@@ -233,9 +239,13 @@ def results_json(
         tally = tallies[SHARE_WINDOW].get(f"ctxopt {setting_name(setting)}")
         if tally is not None:
             measured[setting] = tally
-            threshold, target, recent, strategy = setting
             gaps.append(
-                {"gap": threshold - target, "recent_turns": recent, "strategy": strategy}
+                {
+                    "gap": setting.threshold - setting.target,
+                    "recent_turns": setting.recent_turns,
+                    "strategy": setting.strategy,
+                    "step_text": setting.step_text,
+                }
                 | tally.summary(ratio, ratios)
             )
     baselines = {

@@ -11,7 +11,7 @@ The rule (`choose`) is RULE.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from benchmarks.replay.report import SessionFigures, Tally
 
@@ -25,8 +25,14 @@ RULE = (
     "the cheapest"
 )
 
-# threshold %, target %, recent turns kept as roots at most, the service's strategy
-Setting = tuple[float, float, int | None, str | None]
+class Setting(NamedTuple):
+    """One ctxopt configuration of the grid; None leaves the adapter's default."""
+
+    threshold: float  # percent of the window
+    target: float
+    recent_turns: int | None  # most recent turns kept as roots
+    strategy: str | None  # the service's strategy: "hybrid" or "budget"
+    step_text: str | None = None  # a tool-calling turn's text: "ephemeral" or "kind" (its kind's)
 
 
 def fold_of(ids: Sequence[str], k: int) -> list[list[str]]:
@@ -108,10 +114,10 @@ def brief(tally: Tally, ratio: float) -> dict[str, Any]:
 
 
 def setting_json(setting: Setting) -> dict[str, Any]:
-    threshold, target, recent, strategy = setting
     return {
-        "threshold_percent": threshold,
-        "target_percent": target,
-        "recent_turns": recent,
-        "strategy": strategy,
+        "threshold_percent": setting.threshold,
+        "target_percent": setting.target,
+        "recent_turns": setting.recent_turns,
+        "strategy": setting.strategy,
+        "step_text": setting.step_text,
     }

@@ -25,6 +25,8 @@ from tests.serverproc import start_server
 SCRIPT = Path(__file__).with_name("replay.mjs")
 # ctxopt.v1.Strategy values the adapter may ask for
 STRATEGIES = {"hybrid": 1, "budget": 2}
+# ctxopt.v1.GcPolicy values for a tool-calling turn's text (UNSPECIFIED: its kind's policy)
+STEP_TEXT_POLICIES = {"ephemeral": 4, "kind": 0}
 GEMINI_CORE = TS_CLIENT / "node_modules" / "@google" / "gemini-cli-core" / "package.json"
 MODEL = "gemini-2.5-pro"
 NODE_TIMEOUT_S = 7_200
@@ -54,6 +56,7 @@ class Job:
     target_percent: float | None = None
     recent_turns: int | None = None
     strategy: str | None = None  # a key of STRATEGIES; None: the adapter's default
+    step_text: str | None = None  # a key of STEP_TEXT_POLICIES; None: the adapter's default
 
     def request(self, index: int) -> dict[str, Any]:
         return {
@@ -66,6 +69,9 @@ class Job:
             "targetPercent": self.target_percent,
             "recentTurns": self.recent_turns,
             "strategy": None if self.strategy is None else STRATEGIES[self.strategy],
+            "stepTextPolicy": None
+            if self.step_text is None
+            else STEP_TEXT_POLICIES[self.step_text],
         }
 
 

@@ -4,7 +4,8 @@
 //
 // stdin:  {"address", "tsClient", "model", "summaryText", "trajectories": {key: [{role, content}]},
 //          "jobs": [{"method", "session", "trajectory", "window", "calls": [index...],
-//                    "thresholdPercent", "targetPercent", "recentTurns", "strategy" (null: the default)}]}
+//                    "thresholdPercent", "targetPercent", "recentTurns", "strategy", "stepTextPolicy"
+//                    (null: the default)}]}
 // stdout: one JSON line per job, in order:
 //         {"job", "texts": [[role, text]...], "prompts": [[text index...]...],
 //          "ms": [...], "outcomes": [what the method did at each call],
@@ -14,13 +15,15 @@
 //
 // A trajectory is mini-swe-agent's message list (system, task, then assistant
 // and tool-output turns). Both legs see it as Gemini CLI would: the system
-// prompt as the system instruction, each assistant turn as a model turn with
-// its text and a `run_shell_command` functionCall when a tool output answers
-// it, each tool output as that call's functionResponse `{output}`. A call at
-// message index i builds the prompt from the messages before i; the model's
-// reply (message i) then joins the history. Every prompt goes back as
-// [role, text] messages (system first; functionCall parts are not rendered
-// because the turn's text already holds the command), deduplicated per job.
+// prompt as the system instruction, each assistant turn answered by a tool
+// output as a model turn with its prose and a `run_shell_command`
+// functionCall carrying the command (the message's closing bash block moves
+// into the call: a Gemini model turn holds its command once), each tool
+// output as that call's functionResponse `{output}`. A call at message index
+// i builds the prompt from the messages before i; the model's reply (message
+// i) then joins the history. Every prompt goes back as [role, text] messages
+// (system first; a functionCall renders as its bash block, so an untouched
+// turn renders as the original message), deduplicated per job.
 //
 // gemini-cli-native: per call, as GeminiClient.sendMessageStream does it,
 // ChatCompressionService.compress (threshold 0.5 of the window, preserve 0.3,
@@ -65,16 +68,29 @@ const SHELL = "run_shell_command";
 const GEMINI_CLI_COMPRESSION_THRESHOLD = 0.5; // chatCompressionService.ts DEFAULT_COMPRESSION_TOKEN_THRESHOLD
 
 const isToolOutput = (m) => m.role === "user" && m.content.includes("<returncode>");
-const bashCommand = (text) => /```bash\s*\n([\s\S]*?)\n```/.exec(text)?.[1] ?? "";
+const BASH_BLOCK = /```bash\s*\n([\s\S]*?)\n```/;
+const bashBlock = (command) => `\`\`\`bash\n${command}\n\`\`\``;
+
+/**
+ * An answered assistant message as a model turn: the command goes into the
+ * functionCall and, when the message ends with its block, out of the text, so
+ * the turn carries it once, as Gemini's model turns do.
+ */
+function modelParts(text, id) {
+  const block = BASH_BLOCK.exec(text);
+  const command = block?.[1] ?? "";
+  const call = { functionCall: { id, name: SHELL, args: { command } } };
+  if (block === null || block.index + block[0].length !== text.length || block[0] !== bashBlock(command)) return [{ text }, call];
+  const prose = text.slice(0, block.index);
+  return prose === "" ? [call] : [{ text: prose }, call];
+}
 
 /** Every message as Gemini CLI would hold it (index 0, the system prompt, is not a turn). */
 function contentsOf(messages) {
   return messages.map((m, i) => {
     if (m.role === "assistant") {
       const answered = i + 1 < messages.length && isToolOutput(messages[i + 1]);
-      const parts = [{ text: m.content }];
-      if (answered) parts.push({ functionCall: { id: `call_${i}`, name: SHELL, args: { command: bashCommand(m.content) } } });
-      return { role: "model", parts };
+      return { role: "model", parts: answered ? modelParts(m.content, `call_${i}`) : [{ text: m.content }] };
     }
     if (i > 1 && isToolOutput(m) && messages[i - 1].role === "assistant") {
       return { role: "user", parts: [{ functionResponse: { id: `call_${i - 1}`, name: SHELL, response: { output: m.content } } }] };
@@ -90,12 +106,14 @@ function partText(part) {
   return undefined;
 }
 
+/** A content as the message it stands for: an untouched turn renders as the original message. */
 function render(content) {
   const parts = content.parts ?? [];
-  const texts = parts.map(partText).filter((t) => t !== undefined);
-  if (texts.length > 0) return [content.role, texts.join("\n")];
-  const calls = parts.filter((p) => p.functionCall).map((p) => `${p.functionCall.name}(${JSON.stringify(p.functionCall.args ?? {})})`);
-  return [content.role, calls.join("\n")];
+  const texts = parts.map(partText).filter((t) => t !== undefined).join("\n");
+  // a call whose command the text still holds (or that has none) adds nothing
+  const commands = parts.map((p) => p.functionCall?.args?.command ?? "").filter((c) => c !== "");
+  const blocks = commands.map(bashBlock).filter((b) => !texts.includes(b));
+  return [content.role, texts + blocks.join("\n")];
 }
 
 /** Deduplicated prompt texts of one job. */
@@ -195,6 +213,7 @@ async function ctxopt(job, messages, request) {
     ...(job.targetPercent === null ? {} : { targetPercent: job.targetPercent }),
     ...(job.recentTurns === null ? {} : { recentTurns: job.recentTurns }),
     ...(job.strategy === null ? {} : { strategy: job.strategy }),
+    ...(job.stepTextPolicy === null ? {} : { stepTextPolicy: job.stepTextPolicy }),
   };
   const out = new Prompts();
   const ms = [];

@@ -692,9 +692,12 @@ def _resume(sel: _Selection, steps: _Steps, total: float, target: float, pressur
     """Keep removing, in order, units no repair or kept child protects;
     whether any was."""
     state = sel.slot_state()
-    kept_child_parent_units = set(
-        sel.unit_of[sel.parent_slots[state[sel.child_slots] != OUT]].tolist()
-    )
+    # a parent whose kept reply sits in another unit stays (a call and its
+    # result in one group go together)
+    kept = state[sel.child_slots] != OUT
+    child_units = sel.unit_of[sel.child_slots[kept]]
+    parent_units = sel.unit_of[sel.parent_slots[kept]]
+    kept_child_parent_units = set(parent_units[child_units != parent_units].tolist())
     removed = False
     for i in np.flatnonzero(~steps.applied):
         if total <= target:

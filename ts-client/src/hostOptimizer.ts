@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { type CallSettings, CtxoptClient, ServingStatus } from "./client.js";
 import { type Flags, inRollout, readFlags } from "./flags.js";
-import { Action, type Chunk, type Decision, type OptimizeResponse, Strategy } from "./generated/ctxopt/v1/ctxopt.js";
+import { Action, type Chunk, type Decision, GcPolicy, type OptimizeResponse, Strategy } from "./generated/ctxopt/v1/ctxopt.js";
 import { environmentContextTurns } from "./gemini/environment.js";
 import { findViolations } from "./gemini/history.js";
 import { judgePlan, type PlanVerdict, tokensOf } from "./gemini/judgePlan.js";
@@ -74,6 +74,8 @@ export interface HostOptimizerOptions {
   readonly recentTurns?: number;
   /** The service's selection strategy (default STRATEGY). */
   readonly strategy?: Strategy;
+  /** The policy of a model turn's text beside its tool calls (default STEP_TEXT_POLICY). */
+  readonly stepTextPolicy?: GcPolicy;
   /** The mode when GEMINI_CONTEXT_OPTIMIZATION is unset (default `false`: pass-through). */
   readonly defaultMode?: Flags["mode"];
   /** Flags (default: read from the environment, then overridden by the fields above). */
@@ -123,6 +125,14 @@ export const RECENT_TURNS = 2;
  */
 export const STRATEGY = Strategy.STRATEGY_BUDGET;
 
+/**
+ * The model's text beside its tool calls goes before the tool outputs
+ * (cross-validated with the shares): it narrates a step whose facts come back
+ * in the responses, and the model can reason again from those facts; what it
+ * read in an output it could only get back with another tool call.
+ */
+export const STEP_TEXT_POLICY = GcPolicy.GC_POLICY_EPHEMERAL;
+
 /** The smallest percentage sent to the service (its budget reads 0 as unset). */
 const MIN_PERCENT = 0.01;
 
@@ -143,11 +153,10 @@ const HEALTH_TTL_MS = 30_000;
  * chunks it lacks (and loses only those the host itself dropped), and its plan
  * replaces the decisions.
  *
- * Sizes are judged with a count never below the service's (`ServerCounts`):
- * each part counts the larger of Gemini CLI's estimate and the service's
- * cl100k count, or its UTF-8 bytes before the service has counted it; when
- * that bound reaches the threshold the new chunks are sent to be counted
- * before anything is decided.
+ * Sizes are judged with the service's cl100k counts (`ServerCounts`; media
+ * parts at Gemini CLI's estimate when it is larger), or a part's UTF-8 bytes
+ * before the service has counted it; when that bound reaches the threshold
+ * the new chunks are sent to be counted before anything is decided.
  *
  * Never worse, never over the window: a plan's result is sent only when it
  * passes Gemini's history rules (the latest turn and any pending call intact,
@@ -305,7 +314,12 @@ export class HostHistoryOptimizer {
     const same = last.lockedTurns === lockedTurns ? unchangedPrefix(contents, last.contents, last.turns) : 0;
     const locked = new Set<number>();
     for (let index = same; index < lockedTurns; index += 1) locked.add(index - same);
-    const fresh = mapContents(contents.slice(same), { firstTurn: same, lockedIndexes: locked, previous: last.turns[same - 1] });
+    const fresh = mapContents(contents.slice(same), {
+      firstTurn: same,
+      lockedIndexes: locked,
+      previous: last.turns[same - 1],
+      stepTextPolicy: this.options.stepTextPolicy ?? STEP_TEXT_POLICY,
+    });
     const turns = [...last.turns.slice(0, same), ...fresh];
     this.lastMapping = { contents: [...contents], turns, lockedTurns };
     return turns;
@@ -385,6 +399,7 @@ export class HostHistoryOptimizer {
     const lastAnswersCalls = last?.parts.some((p) => p.part.functionResponse !== undefined) ?? false;
     const lastIsPendingCall = last?.role === "model" && last.parts.some((p) => p.part.functionCall !== undefined);
     const mandatory = [
+      ...(firstPrompt(call.turns)?.parts ?? []),
       ...(last?.parts ?? []),
       ...(lastAnswersCalls ? (beforeLast?.parts ?? []) : []),
       ...(lastIsPendingCall ? (beforeLast?.parts ?? []) : []),
@@ -539,6 +554,15 @@ interface PreparedCall {
   readonly overheadTokens: number;
   readonly chunks: Chunk[];
   readonly tokensBefore: number;
+}
+
+/**
+ * The session's first prompt: its first user turn that answers no call (in
+ * Gemini CLI, the environment turn that carries the task). It states the task
+ * every later step serves, so it stays.
+ */
+export function firstPrompt(turns: readonly MappedContent[]): MappedContent | undefined {
+  return turns.find((turn) => turn.role === "user" && turn.parts.every((p) => p.part.functionResponse === undefined));
 }
 
 /**

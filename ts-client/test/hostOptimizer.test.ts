@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { CtxoptClient } from "../src/client.js";
 import { DEFAULT_FLAGS, type Flags } from "../src/flags.js";
-import { Action, Decision, Strategy } from "../src/generated/ctxopt/v1/ctxopt.js";
+import { Action, Decision, GcPolicy, Strategy } from "../src/generated/ctxopt/v1/ctxopt.js";
 import { findViolations } from "../src/gemini/history.js";
 import { chunksOf, mapContents } from "../src/gemini/mapping.js";
 import type { Content } from "../src/gemini/types.js";
@@ -302,14 +302,13 @@ test("a latest tool output larger than the window alone is clipped (head and tai
   assert.ok((await serviceCount(result.contents)) <= 8_000, result.summaryLine);
 });
 
-test("the service is asked for the adapter's STRATEGY unless the caller names another", async () => {
-  const asked: (Strategy | undefined)[] = [];
-  const client = new CtxoptClient(server.address, { deadlineMs: 5000 });
-  const recording = new Proxy(client, {
+/** `client` with every Optimize request it sends recorded in `asked`. */
+function recording(client: CtxoptClient, asked: Parameters<CtxoptClient["optimize"]>[0][]): CtxoptClient {
+  return new Proxy(client, {
     get: (target, property) => {
       if (property === "optimize") {
         return (request: Parameters<CtxoptClient["optimize"]>[0], settings?: Parameters<CtxoptClient["optimize"]>[1]) => {
-          asked.push(request.strategy);
+          asked.push(request);
           return target.optimize(request, settings);
         };
       }
@@ -317,11 +316,58 @@ test("the service is asked for the adapter's STRATEGY unless the caller names an
       return typeof value === "function" ? value.bind(target) : value;
     },
   });
+}
+
+test("the service is asked for the adapter's STRATEGY unless the caller names another", async () => {
+  const asked: Parameters<CtxoptClient["optimize"]>[0][] = [];
+  const client = new CtxoptClient(server.address, { deadlineMs: 5000 });
   try {
-    await optimizer({}, { client: recording }).optimize(toolSession(30));
-    await optimizer({}, { client: recording, strategy: Strategy.STRATEGY_HYBRID }).optimize(toolSession(30));
-    assert.deepEqual(asked, [STRATEGY, Strategy.STRATEGY_HYBRID]);
+    await optimizer({}, { client: recording(client, asked) }).optimize(toolSession(30));
+    await optimizer({}, { client: recording(client, asked), strategy: Strategy.STRATEGY_HYBRID }).optimize(toolSession(30));
+    assert.deepEqual(
+      asked.map((r) => r.strategy),
+      [STRATEGY, Strategy.STRATEGY_HYBRID],
+    );
   } finally {
     client.close();
   }
+});
+
+/** A mini-swe-agent-style session: the task as the first user turn, then steps that narrate and call. */
+function taskSession(steps: number): Content[] {
+  const contents: Content[] = [user(text(`Fix the failing date parser. ${"Details of the report. ".repeat(40)}`))];
+  for (let i = 0; i < steps; i += 1) {
+    contents.push(model(text(`THOUGHT: step ${i} reads part ${i}. ${"reasoning ".repeat(150)}`), call("run_shell_command", `c${i}`, { command: `cat part${i}.txt` })));
+    contents.push(user(response("run_shell_command", `c${i}`, Array.from({ length: 30 }, (_, line) => `part ${i} line ${line}: lorem ipsum`).join("\n"))));
+  }
+  return contents;
+}
+
+test("the first prompt (the task) is a root, and a step's narration goes before any tool output", async () => {
+  const asked: Parameters<CtxoptClient["optimize"]>[0][] = [];
+  const client = new CtxoptClient(server.address, { deadlineMs: 5000 });
+  try {
+    const contents = taskSession(20);
+    const result = await optimizer({}, { client: recording(client, asked) }).optimize(contents);
+    assert.equal(result.summary.outcome, "optimized", result.summaryLine);
+    const task = mapContents(contents)[0]!.parts[0]!.chunk.id;
+    assert.ok(asked[0]?.roots?.rootIds?.includes(task), "the task's chunk is a root");
+    const sent = result.contents;
+    assert.deepEqual(sent[0], contents[0], "the task is sent as it is");
+    const outputs = (cs: Content[]) => cs.flatMap((c) => c.parts ?? []).filter((p) => p.functionResponse !== undefined).length;
+    const narrations = (cs: Content[]) => cs.filter((c) => c.role === "model").flatMap((c) => c.parts ?? []).filter((p) => p.text !== undefined).length;
+    assert.ok(narrations(sent) < narrations(contents), "narration went");
+    // narration goes first: while any non-root narration is out, every output but those of the removed steps stays
+    assert.equal(outputs(sent), outputs(contents), "every tool output stays while narration can go");
+    assert.equal(findViolations(sent).length, 0);
+  } finally {
+    client.close();
+  }
+});
+
+test("with the step text at its kind's policy, narration and outputs go by age together", async () => {
+  const contents = taskSession(20);
+  const result = await optimizer({}, { stepTextPolicy: GcPolicy.GC_POLICY_UNSPECIFIED }).optimize(contents);
+  const outputs = (cs: Content[]) => cs.flatMap((c) => c.parts ?? []).filter((p) => p.functionResponse !== undefined).length;
+  assert.ok(outputs(result.contents) < outputs(contents), result.summaryLine);
 });

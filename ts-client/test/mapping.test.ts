@@ -139,3 +139,11 @@ test("Gemini CLI's synthetic thought signature does not change a chunk's id (it 
   assert.equal(withSynthetic!.id, without!.id);
   assert.notEqual(withReal!.id, without!.id);
 });
+
+test("stepTextPolicy applies to the text of a model turn that calls tools, and to nothing else", () => {
+  const history = [user(text("task")), model(text("I will list"), call("ls", "a")), user(response("ls", "a", "x")), model(text("done"))];
+  const policies = chunksOf(mapContents(history, { stepTextPolicy: GcPolicy.GC_POLICY_EPHEMERAL })).map((c) => c.policy);
+  const U = GcPolicy.GC_POLICY_UNSPECIFIED;
+  assert.deepEqual(policies, [U, GcPolicy.GC_POLICY_EPHEMERAL, U, U, U]);
+  assert.ok(chunksOf(mapContents(history)).every((c) => c.policy === U), "unset: the service's policy by kind");
+});

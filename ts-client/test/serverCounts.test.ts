@@ -15,9 +15,11 @@ after(async () => {
   await server.stop();
 });
 
-test("a text counts the larger of the host's estimate and the service's count", () => {
+test("a text counts the service's count; a media part the larger of that and the host's estimate", () => {
   assert.equal(windowTokensOf(10, "abcd", 14), 14);
-  assert.equal(windowTokensOf(10, "abcd", 7), 10);
+  assert.equal(windowTokensOf(10, "abcd", 7), 7, "chars/4 above cl100k: the count stands");
+  assert.equal(windowTokensOf(3_000, "[inline image/png, 5000 bytes]", 12, false), 3_000);
+  assert.equal(windowTokensOf(3_000, "[inline image/png, 5000 bytes]", 4_000, false), 4_000);
 });
 
 test("a text the service has not counted counts its UTF-8 bytes (no cl100k token is shorter than a byte)", () => {
@@ -46,12 +48,16 @@ test("a trim or mask records the service's count of its replacement text", () =>
   assert.equal(counts.get("b", ""), undefined);
 });
 
-test("the excess is what the host's estimate adds over the service's counts", () => {
+test("the excess is what the host's estimate of media adds over the service's counts", () => {
   const [turn] = mapContents([user(text("a".repeat(400)))]);
   const chunk = chunksOf([turn!])[0]!;
   const counts = new ServerCounts();
   counts.record(chunk.id, chunk.text, 60);
-  assert.equal(counts.excess([turn!]), 100 - 60);
+  assert.equal(counts.excess([turn!]), 0, "a text counts what the service counted");
+  const [media] = mapContents([user({ inlineData: { mimeType: "image/png", data: "aGVsbG8=" } })]);
+  const image = chunksOf([media!])[0]!;
+  counts.record(image.id, image.text, 12);
+  assert.equal(counts.excess([media!]), image.tokens - 12, "an image counts the host's estimate");
 });
 
 test("retain forgets chunks no longer in the history", () => {

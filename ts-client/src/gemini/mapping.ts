@@ -26,6 +26,12 @@ export interface MapOptions {
   readonly lockedIndexes?: ReadonlySet<number>;
   /** The turn just before `contents[0]`, whose calls a first user turn may answer. */
   readonly previous?: MappedContent;
+  /**
+   * The policy of the text parts of a model turn that calls tools: the
+   * model's narration of a step whose facts come back in the responses
+   * (default: the service's policy for the chunk's kind).
+   */
+  readonly stepTextPolicy?: GcPolicy;
 }
 
 /** Code dominates a text when most of its characters sit in fences. */
@@ -49,7 +55,7 @@ export function mapContents(contents: readonly Content[], options: MapOptions = 
   contents.forEach((content, index) => {
     const turn = firstTurn + index;
     const locked = options.lockedIndexes?.has(index) ?? false;
-    const current = mapContent(content, turn, locked, previous);
+    const current = mapContent(content, turn, locked, previous, options.stepTextPolicy ?? GcPolicy.GC_POLICY_UNSPECIFIED);
     mapped.push(current);
     previous = current;
   });
@@ -91,7 +97,7 @@ export function remapPart(original: MappedPart, part: Part, chunkText: string): 
   };
 }
 
-function mapContent(content: Content, turn: number, locked: boolean, previous: MappedContent | undefined): MappedContent {
+function mapContent(content: Content, turn: number, locked: boolean, previous: MappedContent | undefined, stepTextPolicy: GcPolicy): MappedContent {
   const role = geminiRole(content, turn);
   const parts = content.parts ?? [];
   const callPartners = role === "user" && previous?.role === "model" ? matchCalls(previous, parts) : new Map<number, MappedPart>();
@@ -112,7 +118,7 @@ function mapContent(content: Content, turn: number, locked: boolean, previous: M
       text,
       tokens: estimatePartTokens(part),
       turn,
-      policy: locked ? GcPolicy.GC_POLICY_LOCKED : GcPolicy.GC_POLICY_UNSPECIFIED,
+      policy: locked ? GcPolicy.GC_POLICY_LOCKED : stepGroup !== "" && shape === "text" ? stepTextPolicy : GcPolicy.GC_POLICY_UNSPECIFIED,
       groupId: shape === "functionCall" ? stepGroup : (call?.chunk.groupId ?? ""),
       parentId: call?.chunk.id ?? "",
       filePath: shape === "functionCall" ? callFilePath(part) : (call?.chunk.filePath ?? ""),

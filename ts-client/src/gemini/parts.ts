@@ -12,6 +12,17 @@ export function partShape(part: Part): PartShape {
   return "other";
 }
 
+/**
+ * Whether the part's chunk text is what the model reads of it (text, thoughts,
+ * calls, responses without media), so the service's count of that text is
+ * the part's; media parts cost what the host's estimate says.
+ */
+export function readsAsText(part: Part): boolean {
+  const shape = partShape(part);
+  if (shape === "inlineData" || shape === "other") return false;
+  return shape !== "functionResponse" || !("parts" in (part.functionResponse ?? {}));
+}
+
 /** Thought parts and parts carrying a thought signature go back to the model byte for byte. */
 export function isVerbatimPart(part: Part): boolean {
   return part.thought === true || part.thoughtSignature !== undefined;

@@ -2,18 +2,24 @@ import type { CtxoptClient } from "../client.js";
 import type { AppendChunksResponse, Decision } from "../generated/ctxopt/v1/ctxopt.js";
 import { Action } from "../generated/ctxopt/v1/ctxopt.js";
 import type { MappedContent, MappedPart } from "./mapping.js";
+import { readsAsText } from "./parts.js";
 
 /**
  * The token counts the service measured (tiktoken cl100k for a chunk sent
  * with `tokens: 0`), by chunk id and text, and the count the adapter judges
- * the window with: never below what the window is measured in.
+ * the window with.
  *
- * A part counts the larger of the host's estimate (Gemini CLI's chars/4) and
- * the service's count of its text. A part the service has not counted yet
- * counts the larger of the estimate and the UTF-8 byte length of its text:
- * a byte-level BPE token (cl100k) holds at least one byte, so the count can
- * only be smaller. Dense code, JSON or non-English text, where chars/4 falls
- * short, therefore never makes a request look smaller than it is.
+ * A part whose chunk text is what the model reads (`readsAsText`) counts the
+ * service's count of that text; a media part counts the larger of that and
+ * the host's estimate (an image costs what Gemini CLI says, not its
+ * placeholder's tokens). A part the service has not counted yet counts at
+ * least the UTF-8 byte length of its text: a byte-level BPE token (cl100k)
+ * holds at least one byte, so the count can only be smaller. Dense code, JSON
+ * or non-English text, where chars/4 falls short, therefore never makes a
+ * request look smaller than it is; plain prose, where chars/4 runs above the
+ * real count, does not make it look larger either (the provider, and Gemini
+ * CLI's compression, go by the model's tokenizer: the estimate is only
+ * Gemini CLI's guess for a request it has not sent yet).
  */
 export class ServerCounts {
   /** Chunk id -> the texts the service counted under it (the original, and a trim or mask replacement). */
@@ -79,7 +85,7 @@ export class ServerCounts {
 
   /** A part's window count (its chunk's tokens being the host's estimate). */
   partTokens(mapped: MappedPart): number {
-    return windowTokensOf(mapped.chunk.tokens, mapped.chunk.text, this.get(mapped.chunk.id, mapped.chunk.text));
+    return windowTokensOf(mapped.chunk.tokens, mapped.chunk.text, this.get(mapped.chunk.id, mapped.chunk.text), readsAsText(mapped.part));
   }
 
   private countedPart(mapped: MappedPart): MappedPart {
@@ -88,9 +94,10 @@ export class ServerCounts {
   }
 }
 
-/** The window count of one text: see `ServerCounts`. */
-export function windowTokensOf(estimate: number, text: string, serverTokens: number | undefined): number {
-  return Math.max(estimate, serverTokens ?? Buffer.byteLength(text, "utf8"));
+/** The window count of one part or text: see `ServerCounts`. */
+export function windowTokensOf(estimate: number, text: string, serverTokens: number | undefined, asText = true): number {
+  const counted = serverTokens ?? Math.max(estimate, Buffer.byteLength(text, "utf8"));
+  return asText ? counted : Math.max(estimate, counted);
 }
 
 /**
