@@ -57,9 +57,20 @@ export function withContextOptimizer(generator: ContentGenerator, options: Conte
     });
     return optimized.changed ? { ...request, contents: optimized.contents } : request;
   };
+  // The model's own count of each main-chat prompt calibrates the next calls' sizes.
+  const report = (role: string, usage: { promptTokenCount?: number } | undefined) => {
+    if (role === MAIN_ROLE) optimizer.reportUsage(usage?.promptTokenCount);
+  };
   const wrapped: ContentGenerator = {
-    generateContent: async (request, userPromptId, role) => generator.generateContent(await rewrite(request, role), userPromptId, role),
-    generateContentStream: async (request, userPromptId, role) => generator.generateContentStream(await rewrite(request, role), userPromptId, role),
+    generateContent: async (request, userPromptId, role) => {
+      const response = await generator.generateContent(await rewrite(request, role), userPromptId, role);
+      report(role, response.usageMetadata);
+      return response;
+    },
+    generateContentStream: async (request, userPromptId, role) => {
+      const stream = await generator.generateContentStream(await rewrite(request, role), userPromptId, role);
+      return observed(stream, (chunk) => report(role, chunk.usageMetadata));
+    },
     countTokens: (request) => generator.countTokens(request),
     embedContent: (request) => generator.embedContent(request),
   };
@@ -68,6 +79,14 @@ export function withContextOptimizer(generator: ContentGenerator, options: Conte
     get: (target, property) => (property in target ? Reflect.get(target, property) : Reflect.get(generator, property)),
     has: (target, property) => property in target || property in generator,
   });
+}
+
+/** `stream` as it is, with `see` called on every item on its way through. */
+async function* observed<T>(stream: AsyncGenerator<T>, see: (item: T) => void): AsyncGenerator<T> {
+  for await (const item of stream) {
+    see(item);
+    yield item;
+  }
 }
 
 /** Gemini CLI always sends a `Content[]`; any other form of `contents` passes through. */

@@ -7,6 +7,12 @@ export type { HostOptimizerOptions, OptimizedContents } from "./hostOptimizer.js
 export interface OptimizeContentsOptions extends Omit<HostOptimizerOptions, "client" | "flags"> {
   /** The system instruction sent with the contents (counts against the window). */
   readonly systemInstruction?: string;
+  /**
+   * `usageMetadata.promptTokenCount` of the response to this session's
+   * previous call: calibrates sizes to the model's tokenizer
+   * (`HostHistoryOptimizer.reportUsage`).
+   */
+  readonly previousPromptTokens?: number;
 }
 
 const optimizers = new Map<string, HostHistoryOptimizer>();
@@ -29,13 +35,14 @@ const optimizers = new Map<string, HostHistoryOptimizer>();
  * await ai.models.generateContent({ model: "gemini-2.5-pro", contents });
  */
 export function optimizeContents(contents: readonly Content[], options: OptimizeContentsOptions = {}): Promise<OptimizedContents> {
-  const { systemInstruction, ...rest } = options;
+  const { systemInstruction, previousPromptTokens, ...rest } = options;
   const key = JSON.stringify([rest.address ?? "", rest.sessionId ?? "default", rest.windowTokens ?? 0, rest.thresholdPercent ?? 0, rest.targetPercent ?? 0, rest.ceilingPercent ?? 0, rest.recentTurns ?? -1, rest.strategy ?? 0, rest.stepTextPolicy ?? -1]);
   let optimizer = optimizers.get(key);
   if (optimizer === undefined) {
     optimizer = new HostHistoryOptimizer(rest);
     optimizers.set(key, optimizer);
   }
+  optimizer.reportUsage(previousPromptTokens);
   return optimizer.optimize(contents, { ...(rest.model === undefined ? {} : { model: rest.model }), ...(systemInstruction === undefined ? {} : { systemInstruction }) });
 }
 

@@ -136,6 +136,13 @@ export const STEP_TEXT_POLICY = GcPolicy.GC_POLICY_EPHEMERAL;
 /** The smallest percentage sent to the service (its budget reads 0 as unset). */
 const MIN_PERCENT = 0.01;
 
+/**
+ * The most the provider's reported prompt size may exceed the service's count
+ * of the same prompt before a report is taken for an error (cached or
+ * multimodal accounting) rather than a tokenizer that counts more.
+ */
+const MAX_TOKEN_SCALE = 2;
+
 /** Health is asked again after this long. */
 const HEALTH_TTL_MS = 30_000;
 
@@ -175,6 +182,10 @@ export class HostHistoryOptimizer {
   private readonly counts = new ServerCounts();
   /** Decisions of the collections so far, by chunk id. */
   private readonly decisions = new Map<string, Decision>();
+  /** How much more the provider counted than the service for the last report (>= 1; see `reportUsage`). */
+  private tokenScale = 1;
+  /** The window count of what the last call sent (0: nothing measurable sent). */
+  private lastSentTokens = 0;
   private healthyUntil = 0;
   private breakerUntil = 0;
   private lastFailure = "";
@@ -206,6 +217,20 @@ export class HostHistoryOptimizer {
     const target = Math.min(this.flags.targetPercent ?? ceiling * TARGET_SHARE, threshold);
     const pressure = Math.max(this.options.pressurePercent ?? ceiling * PRESSURE_SHARE, threshold);
     return { threshold, target, pressure };
+  }
+
+  /**
+   * The prompt size the provider reported for the last request sent
+   * (`usageMetadata.promptTokenCount`). When the model's tokenizer counts
+   * more than the service's cl100k count of the same prompt, later calls
+   * judge sizes against the window shrunk by that ratio (at most
+   * MAX_TOKEN_SCALE), so a model that counts differently still gets no
+   * request over its window; a report of fewer tokens changes nothing.
+   */
+  reportUsage(promptTokens: number | undefined): void {
+    if (promptTokens === undefined || promptTokens <= 0 || this.lastSentTokens <= 0) return;
+    const ratio = promptTokens / this.lastSentTokens;
+    if (ratio <= MAX_TOKEN_SCALE) this.tokenScale = Math.max(1, ratio);
   }
 
   close(): void {
@@ -281,7 +306,7 @@ export class HostHistoryOptimizer {
   private prepare(contents: readonly Content[], extras: RequestExtras): PreparedCall {
     const started = performance.now();
     const model = this.options.model ?? extras.model ?? "gemini-2.5-pro";
-    const windowTokens = this.flags.windowTokens ?? tokenLimit(model);
+    const windowTokens = (this.flags.windowTokens ?? tokenLimit(model)) / this.tokenScale;
     const lockedTurns = environmentContextTurns(contents);
     const turns = this.mapTurns(contents, lockedTurns);
     const fixed = extras.systemInstruction ? [systemChunk("system", extras.systemInstruction)] : [];
@@ -516,6 +541,8 @@ export class HostHistoryOptimizer {
     sync?: SyncReport,
   ): OptimizedContents {
     const contents = sent === undefined ? [...call.original] : toContents(sent);
+    // a pass-through call is measured by the host's estimate only: no basis for a report
+    this.lastSentTokens = outcome === "pass-through" ? 0 : call.fixedTokens + tokensOf(sent ?? call.turns);
     const summary = buildSummary(
       {
         mode: this.flags.mode,

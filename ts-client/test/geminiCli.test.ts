@@ -118,3 +118,36 @@ test("with GEMINI_CONTEXT_OPTIMIZATION unset the adapter passes requests through
     if (previous !== undefined) process.env["GEMINI_CONTEXT_OPTIMIZATION"] = previous;
   }
 });
+
+test("the model's reported prompt size calibrates the next calls: a tokenizer counting more shrinks the window by as much", async () => {
+  const summaries: ContextSummary[] = [];
+  const { generator } = await fakeModel(3);
+  const ratios = [1.5, 1.2, 1];
+  const reported = () => Math.round(summaries.at(-1)!.tokensAfter * ratios[summaries.length - 1]!);
+  const reporting: ContentGenerator = {
+    ...generator,
+    generateContent: async (request, id, role) => {
+      const answer = await generator.generateContent(request, id, role);
+      answer.usageMetadata = { promptTokenCount: reported() };
+      return answer;
+    },
+    generateContentStream: async (request, id, role) => {
+      const stream = await generator.generateContentStream(request, id, role);
+      return (async function* () {
+        for await (const chunk of stream) {
+          chunk.usageMetadata = { promptTokenCount: reported() };
+          yield chunk;
+        }
+      })();
+    },
+  };
+  const wrapped = withContextOptimizer(reporting, { address: server.address, windowTokens: 8_000, sessionId: "adapter-usage", defaultMode: "true", onSummary: (s) => summaries.push(s) });
+  for await (const _ of await wrapped.generateContentStream({ model: "gemini-2.5-pro", contents: longSession() }, "p1", LlmRole.MAIN));
+  await wrapped.generateContent({ model: "gemini-2.5-pro", contents: longSession() }, "p2", LlmRole.MAIN);
+  for await (const _ of await wrapped.generateContentStream({ model: "gemini-2.5-pro", contents: longSession() }, "p3", LlmRole.MAIN));
+  assert.deepEqual(
+    summaries.map((s) => Math.round(s.windowTokens)),
+    [8_000, Math.round(8_000 / 1.5), Math.round(8_000 / 1.2)],
+  );
+  for (const s of summaries) assert.ok(s.tokensAfter <= (s.windowTokens * GEMINI_CLI_COMPRESSION_PERCENT) / 100, `${s.tokensAfter} of ${s.windowTokens}`);
+});

@@ -371,3 +371,16 @@ test("with the step text at its kind's policy, narration and outputs go by age t
   const outputs = (cs: Content[]) => cs.flatMap((c) => c.parts ?? []).filter((p) => p.functionResponse !== undefined).length;
   assert.ok(outputs(result.contents) < outputs(contents), result.summaryLine);
 });
+
+test("reportUsage: fewer tokens than counted change nothing, an implausible report is ignored, more shrink the window", async () => {
+  const host = optimizer();
+  const windows: number[] = [];
+  let last = await host.optimize(toolSession(2));
+  for (const ratio of [0.5, 3, 1.25]) {
+    host.reportUsage(Math.round(last.summary.tokensAfter * ratio));
+    last = await host.optimize(toolSession(2));
+    windows.push(Math.round(last.summary.windowTokens));
+  }
+  assert.deepEqual(windows.slice(0, 2), [8_000, 8_000]);
+  assert.ok(Math.abs(windows[2]! - 8_000 / 1.25) <= 1, `${windows[2]}`);
+});
