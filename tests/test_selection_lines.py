@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ctxopt.config import Config
 from ctxopt.engine import Engine
-from ctxopt.model import Action, Chunk, ChunkKind, Plan, Role
+from ctxopt.model import Action, Chunk, ChunkKind, Plan, Role, Strategy
 from ctxopt.pruner import Tuning
 from ctxopt.registry import Session
 from ctxopt.scoring.analyzer import Analyzer
@@ -47,6 +47,30 @@ def test_a_line_two_chunks_hold_is_an_anchor_of_the_latest_holder_only() -> None
     assert book.anchors(0) == ()
     assert book.anchors(1) == (1,)
     assert book.anchors(2) == ()
+
+
+def quoting_session(*chunks: tuple[Role, str]) -> Session:
+    session = Session(S, "", Analyzer())
+    for i, (role, text) in enumerate(chunks):
+        session.upsert(chunk(f"c{i}", text, role=role, turn=i), len(text) // 4 + 1, 0)
+    return session
+
+
+def test_an_output_a_later_model_chunk_quotes_is_quoted_and_stays_so() -> None:
+    view = code(10, "a", quoted_at=3)
+    session = quoting_session(
+        (Role.MODEL, f"I will write\n{QUOTED}"),  # before the output: no quote of it
+        (Role.USER, view),
+        (Role.USER, view),  # a tool printing it again is no quote
+        (Role.MODEL, f"edit:\n    {QUOTED}"),
+        (Role.MODEL, f"again:\n{QUOTED}"),  # quotes the model's own lines: not marked
+    )
+    assert line_book(session).quoted_mask(5).tolist() == [False, True, True, False, False]
+    session.remove("c3")
+    session.remove("c4")
+    assert line_book(session).quoted_mask(5).tolist() == [False, True, True, False, False]
+    session.remove("c1")
+    assert line_book(session).quoted_mask(5).tolist() == [False, False, True, False, False]
 
 
 def test_short_lines_and_lines_held_once_are_never_anchors() -> None:
@@ -177,3 +201,23 @@ def test_a_chunk_removed_and_sent_again_is_read_afresh() -> None:
     session.upsert(removed.chunk, removed.tokens, 0)
     assert line_book(session).owns_anchors(2).tolist() == [False, True]
     assert line_book(session).anchors(1) == (1,)
+
+
+def test_budget_removes_what_the_model_has_not_quoted_before_older_outputs_it_has() -> None:
+    def plan_for(edit: str) -> Plan:
+        engine = Engine(Config(data_dir=":memory:"))
+        chunks = [
+            chunk("task", "fix the total", turn=0),
+            chunk("old", code(30, "a", quoted_at=5), kind=ChunkKind.TOOL_RESULT, turn=1),
+            chunk("newer", code(30, "b"), kind=ChunkKind.TOOL_RESULT, turn=2),
+            chunk("edit", edit, role=Role.MODEL, turn=3),
+            chunk("now", "run the tests", turn=4),
+        ]
+        engine.append("", S, chunks)
+        size = engine.stats("", S).tokens
+        return engine.optimize("", S, options(size - 50, strategy=Strategy.BUDGET))
+
+    quoted = plan_for(f"replace\n{QUOTED}")
+    assert decision(quoted, "newer") == Action.STASH and decision(quoted, "old") == Action.KEEP
+    unquoted = plan_for("replace the total computation")
+    assert decision(unquoted, "old") == Action.STASH and decision(unquoted, "newer") == Action.KEEP

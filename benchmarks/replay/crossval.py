@@ -25,6 +25,7 @@ RULE = (
     "the cheapest"
 )
 
+
 class Setting(NamedTuple):
     """One ctxopt configuration of the grid; None leaves the adapter's default."""
 

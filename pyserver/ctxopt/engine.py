@@ -362,7 +362,7 @@ class Engine:
         def trim(chunk_id: str, text: str, stash: str, goal: int, tokens: int) -> str:
             return self.trimmer.trim(chunk_id, text, stash, query_terms, goal, tokens)
 
-        book = line_book(session) if options.strategy == Strategy.HYBRID else None
+        book = line_book(session) if options.strategy != Strategy.TRUNCATE else None
         return plan_session(
             view,
             options,

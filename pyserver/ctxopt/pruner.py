@@ -1,6 +1,8 @@
 """Pruner: from scores and GC marks to a plan that fits the budget.
 
-The removal order, in one place:
+The removal order, in one place (the hybrid strategy's; `RULES` holds each
+strategy's: budget goes by tier, then what the model has quoted last, then
+age; truncate by age alone):
 
     1. policy tier: EPHEMERAL, then PARTIAL, then PRESERVABLE (the last only
        while usage is above the pressure level); LOCKED, pinned and root
@@ -100,7 +102,7 @@ TokenCount = Callable[[str], int]
 @dataclass(frozen=True, slots=True)
 class TextTools:
     """What a plan makes shrunk texts with: the query-aware trimmer, the token
-    counter, and the session's line book (None outside the hybrid strategy)."""
+    counter, and the session's line book (None for the truncate strategy)."""
 
     trim: Trim
     count_tokens: TokenCount
@@ -312,6 +314,7 @@ class _Priorities:
     tier: npt.NDArray[np.int64]
     reachable: npt.NDArray[np.bool_]
     last: npt.NDArray[np.bool_]  # holds the latest copy of an echo line
+    quoted: npt.NDArray[np.bool_]  # a later model chunk quoted one of its lines
     shrinkable: npt.NDArray[np.bool_]
     density_out: FloatArray  # value per token lost by removing the unit
     density_shrink: FloatArray  # value per token lost by shrinking it
@@ -345,6 +348,9 @@ def _unit_priorities(
     ) ** exponent
     density_out = np.where(shrinkable, np.maximum(density_out, density_shrink), density_out)
     last = np.zeros(n, dtype=bool)
+    quoted = np.zeros(n, dtype=bool)
+    if book is not None:
+        quoted = sel.unit_max(book.quoted_mask(n) & ~scores.marks.root[:n])
     if tuning.anchors_last and book is not None:
         # a unit holding the latest copy of an echo line: its excerpt, or all
         # of it when it is too small for one, goes after the rest of its tier
@@ -355,20 +361,23 @@ def _unit_priorities(
     child_units, parent_units = child_units[cross], parent_units[cross]
     for _ in range(64):
         before_d, before_t = density_out[parent_units].copy(), tier[parent_units].copy()
-        before_l = last[parent_units].copy()
+        before_l, before_q = last[parent_units].copy(), quoted[parent_units].copy()
         np.maximum.at(density_out, parent_units, density_out[child_units])
         np.maximum.at(tier, parent_units, tier[child_units])
         np.logical_or.at(last, parent_units, last[child_units])
+        np.logical_or.at(quoted, parent_units, quoted[child_units])
         if (
             np.array_equal(before_d, density_out[parent_units])
             and np.array_equal(before_t, tier[parent_units])
             and np.array_equal(before_l, last[parent_units])
+            and np.array_equal(before_q, quoted[parent_units])
         ):
             break
     return _Priorities(
         tier,
         reachable,
         last,
+        quoted,
         shrinkable,
         density_out,
         density_shrink,
@@ -389,6 +398,7 @@ class _StepKeys:
     tier: npt.NDArray[np.int64]
     reachable: npt.NDArray[np.bool_]
     last: npt.NDArray[np.bool_]
+    quoted: npt.NDArray[np.bool_]
 
 
 Allowed = Callable[[FloatArray, npt.NDArray[np.int64], float, float], npt.NDArray[np.bool_]]
@@ -408,8 +418,9 @@ def _oldest_first(keys: _StepKeys) -> IntArray:
     return np.lexsort((keys.kind, keys.unit))
 
 
-def _tier_then_oldest(keys: _StepKeys) -> IntArray:
-    return np.lexsort((keys.kind, keys.unit, keys.tier))
+def _tier_quoted_then_oldest(keys: _StepKeys) -> IntArray:
+    """Tier, then what the model has quoted last (lines.py), then oldest."""
+    return np.lexsort((keys.kind, keys.unit, keys.quoted, keys.tier))
 
 
 def _least_value_first(keys: _StepKeys) -> IntArray:
@@ -433,7 +444,7 @@ def _above_target_and_pressure(
 
 RULES = {
     Strategy.HYBRID: Rules(True, _least_value_first, _above_target_and_pressure),
-    Strategy.BUDGET: Rules(False, _tier_then_oldest, _above_target_and_pressure),
+    Strategy.BUDGET: Rules(False, _tier_quoted_then_oldest, _above_target_and_pressure),
     Strategy.TRUNCATE: Rules(False, _oldest_first, _above_target),
 }
 
@@ -458,7 +469,9 @@ def _removal_steps(
         saved_by_shrinking = (sel.unit_tokens - sel.unit_shrunk)[shrinking]
         saves = np.concatenate([saved_by_shrinking, p.out_cost[candidates]])
     last = (kind == OUT) & p.last[unit]
-    order = rules.order(_StepKeys(unit, kind, density, p.tier[unit], p.reachable[unit], last))
+    order = rules.order(
+        _StepKeys(unit, kind, density, p.tier[unit], p.reachable[unit], last, p.quoted[unit])
+    )
     unit, kind, saves = unit[order], kind[order], saves[order]
     if sel.options.incremental:
         young = sel.session.survived()[unit] < old_generation_after

@@ -147,3 +147,11 @@ test("stepTextPolicy applies to the text of a model turn that calls tools, and t
   assert.deepEqual(policies, [U, GcPolicy.GC_POLICY_EPHEMERAL, U, U, U]);
   assert.ok(chunksOf(mapContents(history)).every((c) => c.policy === U), "unset: the service's policy by kind");
 });
+
+test("a call's multi-line string argument reaches the service line by line, after the name and the other arguments", () => {
+  const heredoc = "cat <<'EOF' > fix.py\n    total = compute_total(items)\nEOF";
+  const [turn] = mapContents([model(call("run_shell_command", "a", { command: heredoc, dir: "src" }))]);
+  assert.equal(turn!.parts[0]!.chunk.text, `run_shell_command({"dir":"src"})\ncommand:\n${heredoc}`);
+  const [plain] = mapContents([model(call("ls", "b", { path: "src" }))]);
+  assert.equal(plain!.parts[0]!.chunk.text, `ls({"path":"src"})`);
+});

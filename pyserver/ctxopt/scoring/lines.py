@@ -13,7 +13,13 @@ holds it. Three signals follow:
   They are kept verbatim beside the anchors;
 - repeated share: the share of a chunk's keyed characters that a later chunk
   holds too. An output printed again later (the same command run again, the
-  same file region viewed again, an exact duplicate) carries nothing new.
+  same file region viewed again, an exact duplicate) carries nothing new;
+- quoted: a chunk from outside the model (a tool output, a user message)
+  one of whose lines a later model chunk wrote out (the line an edit
+  replaces, the code a step reasons about). The agent works from that
+  output, and quotes it again: on the development trajectories an output the
+  model has quoted holds three times the later-needed lines per token of one
+  it has not. The mark stays when the quoting chunk goes.
 
 `LineBook` keeps, per session, which live slots hold each line, updated
 incrementally: a plan re-reads only chunks whose text changed since the last.
@@ -34,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from ctxopt.model import Role
 from ctxopt.registry import Session, SessionView
 
 # Shorter lines (`return x`, `}`, `else:`) repeat everywhere and prove nothing.
@@ -92,6 +99,8 @@ class LineBook:
     def __init__(self) -> None:
         self.text: dict[int, str] = {}  # slot -> the text indexed for it
         self.holders: dict[str, set[int]] = defaultdict(set)
+        self.quoted: set[int] = set()  # slots a later model chunk quoted a line of
+        self._by_model: set[int] = set()  # slots the model wrote (never marked quoted)
         self._anchors: dict[int, tuple[int, ...]] = {}  # slot -> cached anchors
         self._repeated: dict[int, float] = {}
         # excerpts: per slot its tokens (NONE: no excerpt, UNKNOWN: to compute)
@@ -108,15 +117,20 @@ class LineBook:
         if session.index.version == self._synced_index:
             return  # every change of a chunk's text goes through the index
         self._synced_index = session.index.version
-        live = {e.slot: e.chunk.text for e in session.entries.values()}
+        live = {e.slot: e.chunk for e in session.entries.values()}
         touched: set[str] = set()
         for slot in [s for s in self.text if s not in live]:
             touched |= self._drop(slot)
-        for slot, text in live.items():
-            if self.text.get(slot) is not text:
+        # in slot order, so a model chunk finds the earlier chunks it quotes
+        for slot, chunk in sorted(live.items()):
+            if self.text.get(slot) is not chunk.text:
                 if slot in self.text:
                     touched |= self._drop(slot)
-                touched |= self._add(slot, text)
+                keys = self._add(slot, chunk.text)
+                if chunk.role == Role.MODEL:
+                    self._by_model.add(slot)
+                    self._mark_quoted(slot, keys)
+                touched |= keys
         # once per sync, not per chunk: a line many chunks hold would make a
         # first sync quadratic
         self._touch(touched)
@@ -192,9 +206,22 @@ class LineBook:
             self.holders[key].add(slot)
         return keys
 
+    def _mark_quoted(self, slot: int, keys: frozenset[str]) -> None:
+        by_model = self._by_model
+        for key in keys:
+            self.quoted.update(h for h in self.holders[key] if h < slot and h not in by_model)
+
+    def quoted_mask(self, n_slots: int) -> npt.NDArray[np.bool_]:
+        """Per slot, whether a later model chunk quoted one of its lines."""
+        mask = np.zeros(n_slots, dtype=bool)
+        mask[[s for s in self.quoted if s < n_slots]] = True
+        return mask
+
     def _drop(self, slot: int) -> frozenset[str]:
         """Forget the slot's lines; returns them (their holders' answers are stale)."""
         keys = text_lines(self.text.pop(slot)).distinct
+        self.quoted.discard(slot)
+        self._by_model.discard(slot)
         for key in keys:
             holders = self.holders[key]
             holders.discard(slot)

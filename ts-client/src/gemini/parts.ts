@@ -60,7 +60,7 @@ const RESPONSE_TEXT_KEYS = ["output", "content", "result", "error"] as const;
  */
 export function partChunkText(part: Part): string {
   const call = part.functionCall;
-  if (call !== undefined) return `${call.name ?? ""}(${JSON.stringify(call.args ?? {})})`;
+  if (call !== undefined) return callText(call.name ?? "", call.args ?? {});
   const response = part.functionResponse;
   // The tool name travels in metadata, not in the text: a TRIM excerpt of this
   // text becomes the response's output, which must not gain a name prefix.
@@ -72,6 +72,22 @@ export function partChunkText(part: Part): string {
   }
   if (typeof part.text === "string") return part.text;
   return canonicalJson(part);
+}
+
+/**
+ * A call as the service reads it: the name and the JSON arguments, with each
+ * multi-line string argument (a heredoc command, a file's new content) after
+ * them as written, so the service sees its lines as lines: the lines of
+ * earlier outputs a command quotes mark those outputs as quoted.
+ */
+function callText(name: string, args: Record<string, unknown>): string {
+  const inline: Record<string, unknown> = {};
+  const blocks: string[] = [];
+  for (const [key, value] of Object.entries(args)) {
+    if (typeof value === "string" && value.includes("\n")) blocks.push(`${key}:\n${value}`);
+    else inline[key] = value;
+  }
+  return [`${name}(${JSON.stringify(inline)})`, ...blocks].join("\n");
 }
 
 function responseText(payload: Record<string, unknown>): string {
