@@ -12,8 +12,9 @@ same method's previous prompt (cacheable), billed input tokens = uncached +
 R x cached, needed-later recall (../shared/datasets/README.md), and the
 latency the method adds. Methods: `none`, `gemini-cli-native`, `obs-mask`,
 `langchain`, `ctxopt` (the Gemini CLI adapter's `optimizeContents` against a
-real server); then ctxopt's threshold, target and recent-turn roots over a grid
-at 40%, chosen by 5-fold cross-validation (benchmarks/replay/crossval.py).
+real server); then ctxopt's threshold, target, recent-turn roots, strategy and
+step-text policy over a grid at 40%, chosen by 5-fold cross-validation
+(benchmarks/replay/crossval.py).
 Prints a table per window, writes JSON to --out and the cumulative billed
 tokens of a typical session beside it (.png).
 """
@@ -86,9 +87,11 @@ NOTES = (
     "(optimizeContents from ctxopt-client/genai) against a real ctxopt serve on 127.0.0.1:0, "
     "given the full history every call, window = windowTokens, the adapter's defaults otherwise "
     "(its ceiling there is the window; inside Gemini CLI it is the CLI's 50% compression line); "
-    "the grid rows set only threshold, target and the most recent turns kept as roots. The "
-    "adapter judges sizes with the larger of Gemini CLI's estimate and the server's cl100k count "
-    "(UTF-8 bytes before the server has counted a part).",
+    "the grid rows set threshold, target, the most recent turns kept as roots, the strategy and "
+    "the policy of a tool-calling turn's text. The adapter judges sizes with the server's cl100k "
+    "counts (UTF-8 bytes before the server has counted a part). An answered assistant message "
+    "is a model turn of its prose and a functionCall carrying its command; a call renders as "
+    "its bash block, so an untouched turn renders as the original message.",
     "Cross-validation: sessions dealt round-robin into 5 folds; each fold's setting is chosen "
     "on the other four by the rule printed with it and measured on the fold; the out-of-fold "
     "row pools those measurements. The `ctxopt` row runs the defaults, which the same rule "
