@@ -26,7 +26,7 @@ Every argument that does not start with --ctxopt- goes to gemini
 
 The optimizer is on unless GEMINI_CONTEXT_OPTIMIZATION says otherwise; it
 acts at GEMINI_CONTEXT_THRESHOLD_PERCENT (default 50) of the model's window
-and lands at GEMINI_CONTEXT_TARGET_PERCENT (default 47.5), so Gemini CLI's own
+and lands at GEMINI_CONTEXT_TARGET_PERCENT (default 45), so Gemini CLI's own
 compression at 50% is not needed. Other flags: see the README.
 \`ctxopt serve\` is found as CTXOPT_SERVE_BIN, else \`ctxopt\` on PATH.`;
 
