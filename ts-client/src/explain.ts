@@ -1,11 +1,11 @@
 import { readFileSync } from "node:fs";
 import type { CtxoptClient } from "./client.js";
-import { Action, type Decision, type OptimizeResponse, Strategy } from "./generated/ctxopt/v1/ctxopt.js";
+import { Action, type Decision, type OptimizeResponse } from "./generated/ctxopt/v1/ctxopt.js";
 import { environmentContextTurns } from "./gemini/environment.js";
 import { chunksOf, type MappedPart, mapContents, systemChunk } from "./gemini/mapping.js";
 import { partShape } from "./gemini/parts.js";
 import type { Content } from "./gemini/types.js";
-import { HOST_THRESHOLD_PERCENT, HOST_TARGET_PERCENT } from "./hostOptimizer.js";
+import { firstPrompt, HOST_PRESSURE_PERCENT, HOST_THRESHOLD_PERCENT, HOST_TARGET_PERCENT, RECENT_TURNS, STEP_TEXT_POLICY, STRATEGY } from "./hostOptimizer.js";
 import { fallbackReason } from "./serviceErrors.js";
 
 /** Where the tokens of a context go. */
@@ -59,12 +59,13 @@ export interface ExplainOptions {
 /**
  * What fills a context and what ctxopt would do about it: tokens by category
  * (Gemini CLI's estimate) and the largest chunks with the decision and reasons
- * of a collection run now (a forced, stateless dry plan: nothing is stored).
+ * of a collection run now (a forced, stateless dry plan: nothing is stored),
+ * planned as the Gemini CLI adapter plans: its strategy, roots and policies.
  */
 export async function explainContents(contents: readonly Content[], options: ExplainOptions): Promise<ContextReport> {
   const locked = new Set<number>();
   for (let i = 0; i < environmentContextTurns(contents); i += 1) locked.add(i);
-  const turns = mapContents(contents, { lockedIndexes: locked });
+  const turns = mapContents(contents, { lockedIndexes: locked, stepTextPolicy: STEP_TEXT_POLICY });
   const parts = turns.flatMap((t) => t.parts.map((p) => ({ turn: t.turn, role: t.role, mapped: p })));
   const system = options.systemInstruction ? systemChunk("system", options.systemInstruction) : undefined;
   const byCategory: Record<Category, number> = { system: 0, "user text": 0, "model text": 0, "tool calls": 0, "tool outputs": 0, "inline data": 0 };
@@ -81,14 +82,14 @@ export async function explainContents(contents: readonly Content[], options: Exp
     try {
       const last = turns.at(-1);
       const answers = last?.parts.some((p) => p.part.functionResponse !== undefined) ?? false;
-      const roots = [...(last?.parts ?? []), ...(answers ? (turns.at(-2)?.parts ?? []) : [])].map((p) => p.chunk.id);
+      const roots = [...(firstPrompt(turns)?.parts ?? []), ...(last?.parts ?? []), ...(answers ? (turns.at(-2)?.parts ?? []) : [])].map((p) => p.chunk.id);
       const response = await options.client.optimizeContext(
         {
           chunks: [...(system ? [system] : []), ...chunksOf(turns)],
           query: lastUserText(contents),
-          budget: { contextLimitTokens: options.windowTokens, thresholdPercent, targetPercent, pressurePercent: Math.max(thresholdPercent, 45) },
-          roots: { rootIds: roots },
-          strategy: Strategy.STRATEGY_HYBRID,
+          budget: { contextLimitTokens: options.windowTokens, thresholdPercent, targetPercent, pressurePercent: Math.max(thresholdPercent, HOST_PRESSURE_PERCENT) },
+          roots: { rootIds: roots, recentTurns: RECENT_TURNS },
+          strategy: STRATEGY,
           force: true,
         },
         { deadlineMs: options.deadlineMs ?? 10_000 },
