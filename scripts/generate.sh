@@ -26,7 +26,8 @@ touch "$out/py/ctxopt/v1/__init__.py"
 py_dest=pyserver/ctxopt/v1
 ts_dest=ts-client/src/generated
 if [[ "${1:-}" == "--check" ]]; then
-  if ! diff -r "$out/py/ctxopt/v1" "$py_dest" || ! diff -r "$out/ts" "$ts_dest"; then
+  # bytecode a local run leaves beside the modules is not generated code
+  if ! diff -r -x __pycache__ "$out/py/ctxopt/v1" "$py_dest" || ! diff -r "$out/ts" "$ts_dest"; then
     echo "generated code is stale: run 'make generate' and commit the result" >&2
     exit 1
   fi

@@ -43,7 +43,7 @@ const MAIN_ROLE = "main";
  * const generator = withContextOptimizer(await createContentGenerator(cfg, config), { windowTokens: 200_000 });
  */
 export function withContextOptimizer(generator: ContentGenerator, options: ContextOptimizerOptions = {}): ContentGenerator {
-  const optimizer = new HostHistoryOptimizer({ ceilingPercent: GEMINI_CLI_COMPRESSION_PERCENT, ...options });
+  const optimizer = new HostHistoryOptimizer({ ceilingPercent: GEMINI_CLI_COMPRESSION_PERCENT, hostEstimates: true, ...options });
   type Request = Parameters<ContentGenerator["generateContent"]>[0];
   const rewrite = async <R extends Request>(request: R, role: string): Promise<R> => {
     const contents: unknown = request.contents;

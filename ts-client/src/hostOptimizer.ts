@@ -6,7 +6,7 @@ import { environmentContextTurns } from "./gemini/environment.js";
 import { findViolations } from "./gemini/history.js";
 import { judgePlan, type PlanVerdict, tokensOf } from "./gemini/judgePlan.js";
 import { chunksOf, type MappedContent, mapContents, systemChunk, toContents } from "./gemini/mapping.js";
-import { countingClient, ServerCounts, windowTokensOf } from "./gemini/serverCounts.js";
+import { countingClient, ServerCounts } from "./gemini/serverCounts.js";
 import { unchangedPrefix } from "./gemini/prefix.js";
 import { clipLatest, truncateHistory } from "./gemini/truncate.js";
 import type { Content } from "./gemini/types.js";
@@ -77,6 +77,13 @@ export interface HostOptimizerOptions {
   readonly strategy?: Strategy;
   /** The policy of a model turn's text beside its tool calls (default STEP_TEXT_POLICY). */
   readonly stepTextPolicy?: GcPolicy;
+  /**
+   * Size every part at no less than the host's chars/4 estimate (default
+   * false: the service's cl100k counts). `withContextOptimizer` sets it:
+   * Gemini CLI sizes its history with that estimate after it edits it and
+   * checks every new request with it.
+   */
+  readonly hostEstimates?: boolean;
   /** The mode when GEMINI_CONTEXT_OPTIMIZATION is unset (default `false`: pass-through). */
   readonly defaultMode?: Flags["mode"];
   /** Flags (default: read from the environment, then overridden by the fields above). */
@@ -162,9 +169,10 @@ const HEALTH_TTL_MS = 30_000;
  * replaces the decisions.
  *
  * Sizes are judged with the service's cl100k counts (`ServerCounts`; media
- * parts at Gemini CLI's estimate when it is larger), or a part's UTF-8 bytes
- * before the service has counted it; when that bound reaches the threshold
- * the new chunks are sent to be counted before anything is decided.
+ * parts, and every part with `hostEstimates`, at Gemini CLI's estimate when
+ * it is larger), or a part's UTF-8 bytes before the service has counted it;
+ * when that bound reaches the threshold the new chunks are sent to be counted
+ * before anything is decided.
  *
  * Never worse, never over the window: a plan's result is sent only when it
  * passes Gemini's history rules (the latest turn and any pending call intact,
@@ -180,7 +188,7 @@ export class HostHistoryOptimizer {
   private readonly ownsClient: boolean;
   private readonly mirror: SessionMirror;
   /** The service's token counts, recorded from every AppendChunks answer and plan. */
-  private readonly counts = new ServerCounts();
+  private readonly counts: ServerCounts;
   /** Decisions of the collections so far, by chunk id. */
   private readonly decisions = new Map<string, Decision>();
   /** How much more the provider counted than the service for the last report (>= 1; see `reportUsage`). */
@@ -207,6 +215,7 @@ export class HostHistoryOptimizer {
     this.sessionId = options.sessionId ?? `host-${randomUUID()}`;
     this.ownsClient = options.client === undefined;
     this.client = options.client ?? new CtxoptClient(this.flags.address, { deadlineMs: this.flags.deadlineMs });
+    this.counts = new ServerCounts(options.hostEstimates ?? false);
     this.mirror = new SessionMirror(countingClient(this.client, this.counts), this.sessionId);
   }
 
@@ -359,7 +368,7 @@ export class HostHistoryOptimizer {
   }
 
   private windowTokens(chunk: Chunk): number {
-    return windowTokensOf(chunk.tokens, chunk.text, this.counts.get(chunk.id, chunk.text));
+    return this.counts.textTokens(chunk.id, chunk.text, chunk.tokens);
   }
 
   /** Whether the service has counted every chunk of the call. */
@@ -542,8 +551,10 @@ export class HostHistoryOptimizer {
     sync?: SyncReport,
   ): OptimizedContents {
     const contents = sent === undefined ? [...call.original] : toContents(sent);
-    // a pass-through call is measured by the host's estimate only: no basis for a report
-    this.lastSentTokens = outcome === "pass-through" ? 0 : call.fixedTokens + tokensOf(sent ?? call.turns);
+    // a report calibrates only against what the service counted: not a
+    // pass-through call (the host's estimate) nor one with uncounted parts (their bytes)
+    const measured = outcome !== "pass-through" && this.counts.allCounted(sent ?? call.turns);
+    this.lastSentTokens = measured ? call.fixedTokens + tokensOf(sent ?? call.turns) : 0;
     const summary = buildSummary(
       {
         mode: this.flags.mode,

@@ -145,9 +145,7 @@ test("the model's reported prompt size calibrates the next calls: a tokenizer co
   for await (const _ of await wrapped.generateContentStream({ model: "gemini-2.5-pro", contents: longSession() }, "p1", LlmRole.MAIN));
   await wrapped.generateContent({ model: "gemini-2.5-pro", contents: longSession() }, "p2", LlmRole.MAIN);
   for await (const _ of await wrapped.generateContentStream({ model: "gemini-2.5-pro", contents: longSession() }, "p3", LlmRole.MAIN));
-  assert.deepEqual(
-    summaries.map((s) => Math.round(s.windowTokens)),
-    [8_000, Math.round(8_000 / 1.5), Math.round(8_000 / 1.2)],
-  );
+  const expected = [8_000, 8_000 / 1.5, 8_000 / 1.2];
+  summaries.forEach((s, i) => assert.ok(Math.abs(s.windowTokens - expected[i]!) <= 1, `call ${i}: window ${s.windowTokens}`));
   for (const s of summaries) assert.ok(s.tokensAfter <= (s.windowTokens * GEMINI_CLI_COMPRESSION_PERCENT) / 100, `${s.tokensAfter} of ${s.windowTokens}`);
 });

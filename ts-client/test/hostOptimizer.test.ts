@@ -373,14 +373,24 @@ test("with the step text at its kind's policy, narration and outputs go by age t
 });
 
 test("reportUsage: fewer tokens than counted change nothing, an implausible report is ignored, more shrink the window", async () => {
+  // a collection has the service count every part sent, so each report has a basis
   const host = optimizer();
   const windows: number[] = [];
-  let last = await host.optimize(toolSession(2));
+  let last = await host.optimize(toolSession(30));
   for (const ratio of [0.5, 3, 1.25]) {
     host.reportUsage(Math.round(last.summary.tokensAfter * ratio));
-    last = await host.optimize(toolSession(2));
+    last = await host.optimize(toolSession(30));
     windows.push(Math.round(last.summary.windowTokens));
   }
   assert.deepEqual(windows.slice(0, 2), [8_000, 8_000]);
   assert.ok(Math.abs(windows[2]! - 8_000 / 1.25) <= 1, `${windows[2]}`);
+  assert.ok(last.summary.tokensAfter <= 8_000 / 1.25, last.summaryLine);
+});
+
+test("a report about a request with parts the service has not counted calibrates nothing (their bytes are no count)", async () => {
+  const host = optimizer();
+  const first = await host.optimize(toolSession(2));
+  assert.equal(first.summary.outcome, "below-threshold");
+  host.reportUsage(first.summary.tokensAfter * 1.5);
+  assert.equal((await host.optimize(toolSession(2))).summary.windowTokens, 8_000);
 });

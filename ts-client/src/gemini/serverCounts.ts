@@ -12,7 +12,8 @@ import { readsAsText } from "./parts.js";
  * A part whose chunk text is what the model reads (`readsAsText`) counts the
  * service's count of that text; a media part counts the larger of that and
  * the host's estimate (an image costs what Gemini CLI says, not its
- * placeholder's tokens). A part the service has not counted yet counts at
+ * placeholder's tokens), and so does every part for a host that sizes the
+ * history with its own estimate (`hostEstimates`: Gemini CLI). A part the service has not counted yet counts at
  * least the UTF-8 byte length of its text: a byte-level BPE token (cl100k)
  * holds at least one byte, so the count can only be smaller. Dense code, JSON
  * or non-English text, where chars/4 falls short, therefore never makes a
@@ -24,6 +25,13 @@ import { readsAsText } from "./parts.js";
 export class ServerCounts {
   /** Chunk id -> the texts the service counted under it (the original, and a trim or mask replacement). */
   private readonly byId = new Map<string, { text: string; tokens: number }[]>();
+
+  /**
+   * @param hostEstimates every part counts at least the host's estimate too:
+   *   for a host that sizes the history with its own estimate (Gemini CLI
+   *   after it edits the history, and for every new request).
+   */
+  constructor(private readonly hostEstimates = false) {}
 
   /** The service's count of `text` under `id`, when it has counted it. */
   get(id: string, text: string): number | undefined {
@@ -83,9 +91,14 @@ export class ServerCounts {
     return excess;
   }
 
+  /** A text's window count, `estimate` being the host's. */
+  textTokens(id: string, text: string, estimate: number): number {
+    return windowTokensOf(estimate, text, this.get(id, text), !this.hostEstimates);
+  }
+
   /** A part's window count (its chunk's tokens being the host's estimate). */
   partTokens(mapped: MappedPart): number {
-    return windowTokensOf(mapped.chunk.tokens, mapped.chunk.text, this.get(mapped.chunk.id, mapped.chunk.text), readsAsText(mapped.part));
+    return windowTokensOf(mapped.chunk.tokens, mapped.chunk.text, this.get(mapped.chunk.id, mapped.chunk.text), !this.hostEstimates && readsAsText(mapped.part));
   }
 
   private countedPart(mapped: MappedPart): MappedPart {
