@@ -15,7 +15,7 @@ from benchmarks.replay.ledger import Billing, bill_calls, billed_tokens, shared_
 from benchmarks.replay.methods import FullHistory, python_methods
 from benchmarks.replay.node import Job, check_node, ctxopt_server, run_jobs
 from benchmarks.replay.report import SessionFigures, Tally, loss_cause
-from benchmarks.replay.sessions import Prompt, Session, session_of
+from benchmarks.replay.sessions import Prompt, Session, concatenated, session_of
 
 NEEDED = "def parse_section(self, name): needed later"  # >= 25 characters
 SYSTEM = "you are a careful agent"  # 5 words
@@ -253,3 +253,15 @@ def test_gemini_turns_render_back_as_the_original_messages(session: Session) -> 
     assert [job.method for job, _ in results] == ["gemini-cli-native", "ctxopt"]
     for _, result in results:
         assert result.prompts == [session.history(call) for call in session.calls]
+
+
+def test_long_sessions_chain_trajectories_under_the_first_task(session: Session) -> None:
+    other = session_of({**RECORD, "instance_id": "hand-2", "submission": "diff b"}, words)
+    third = session_of({**RECORD, "instance_id": "hand-3"}, words)
+    [long] = concatenated([session, other, third], 2, words)  # the third has no partner
+    assert long.instance_id == "hand-1+hand-2" and long.submission == "diff b"
+    # the first final answer is left out, so a model turn follows every tool output
+    roles = [role for role, _ in long.messages]
+    assert roles == ["system", "user"] + ["model", "user"] * 4 + ["model"]
+    assert long.messages[6] == ("model", CALL_1) and long.calls == (2, 4, 6, 8, 10)
+    assert long.final_tokens == sum(words([t for _, t in long.messages[:-1]]))

@@ -2,7 +2,7 @@
 what the agent still has at every step.
 
     scripts/replay.sh [--swe FILE] [--limit N] [--out PATH]
-        [--cache-price-ratio R] [--smoke]
+        [--cache-price-ratio R] [--smoke] [--long K]
 
 Replays each SWE-agent trajectory call by call. At every model call each
 method builds the prompt from the history so far under the window W (40% of
@@ -44,8 +44,14 @@ from benchmarks.replay.node import (
     run_jobs,
 )
 from benchmarks.replay.plot import plot_cumulative
-from benchmarks.replay.report import Tally, table
-from benchmarks.replay.sessions import FIXED_WINDOW, SHARE_WINDOW, Session, load_sessions
+from benchmarks.replay.report import Tally, percentile, table
+from benchmarks.replay.sessions import (
+    FIXED_WINDOW,
+    SHARE_WINDOW,
+    Session,
+    concatenated,
+    load_sessions,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_SWE = REPO.parent / "shared" / "datasets" / "swe-agent-gemini3-dev.jsonl.gz"
@@ -73,6 +79,7 @@ SMOKE_GRID: tuple[Setting, ...] = (
 )
 BASELINES = ("obs-mask", "langchain")  # the methods that stay inside the window
 SMOKE_SESSIONS = 2
+LONG_CHUNKS = 1_000  # the latency goal holds per call at this many chunks
 NOTES = (
     "Tokens are cl100k. A message is cached when it and every message before it equal the "
     "previous prompt's of the same method and session (cache-write surcharges, TTL and minimum "
@@ -130,11 +137,21 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="a built ctxopt-client checkout to replay through (default: ts-client/)",
     )
     parser.add_argument("--smoke", action="store_true", help="two sessions, small grid (CI)")
+    parser.add_argument(
+        "--long",
+        type=int,
+        default=0,
+        metavar="K",
+        help=f"also time ctxopt on long sessions of K consecutive trajectories each, at "
+        f"{LONG_CHUNKS:,}+ chunks (0: not)",
+    )
     args = parser.parse_args(argv)
     if not args.swe.is_file():
         parser.error(f"--swe {args.swe}: no such file")
     if args.limit < 0:
         parser.error(f"--limit must be >= 0, got {args.limit}")
+    if args.long < 0 or args.long == 1:
+        parser.error(f"--long must be 0 (off) or at least 2, got {args.long}")
     return args
 
 
@@ -215,6 +232,35 @@ def replay(
             tally.setting = result.setting
     print("[node] replayed", file=sys.stderr)
     return tallies
+
+
+def long_latency(
+    sessions: Sequence[Session],
+    k: int,
+    counter: TokenCounter,
+    ts_client: Path,
+) -> dict[str, Any]:
+    """ctxopt's added latency (the adapter's defaults) on long sessions of `k`
+    consecutive trajectories, over the calls made with LONG_CHUNKS or more
+    chunks in the history."""
+    long = concatenated(sessions, k, counter.count_many)
+    jobs = [Job("ctxopt", "ctxopt", SHARE_WINDOW, s, s.windows()[SHARE_WINDOW]) for s in long]
+    calls = 0
+    ms: list[float] = []
+    with ctxopt_server() as address:
+        for _, result in run_jobs(jobs, address, ts_client):
+            calls += len(result.ms)
+            ms += [t for t, n in zip(result.ms, result.chunks, strict=True) if n >= LONG_CHUNKS]
+    return {
+        "trajectories_per_session": k,
+        "sessions": len(long),
+        "calls": calls,
+        "min_chunks": LONG_CHUNKS,
+        "calls_at_min_chunks": len(ms),
+        "p50_ms": percentile(ms, 50),
+        "p90_ms": percentile(ms, 90),
+        "p99_ms": percentile(ms, 99),
+    }
 
 
 def typical(sessions: Sequence[Session]) -> Session:
@@ -320,6 +366,14 @@ def print_results(results: dict[str, Any], other: float) -> None:
         print(table({"ctxopt out-of-fold": cv["out_of_fold"], **cv["baselines"]}, ratio, other))
         chosen = cv["chosen_on_all_sessions"]
         print("chosen on all sessions: " + setting_name(setting_of(cv["chosen_on_all_sessions"])))
+    long = results.get("long_sessions")
+    if long:
+        print(
+            f"\nctxopt on {long['sessions']} long sessions of {long['trajectories_per_session']} "
+            f"trajectories each ({long['calls']:,} calls): {long['calls_at_min_chunks']:,} calls "
+            f"with {long['min_chunks']:,}+ chunks, added latency p50 {long['p50_ms']} ms, "
+            f"p90 {long['p90_ms']} ms, p99 {long['p99_ms']} ms"
+        )
     for note in results["notes"]:
         print(f"- {note}")
     for name, reason in results["unavailable"].items():
@@ -349,6 +403,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "unavailable": unavailable,
     }
     results = results_json(tallies, grid, args.cache_price_ratio, meta)
+    if args.long and "ctxopt" not in unavailable:
+        results["long_sessions"] = long_latency(sessions, args.long, counter, args.ts_client)
     session = typical(sessions)
     window = session.windows()[SHARE_WINDOW]
     billed = {

@@ -82,6 +82,7 @@ class NodeResult:
     outcomes: list[str]  # per call: what the method did (compression status, adapter outcome)
     setting: dict[str, float]  # ctxopt: the threshold and target percent in effect
     fates: list[dict[int, str]]  # ctxopt, per call: tool outputs not sent as is, by message index
+    chunks: list[int]  # ctxopt, per call: the chunks the adapter maps
 
 
 def check_node(ts_client: Path) -> None:
@@ -171,4 +172,5 @@ def result_of(answer: dict[str, Any]) -> NodeResult:
         [str(o) for o in answer["outcomes"]],
         {str(k): float(v) for k, v in answer.get("setting", {}).items()},
         [{int(i): str(code) for i, code in call} for call in answer.get("fates", [])],
+        [int(n) for n in answer.get("chunks", [])],
     )

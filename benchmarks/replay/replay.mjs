@@ -11,6 +11,8 @@
 //          "ms": [...], "outcomes": [what the method did at each call],
 //          "fates"?: per call, [[message index, "r" | "t" | "m" | "c"]...] (ctxopt: each tool
 //                    output not sent as is: removed, trimmed, masked, otherwise rewritten),
+//          "chunks"?: per call, the chunks the adapter maps (ctxopt: the system instruction
+//                    and every part of the history),
 //          "setting"?: {"thresholdPercent", "targetPercent"} (ctxopt: in effect)}
 //
 // A trajectory is mini-swe-agent's message list (system, task, then assistant
@@ -219,9 +221,11 @@ async function ctxopt(job, messages, request) {
   const ms = [];
   const outcomes = [];
   const fates = [];
+  const chunks = [];
   let history = [];
   for (const { earlier, request: next, reply } of callsOf(job, messages, contents)) {
     history = [...history, ...earlier, next];
+    chunks.push(1 + history.reduce((sum, content) => sum + (content.parts?.length ?? 0), 0));
     const started = performance.now();
     const optimized = await optimizeContents(history, options);
     ms.push(performance.now() - started);
@@ -232,7 +236,7 @@ async function ctxopt(job, messages, request) {
   }
   // optimizeContents' ceiling is the window: the defaults are their shares of it
   const setting = { thresholdPercent: options.thresholdPercent ?? 100 * THRESHOLD_SHARE, targetPercent: options.targetPercent ?? 100 * TARGET_SHARE };
-  return { texts: out.texts, prompts: out.prompts, ms, outcomes, fates, setting };
+  return { texts: out.texts, prompts: out.prompts, ms, outcomes, fates, chunks, setting };
 }
 
 async function main() {

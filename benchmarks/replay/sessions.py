@@ -89,6 +89,25 @@ def session_of(record: Mapping[str, Any], count: CountTokens) -> Session:
     )
 
 
+def concatenated(sessions: Sequence[Session], k: int, count: CountTokens) -> list[Session]:
+    """Long sessions, each `k` consecutive trajectories worked one after the
+    other under the first one's system prompt and task (every final assistant
+    message but the last left out, so turns alternate); a shorter tail group
+    is dropped."""
+    long = []
+    for start in range(0, len(sessions) - k + 1, k):
+        group = sessions[start : start + k]
+        messages = list(group[0].messages[:-1])
+        for session in group[1:]:
+            messages += session.messages[2:-1]
+        messages.append(group[-1].messages[-1])
+        calls = tuple(i for i, (role, _) in enumerate(messages) if role == "model" and i >= 2)
+        final_tokens = sum(count([text for _, text in messages[:-1]]))
+        name = "+".join(s.instance_id for s in group)
+        long.append(Session(name, tuple(messages), group[-1].submission, calls, final_tokens))
+    return long
+
+
 def load_sessions(path: Path, count: CountTokens, limit: int = 0) -> list[Session]:
     """The trajectories of `path` in file order; `limit` > 0 keeps the first ones."""
     sessions = []
