@@ -121,16 +121,16 @@ class LineBook:
         touched: set[str] = set()
         for slot in [s for s in self.text if s not in live]:
             touched |= self._drop(slot)
+        changed = [(slot, c) for slot, c in live.items() if self.text.get(slot) is not c.text]
         # in slot order, so a model chunk finds the earlier chunks it quotes
-        for slot, chunk in sorted(live.items()):
-            if self.text.get(slot) is not chunk.text:
-                if slot in self.text:
-                    touched |= self._drop(slot)
-                keys = self._add(slot, chunk.text)
-                if chunk.role == Role.MODEL:
-                    self._by_model.add(slot)
-                    self._mark_quoted(slot, keys)
-                touched |= keys
+        for slot, chunk in sorted(changed, key=lambda pair: pair[0]):
+            if slot in self.text:
+                touched |= self._drop(slot)
+            keys = self._add(slot, chunk.text)
+            if chunk.role == Role.MODEL:
+                self._by_model.add(slot)
+                self._mark_quoted(slot, keys)
+            touched |= keys
         # once per sync, not per chunk: a line many chunks hold would make a
         # first sync quadratic
         self._touch(touched)
