@@ -259,7 +259,7 @@ def test_long_sessions_chain_trajectories_under_the_first_task(session: Session)
     other = session_of({**RECORD, "instance_id": "hand-2", "submission": "diff b"}, words)
     third = session_of({**RECORD, "instance_id": "hand-3"}, words)
     [long] = concatenated([session, other, third], 2, words)  # the third has no partner
-    assert long.instance_id == "hand-1+hand-2" and long.submission == "diff b"
+    assert long.instance_id == "hand-1..hand-2" and long.submission == "diff b"
     # the first final answer is left out, so a model turn follows every tool output
     roles = [role for role, _ in long.messages]
     assert roles == ["system", "user"] + ["model", "user"] * 4 + ["model"]

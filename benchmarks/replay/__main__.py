@@ -247,16 +247,21 @@ def long_latency(
     jobs = [Job("ctxopt", "ctxopt", SHARE_WINDOW, s, s.windows()[SHARE_WINDOW]) for s in long]
     calls = 0
     ms: list[float] = []
+    outcomes: dict[str, int] = {}
     with ctxopt_server() as address:
         for _, result in run_jobs(jobs, address, ts_client):
             calls += len(result.ms)
-            ms += [t for t, n in zip(result.ms, result.chunks, strict=True) if n >= LONG_CHUNKS]
+            for t, n, outcome in zip(result.ms, result.chunks, result.outcomes, strict=True):
+                if n >= LONG_CHUNKS:
+                    ms.append(t)
+                    outcomes[outcome] = outcomes.get(outcome, 0) + 1
     return {
         "trajectories_per_session": k,
         "sessions": len(long),
         "calls": calls,
         "min_chunks": LONG_CHUNKS,
         "calls_at_min_chunks": len(ms),
+        "outcomes": dict(sorted(outcomes.items())),
         "p50_ms": percentile(ms, 50),
         "p90_ms": percentile(ms, 90),
         "p99_ms": percentile(ms, 99),
@@ -372,7 +377,8 @@ def print_results(results: dict[str, Any], other: float) -> None:
             f"\nctxopt on {long['sessions']} long sessions of {long['trajectories_per_session']} "
             f"trajectories each ({long['calls']:,} calls): {long['calls_at_min_chunks']:,} calls "
             f"with {long['min_chunks']:,}+ chunks, added latency p50 {long['p50_ms']} ms, "
-            f"p90 {long['p90_ms']} ms, p99 {long['p99_ms']} ms"
+            f"p90 {long['p90_ms']} ms, p99 {long['p99_ms']} ms; what the adapter did: "
+            + ", ".join(f"{o} {n:,}" for o, n in long["outcomes"].items())
         )
     for note in results["notes"]:
         print(f"- {note}")

@@ -103,7 +103,7 @@ def concatenated(sessions: Sequence[Session], k: int, count: CountTokens) -> lis
         messages.append(group[-1].messages[-1])
         calls = tuple(i for i, (role, _) in enumerate(messages) if role == "model" and i >= 2)
         final_tokens = sum(count([text for _, text in messages[:-1]]))
-        name = "+".join(s.instance_id for s in group)
+        name = f"{group[0].instance_id}..{group[-1].instance_id}"
         long.append(Session(name, tuple(messages), group[-1].submission, calls, final_tokens))
     return long
 
