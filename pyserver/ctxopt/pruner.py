@@ -349,7 +349,7 @@ def _unit_priorities(
     density_out = np.where(shrinkable, np.maximum(density_out, density_shrink), density_out)
     last = np.zeros(n, dtype=bool)
     quoted = np.zeros(n, dtype=bool)
-    if book is not None:
+    if book is not None and sel.options.strategy == Strategy.BUDGET:  # only its order reads it
         quoted = sel.unit_max(book.quoted_mask(n) & ~scores.marks.root[:n])
     if tuning.anchors_last and book is not None:
         # a unit holding the latest copy of an echo line: its excerpt, or all

@@ -193,8 +193,8 @@ export class HostHistoryOptimizer {
   private readonly decisions = new Map<string, Decision>();
   /** How much more the provider counted than the service for the last report (>= 1; see `reportUsage`). */
   private tokenScale = 1;
-  /** The window count of what the last call sent (0: nothing measurable sent). */
-  private lastSentTokens = 0;
+  /** What the last call sent and its window count (none: a pass-through call, measured by the host's estimate only). */
+  private lastSent?: { readonly turns: readonly MappedContent[]; readonly tokens: number };
   private healthyUntil = 0;
   private breakerUntil = 0;
   private lastFailure = "";
@@ -238,8 +238,10 @@ export class HostHistoryOptimizer {
    * request over its window; a report of fewer tokens changes nothing.
    */
   reportUsage(promptTokens: number | undefined): void {
-    if (promptTokens === undefined || promptTokens <= 0 || this.lastSentTokens <= 0) return;
-    const ratio = promptTokens / this.lastSentTokens;
+    const last = this.lastSent;
+    // only against what the service counted: uncounted parts stand at their bytes
+    if (promptTokens === undefined || promptTokens <= 0 || last === undefined || !this.counts.allCounted(last.turns)) return;
+    const ratio = promptTokens / last.tokens;
     if (ratio <= MAX_TOKEN_SCALE) this.tokenScale = Math.max(1, ratio);
   }
 
@@ -551,10 +553,8 @@ export class HostHistoryOptimizer {
     sync?: SyncReport,
   ): OptimizedContents {
     const contents = sent === undefined ? [...call.original] : toContents(sent);
-    // a report calibrates only against what the service counted: not a
-    // pass-through call (the host's estimate) nor one with uncounted parts (their bytes)
-    const measured = outcome !== "pass-through" && this.counts.allCounted(sent ?? call.turns);
-    this.lastSentTokens = measured ? call.fixedTokens + tokensOf(sent ?? call.turns) : 0;
+    const turns = sent ?? call.turns;
+    this.lastSent = outcome === "pass-through" ? undefined : { turns, tokens: call.fixedTokens + tokensOf(turns) };
     const summary = buildSummary(
       {
         mode: this.flags.mode,
