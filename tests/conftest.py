@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 from ctxopt.store import Store
+from ctxopt.v1 import ctxopt_pb2_grpc as pb_grpc
+
+from tests.serverproc import ServerProcess
 
 
 @pytest.fixture
@@ -20,3 +24,10 @@ def store(data_dir: Path) -> Iterator[Store]:
     s = Store(str(data_dir))
     yield s
     s.close()
+
+
+@pytest.fixture
+def stub(server: ServerProcess) -> Iterator[pb_grpc.ContextOptimizerStub]:
+    """A client of the module's `server` fixture (each module starts its own)."""
+    with grpc.insecure_channel(server.address) as channel:
+        yield server.stub(channel)

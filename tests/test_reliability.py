@@ -114,12 +114,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield running
 
 
-@pytest.fixture
-def stub(server: ServerProcess) -> Iterator[Stub]:
-    with grpc.insecure_channel(server.address) as channel:
-        yield server.stub(channel)
-
-
 # Originals are never lost
 
 

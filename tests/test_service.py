@@ -26,12 +26,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield running
 
 
-@pytest.fixture
-def stub(server: ServerProcess) -> Iterator[Stub]:
-    with grpc.insecure_channel(server.address) as channel:
-        yield server.stub(channel)
-
-
 def message(i: int, text: str, role: pb.Role = pb.ROLE_USER, tokens: int = 0) -> pb.Chunk:
     return pb.Chunk(
         id=f"m{i}", role=role, kind=pb.CHUNK_KIND_MESSAGE, text=text, turn=i, tokens=tokens

@@ -193,12 +193,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield running
 
 
-@pytest.fixture
-def stub(server: ServerProcess) -> Iterator[Stub]:
-    with grpc.insecure_channel(server.address) as channel:
-        yield server.stub(channel)
-
-
 def as_owner(owner: str) -> tuple[tuple[str, str]]:
     return (("authorization", f"Bearer {owner[0]}-secret"),)
 
