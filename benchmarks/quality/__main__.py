@@ -63,6 +63,7 @@ from benchmarks.quality.report import (
     KEPT_COLUMNS,
     QUALITY_COLUMNS,
     loss_table,
+    needed_table,
     results_json,
     table,
 )
@@ -226,6 +227,9 @@ def print_results(results: dict[str, Any], out: Path) -> None:
         f"({len(swe['skipped_ungrounded'])} skipped: a hunk no message grounds)"
     )
     print(table(results, QUALITY_COLUMNS, timing=True))
+    print()
+    print("SWE needed-later recall at 25/50/75/100% of each trajectory")
+    print(needed_table(results))
     print()
     print("share of the prompt's tokens kept")
     print(table(results, KEPT_COLUMNS, timing=False))

@@ -8,7 +8,8 @@ SWE-agent: the history is every message before the final assistant message
 at 25, 50, 75 and 100% of the trajectory; system -> SYSTEM, the task -> USER message of task "task",
 assistant -> MODEL (a TOOL_CALL when a tool output answers it), tool outputs
 (user messages with `<returncode>`) -> USER TOOL_RESULT whose parent is the
-call. The query is the task plus the last two messages, and the system prompt,
+call. The query is the task plus the last two messages, clipped to the
+service's limit as a client clips it (`client_query`), and the system prompt,
 the task and the last two messages are kept by every method.
 """
 
@@ -23,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ctxopt.config import Config
 from ctxopt.model import Chunk, ChunkKind, Role, Roots
 
 from benchmarks.quality.metrics import grounded, hunk_lines, needed_lines
@@ -42,6 +44,8 @@ RECENT_MESSAGES = 2  # SWE: the last two messages are roots and mandatory
 STEP_POINTS = (0.25, 0.5, 0.75, 1.0)  # needed-later recall: where in the trajectory
 LOCOMO_ROOTS = Roots(recent_turns=RECENT_MESSAGES)
 SWE_ROOTS = Roots(current_task_id=TASK_ID, recent_turns=RECENT_MESSAGES)
+MAX_QUERY_CHARS = Config().max_query_chars  # the service refuses a longer query
+QUERY_SEPARATOR = "\n"
 
 CountTokens = Callable[[Sequence[str]], list[int]]
 
@@ -83,11 +87,13 @@ class Conversation:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """A point of a trajectory for needed-later recall: the history so far as
-    a case, and the earlier tool-output lines a later step or the patch needs."""
+    """A point of a trajectory for needed-later recall (`point`: its share of
+    the trajectory, one of STEP_POINTS): the history so far as a case, and the
+    earlier tool-output lines a later step or the patch needs."""
 
     case: Case
     needed: tuple[str, ...]
+    point: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,10 +242,34 @@ def history_chunks(history: Sequence[dict[str, Any]]) -> list[Chunk]:
     return [message_chunk(history, i) for i in range(len(history))]
 
 
+def client_query(task: str, latest: Sequence[str], limit: int = MAX_QUERY_CHARS) -> str:
+    """The relevance query as a client sends it: the task and the latest
+    messages, one a line, within the service's `limit` of characters. When
+    they do not fit, the shorter pieces stay whole and the longer ones share
+    what is left equally: the task keeps its head (the request), a latest
+    message its tail (where an output ends, with its error), as the TS
+    client keeps the tail of a long message.
+
+    >>> client_query("fix", ["ok", "x" * 50 + "Error: boom"], limit=20).split()
+    ['fix', 'ok', 'xxError:', 'boom']
+    """
+    pieces = [task, *latest]
+    if sum(map(len, pieces)) + len(QUERY_SEPARATOR) * (len(pieces) - 1) <= limit:
+        return QUERY_SEPARATOR.join(pieces)
+    room = max(0, limit - len(QUERY_SEPARATOR) * (len(pieces) - 1))
+    allowed = [0] * len(pieces)
+    by_length = sorted(range(len(pieces)), key=lambda i: len(pieces[i]))
+    for left, i in enumerate(by_length):
+        allowed[i] = min(len(pieces[i]), room // (len(pieces) - left))
+        room -= allowed[i]
+    tails = [text[len(text) - n :] for text, n in zip(latest, allowed[1:], strict=True)]
+    return QUERY_SEPARATOR.join([task[: allowed[0]], *tails])
+
+
 def case_of(key: str, chunks: Sequence[Chunk]) -> Case:
     chunks = tuple(chunks)
     latest = chunks[-RECENT_MESSAGES:]
-    query = "\n".join([chunks[1].text, *(c.text for c in latest)])
+    query = client_query(chunks[1].text, [c.text for c in latest])
     mandatory = frozenset([chunks[0].id, chunks[1].id, *(c.id for c in latest)])
     return Case(key, chunks, query, SWE_ROOTS, mandatory)
 
@@ -260,7 +290,7 @@ def trajectory_steps(
         if not needed:
             continue
         chunks = with_tokens(history_chunks(messages[:t]), count)
-        steps.append(Step(case_of(f"{instance_id}@{point}", chunks), needed))
+        steps.append(Step(case_of(f"{instance_id}@{point}", chunks), needed, point))
     return tuple(steps)
 
 

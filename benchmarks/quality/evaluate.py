@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from benchmarks.quality.datasets import Case, Conversation, Trajectory
+from benchmarks.quality.datasets import Case, Conversation, Step, Trajectory
 from benchmarks.quality.methods import (
     CAUSE_GROUP,
     CAUSE_MASK,
@@ -42,8 +42,18 @@ class Tally:
     kept_share: list[float] = field(default_factory=list)
     covered: int = 0  # SWE: hunks covered, pooled over trajectories
     hunks: int = 0
-    needed: list[float] = field(default_factory=list)  # SWE: recall per step
+    needed: dict[float, list[float]] = field(default_factory=dict)  # SWE: point -> per step
     losses: Counter[str] = field(default_factory=Counter)  # lost item -> cause
+    refused: int = 0  # cases the engine refused (scored as the client's fallback)
+
+    def count(self, kept: Kept, case: str) -> None:
+        """Note a refusal (once per case and budget) and say so on stderr."""
+        if kept.refused:
+            self.refused += 1
+            print(f"[refused] {case}: {kept.refused}", file=sys.stderr)
+
+    def all_needed(self) -> list[float]:
+        return [r for point in sorted(self.needed) for r in self.needed[point]]
 
 
 @dataclass(slots=True)
@@ -139,6 +149,7 @@ def run_locomo(run: Run, conversations: Sequence[Conversation]) -> None:
         for question in conversation.questions:
             case = conversation.case(question)
             for _, kept, tally in run.choices(case, run.locomo):
+                tally.count(kept, case.key)
                 present = kept.content_ids()
                 tally.scores.append(evidence_recall(question.evidence, present))
                 tally.complete.append(all_evidence_kept(question.evidence, present))
@@ -152,6 +163,7 @@ def run_swe(run: Run, trajectories: Sequence[Trajectory]) -> None:
     for trajectory in trajectories:
         case = trajectory.case
         for _, kept, tally in run.choices(case, run.swe):
+            tally.count(kept, case.key)
             text = kept.text(case)
             covered = sum(hunk_covered(lines, text) for lines in trajectory.hunks)
             tally.scores.append(covered / len(trajectory.hunks))
@@ -169,19 +181,23 @@ def run_swe(run: Run, trajectories: Sequence[Trajectory]) -> None:
 
 def run_needed(run: Run, trajectory: Trajectory) -> None:
     """Needed-later recall: the trajectory's steps in order, each method fed
-    step by step; a step's recall goes to the tally of its budget."""
+    step by step; a step's recall goes to the tally of its budget, under its
+    point of the trajectory."""
     for method in list(run.methods):
-        recalls: list[tuple[float, float]] = []
+        recalls: list[tuple[float, Step, Kept]] = []
         try:
             for budget in run.budgets:
                 for step in trajectory.steps:
                     kept = method.select_step(trajectory.instance_id, step.case, budget)
-                    recalls.append((budget, needed_recall(step.needed, kept.text(step.case))))
+                    recalls.append((budget, step, kept))
             method.end_trajectory(trajectory.instance_id)
         except Exception as err:
             if not method.peer:
                 raise
             run.drop(method, f"failed on {trajectory.instance_id}: {type(err).__name__}: {err}")
             continue
-        for budget, recall in recalls:
-            run.swe[method.name].tallies[budget].needed.append(recall)
+        for budget, step, kept in recalls:
+            tally = run.swe[method.name].tallies[budget]
+            tally.count(kept, step.case.key)
+            recall = needed_recall(step.needed, kept.text(step.case))
+            tally.needed.setdefault(step.point, []).append(recall)

@@ -17,6 +17,10 @@ with what is left of the budget:
   placeholder, as many of the newest outputs verbatim as the budget allows;
   if still over budget, the oldest turns go.
 
+A case the engine refuses (a request over one of the service's limits) is
+not a crash: the method answers with what a client does then (its local
+fallback, newest first, as `recent`), marked `refused` so the run counts it.
+
 For needed-later recall every method sees each trajectory's steps in order;
 the engine's `optimize_context` keeps the conversation warm between calls, so
 each step adds only the new messages to its session and indexes, as an agent
@@ -31,11 +35,12 @@ import shutil
 import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ctxopt.engine import Engine
+from ctxopt.errors import CtxoptError
 from ctxopt.model import (
     Action,
     Budget,
@@ -76,8 +81,10 @@ class Kept:
     """A method's prompt: kept ids in prompt order, the prompt's tokens, the
     text that replaced a kept chunk (TRIM excerpt or MASK placeholder), the ids
     masked (their content is gone), and, for a choice made ahead in `prepare`,
-    the ms it took (otherwise the runner times `select`), and per chunk not
-    kept as is, why (one of the CAUSE_* labels; engine methods only)."""
+    the ms it took (otherwise the runner times `select`), per chunk not
+    kept as is, why (one of the CAUSE_* labels; engine methods only), and,
+    when the engine refused the case, its error (the prompt is then the
+    client's fallback)."""
 
     ids: tuple[str, ...]
     tokens: int
@@ -85,6 +92,7 @@ class Kept:
     masked: frozenset[str] = frozenset()
     ms: float | None = None
     causes: Mapping[str, str] = field(default_factory=dict)
+    refused: str = ""
 
     def content_ids(self) -> frozenset[str]:
         """Chunks whose content is still in the prompt (verbatim or excerpted)."""
@@ -180,7 +188,16 @@ class EngineMethod(Method):
         )
 
     def select(self, case: Case, budget: float) -> Kept:
-        return kept_of(self.engine.optimize_context(case.chunks, self.options(case, budget)))
+        try:
+            plan = self.engine.optimize_context(case.chunks, self.options(case, budget))
+        except CtxoptError as err:
+            return replace(client_fallback(case, budget), refused=str(err))
+        return kept_of(plan)
+
+
+def client_fallback(case: Case, budget: float) -> Kept:
+    """What a client sends when the service refuses: the newest turns that fit."""
+    return fill(case, [c.id for c in reversed(case.chunks)], budget)
 
 
 def kept_of(plan: Plan) -> Kept:
@@ -215,7 +232,7 @@ class Recent(Method):
     query_dependent = False
 
     def select(self, case: Case, budget: float) -> Kept:
-        return fill(case, [c.id for c in reversed(case.chunks)], budget)
+        return client_fallback(case, budget)
 
 
 class RandomChoice(Method):

@@ -25,6 +25,9 @@ NOTES = (
     "placeholder, then removal: coherence repair, with its group, by value per token).",
     "gemini-cli counts only what Gemini CLI keeps verbatim: it would summarise the "
     "part before its split point with an LLM, which is not run here.",
+    "Refused: cases (questions, trajectories, steps; per budget) the engine refused, "
+    "scored as the client's fallback (the newest turns that fit). The SWE query is "
+    "clipped to the service's limit as a client clips it, so none should be.",
     "Budgets are shares of the prompt's cl100k tokens; kept_share is what each method "
     "actually kept (peers decide by their own measure and may overshoot).",
 )
@@ -43,12 +46,16 @@ def tally_json(tally: Tally, swe: bool) -> dict[str, Any]:
         data["coverage"] = tally.covered / tally.hunks if tally.hunks else float("nan")
         data["mean_trajectory_coverage"] = mean(tally.scores)
         data["all_hunks_share"] = mean([float(c) for c in tally.complete])
-        data["needed_later_recall"] = mean(tally.needed)
-        data["needed_later_steps"] = len(tally.needed)
+        data["needed_later_recall"] = mean(tally.all_needed())
+        data["needed_later_steps"] = len(tally.all_needed())
+        data["needed_later_by_point"] = {
+            label(point): mean(tally.needed[point]) for point in sorted(tally.needed)
+        }
     else:
         data["recall"] = mean(tally.scores)
         data["all_evidence_share"] = mean([float(c) for c in tally.complete])
     data["lost_by_cause"] = dict(tally.losses.most_common())
+    data["refused"] = tally.refused
     return data
 
 
@@ -115,22 +122,64 @@ def table(results: dict[str, Any], columns: Sequence[tuple[str, str, str]], timi
     titles = ["", *(t for t, _, _ in columns for _ in budgets)]
     header = ["method", *(label(b) for _ in columns for b in budgets)]
     if timing:
-        titles += ["ms/plan", "ms/plan"]
-        header += ["LoCoMo", "SWE"]
-    rows = [titles, header]
+        titles += ["ms/plan", "ms/plan", ""]
+        header += ["LoCoMo", "SWE", "refused"]
+    rows = [header]
     for name, data in results["methods"].items():
         row = [name, *(fmt(metric(results, name, d, b, k)) for _, d, k in columns for b in budgets)]
         if timing:
             row += [
                 fmt(s["median_ms_per_plan"], 2) if s else "-" for s in (data["locomo"], data["swe"])
             ]
+            row.append(str(refusals(data)))
         rows.append(row)
-    widths = fit_titles(titles, [max(len(r[i]) for r in rows[1:]) for i in range(len(header))])
+    return render(titles, rows)
+
+
+def render(titles: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Rows (the header first) right-aligned under group titles."""
+    widths = fit_titles(titles, [max(len(r[i]) for r in rows) for i in range(len(titles))])
     shown = [group_titles(titles, widths)]
-    shown += [[cell.rjust(w) for cell, w in zip(r, widths, strict=True)] for r in rows[1:]]
+    shown += [[cell.rjust(w) for cell, w in zip(r, widths, strict=True)] for r in rows]
     lines = ["  ".join(r) for r in shown]
     lines.insert(2, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def refusals(data: dict[str, Any]) -> int:
+    """Cases of one method the engine refused, over both data sets and every budget."""
+    series = [s for s in (data["locomo"], data["swe"]) if s]
+    return sum(int(t.get("refused", 0)) for s in series for t in s["budgets"].values())
+
+
+def needed_table(results: dict[str, Any]) -> str:
+    """SWE needed-later recall per method: per budget, one column per point
+    of the trajectory (25/50/75/100%) and the mean over all steps."""
+    budgets: list[float] = results["budgets"]
+    points = sorted(
+        {
+            p
+            for data in results["methods"].values()
+            if data["swe"]
+            for t in data["swe"]["budgets"].values()
+            for p in t.get("needed_later_by_point", {})
+        },
+        key=lambda p: float(p.rstrip("%")),
+    )
+    titles = ["", *(f"budget {label(b)}" for b in budgets for _ in [*points, "all"])]
+    header = ["method"]
+    for _ in budgets:
+        header += [f"@{p}" for p in points] + ["all"]
+    rows = [header]
+    for name, data in results["methods"].items():
+        row = [name]
+        for budget in budgets:
+            tally = data["swe"]["budgets"][label(budget)] if data["swe"] else {}
+            by_point = tally.get("needed_later_by_point", {})
+            row += [fmt(by_point.get(p, float("nan"))) for p in points]
+            row.append(fmt(tally.get("needed_later_recall", float("nan"))))
+        rows.append(row)
+    return render(titles, rows)
 
 
 def loss_table(results: dict[str, Any], method: str) -> str:
