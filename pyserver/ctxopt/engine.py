@@ -56,13 +56,12 @@ from ctxopt.model import (
     UpsertStatus,
     Weights,
 )
-from ctxopt.pruner import TextTools, Tuning, idle_plan, is_triggered, plan_session
-from ctxopt.registry import Entry, Registry, Session, SessionView
+from ctxopt.planner.knobs import Tuning
+from ctxopt.planner.plan import idle_plan, is_triggered, plan_session
+from ctxopt.planner.values import TextTools, Trimmer
 from ctxopt.roots import Marks, mark
-from ctxopt.scoring.analyzer import Analyzer
 from ctxopt.scoring.hybrid import Scores, score_session
-from ctxopt.scoring.lines import line_book
-from ctxopt.shrink import Trimmer, stash_id
+from ctxopt.session import Entry, Registry, Session, SessionView, stash_id
 from ctxopt.store import (
     Change,
     Restash,
@@ -72,6 +71,7 @@ from ctxopt.store import (
     StoredSession,
     read_export,
 )
+from ctxopt.text.analyzer import Analyzer
 from ctxopt.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
@@ -336,13 +336,16 @@ class Engine:
     ) -> Scores:
         return score_session(
             session,
-            terms,
-            tuple(embedding),
-            marks,
-            weights,
-            self.config.recency_half_life_turns,
-            self.config.old_generation_after,
-            self.config.neighbour_share,
+            query_terms=terms,
+            query_embedding=tuple(embedding),
+            marks=marks,
+            weights=weights,
+            half_life_turns=self.config.recency_half_life_turns,
+            old_generation_after=self.config.old_generation_after,
+            neighbour_share=self.config.neighbour_share,
+            feedback_weight=self.tuning.feedback_weight,
+            feedback_docs=self.tuning.feedback_docs,
+            feedback_terms=self.tuning.feedback_terms,
         )
 
     def _plan(self, session: Session, options: OptimizeOptions) -> Plan:
@@ -362,15 +365,15 @@ class Engine:
         def trim(chunk_id: str, text: str, stash: str, goal: int, tokens: int) -> str:
             return self.trimmer.trim(chunk_id, text, stash, query_terms, goal, tokens)
 
-        book = line_book(session) if options.strategy != Strategy.TRUNCATE else None
+        book = session.line_book() if options.strategy != Strategy.TRUNCATE else None
         return plan_session(
             view,
             options,
             scores,
-            TextTools(trim, self.counter.count, book),
-            self.tuning,
-            options.incremental_batch or self.config.incremental_batch,
-            self.config.old_generation_after,
+            TextTools(trim=trim, count_tokens=self.counter.count, book=book),
+            tuning=self.tuning,
+            incremental_batch=options.incremental_batch or self.config.incremental_batch,
+            old_generation_after=self.config.old_generation_after,
         )
 
     def optimize(self, owner: str, session_id: str, options: OptimizeOptions) -> Plan:

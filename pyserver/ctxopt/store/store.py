@@ -74,7 +74,6 @@ from ctxopt.errors import (
     ResourceExhausted,
 )
 from ctxopt.model import StashFilter, StashHit
-from ctxopt.scoring.analyzer import Analyzer
 from ctxopt.store.export import Exported, export_document
 from ctxopt.store.rows import (
     LIVE_NAMES,
@@ -105,6 +104,7 @@ from ctxopt.store.search import (
     search_sql,
     snippet,
 )
+from ctxopt.text.analyzer import Analyzer
 
 logger = logging.getLogger(__name__)
 

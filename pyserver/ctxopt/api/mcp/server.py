@@ -38,7 +38,6 @@ from ctxopt.model import (
     ChunkKind,
     ChunkUpdate,
     Decision,
-    Decisions,
     GcPolicy,
     OptimizeOptions,
     Plan,
@@ -47,6 +46,7 @@ from ctxopt.model import (
     StashFilter,
     Weights,
 )
+from ctxopt.planner.result import idle_result
 
 T = TypeVar("T")
 OWNER = ""  # one agent per stdio process: every session is its own
@@ -274,7 +274,9 @@ class ContextTools:
         except NotFound as e:
             if e.field != "session_id":
                 raise
-            plan = Plan([], Decisions(), 0, 0, options.budget.target, False, True, [])
+            plan = idle_result(
+                kept_ids=[], tokens=0, target_tokens=options.budget.target, mandatory_tokens=0
+            )
         budget = self.settings.budget()
         return Analysis(
             usage=Usage(
