@@ -132,7 +132,7 @@ def test_an_output_shrinks_to_the_lines_the_work_points_at_verbatim() -> None:
     assert "trimmed_to_relevant_lines" in excerpt.reasons
     assert f"    {QUOTED}" in excerpt.replacement_text.split("\n")
     assert excerpt.stash_id in excerpt.replacement_text
-    assert "[...]" in excerpt.replacement_text
+    assert "[... lines 1-39 dropped ...]" in excerpt.replacement_text.split("\n")
     assert excerpt.tokens_after < excerpt.tokens // 10
 
 
@@ -164,7 +164,8 @@ def test_link_lines_keep_the_rare_terms_of_the_current_step() -> None:
     view[17] = "    raise FrobnicationError(widget_id)  # the failing line"
     chunks = agent_session("\n".join(view))
     for share, kept in ((0.0, False), (0.2, True)):
-        engine = Engine(Config(data_dir=":memory:"), Tuning(link_df_share=share))
+        tuning = Tuning(link_df_share=share, line_excerpts=False)  # the anchored path
+        engine = Engine(Config(data_dir=":memory:"), tuning)
         engine.append("", S, chunks)
         plan = engine.optimize("", S, options(engine.stats("", S).tokens // 3, "FrobnicationError"))
         texts = [d.replacement_text for d in plan.decisions if d.chunk_id == "out"]

@@ -7,7 +7,9 @@ age; truncate by age alone):
     1. policy tier: EPHEMERAL, then PARTIAL, then PRESERVABLE (the last only
        while usage is above the pressure level); LOCKED, pinned and root
        chunks are never candidates;
-    2. inside a tier: unreachable from the roots before reachable;
+    2. inside a tier: what holds the latest copy of an echo line last, then
+       what the model quoted (`Tuning.quoted_last`), then unreachable from
+       the roots before reachable;
     3. then by value per token, lowest first (a greedy knapsack), where a long
        chunk is first shrunk (TRIM to its query-relevant lines, or MASK a tool
        result) and removed only later, if still needed.
@@ -96,7 +98,10 @@ def unit_priorities(sel: Selection, book: LineBook | None, *, tuning: Tuning) ->
     density_out = np.where(shrinkable, np.maximum(density_out, density_shrink), density_out)
     last = np.zeros(n, dtype=bool)
     quoted = np.zeros(n, dtype=bool)
-    if book is not None and sel.options.strategy == Strategy.BUDGET:  # only its order reads it
+    reads_quoted = sel.options.strategy == Strategy.BUDGET or (
+        sel.options.strategy == Strategy.HYBRID and tuning.quoted_last
+    )
+    if book is not None and reads_quoted:
         quoted = sel.unit_max(book.quoted_mask(n) & ~scores.marks.root[:n])
     if tuning.anchors_last and book is not None:
         # a unit holding the latest copy of an echo line: its excerpt, or all
@@ -168,9 +173,12 @@ def _tier_quoted_then_oldest(keys: StepKeys) -> IntArray:
 
 
 def _least_value_first(keys: StepKeys) -> IntArray:
-    """Tier, then echo-line holders last, then unreachable first, then value
-    per token (np.lexsort: the last key is the primary one)."""
-    return np.lexsort((keys.kind, keys.unit, keys.density, keys.reachable, keys.last, keys.tier))
+    """Tier, then echo-line holders last, then what the model quoted last
+    (when `quoted_last`), then unreachable first, then value per token
+    (np.lexsort: the last key is the primary one)."""
+    return np.lexsort(
+        (keys.kind, keys.unit, keys.density, keys.reachable, keys.quoted, keys.last, keys.tier)
+    )
 
 
 def _above_target(

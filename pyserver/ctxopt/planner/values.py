@@ -19,7 +19,9 @@ import numpy.typing as npt
 
 from ctxopt.model import Action, ChunkKind, OptimizeOptions, Strategy
 from ctxopt.planner.knobs import MASK_EDGE_CHARS, TRIM_CONTEXT_LINES, Tuning
+from ctxopt.scoring import line_value
 from ctxopt.scoring.hybrid import Scores
+from ctxopt.scoring.line_facts import SessionFacts, facts_of, session_facts
 from ctxopt.scoring.terms import analyzer_of, rare_terms
 from ctxopt.session import SessionView
 from ctxopt.text.lines import LineBook, text_lines
@@ -74,18 +76,29 @@ def chunk_values(
     if tools.book is not None and tuning.discount_repeated:
         # what a later chunk prints again (a rerun, a re-view, a duplicate) is stale here
         value *= 1.0 - tools.book.repeated(session.n_slots)
-    shrink_tokens, shrink_action, shrink_texts, anchored = _shrink_options(
-        session, options, tuning, tools, scores.marks.root
-    )
+    shrinks = _shrink_options(session, options, tuning, tools, scores.marks.root)
     retention = np.where(
-        shrink_action == _MASK,
+        shrinks.action == _MASK,
         tuning.mask_retention,
         np.where(scores.bm25 > 0, tuning.trim_retention, tuning.trim_retention_irrelevant),
     )
-    retention[anchored] = tuning.anchor_retention
+    retention[shrinks.anchored] = tuning.anchor_retention
+    retention[shrinks.lined] = tuning.line_retention
     return ChunkValues(
-        value, covered_by_summary, shrink_tokens, shrink_action, shrink_texts, retention
+        value, covered_by_summary, shrinks.tokens, shrinks.action, shrinks.texts, retention
     )
+
+
+@dataclass(slots=True)
+class _Shrinks:
+    """Per slot: tokens once shrunk, how (TRIM, MASK or KEEP), the shrunk
+    texts, and which excerpts keep anchor lines or a tool output's scored lines."""
+
+    tokens: FloatArray
+    action: npt.NDArray[np.int8]
+    texts: dict[int, tuple[str, int]]
+    anchored: npt.NDArray[np.bool_]
+    lined: npt.NDArray[np.bool_]
 
 
 def _summary_covered(session: SessionView) -> npt.NDArray[np.bool_]:
@@ -109,43 +122,69 @@ def _shrink_options(
     tuning: Tuning,
     tools: TextTools,
     root: npt.NDArray[np.bool_],
-) -> tuple[FloatArray, npt.NDArray[np.int8], dict[int, tuple[str, int]], npt.NDArray[np.bool_]]:
+) -> _Shrinks:
     """Each chunk's tokens once shrunk, how (TRIM, MASK or KEEP), the shrunk
     text with its exact count (the greedy plans with the real sizes, so a plan
     lands at its target rather than near it), and which excerpts are anchored.
 
-    A chunk holding anchor lines (lines.py: echo lines it is the latest to
-    hold) shrinks to those lines verbatim; otherwise a long chunk is trimmed to
-    its query-relevant lines and a big tool result is masked."""
+    A multi-line tool output shrinks to the lines its signals point at
+    (`line_excerpts`); another chunk holding anchor lines (lines.py: echo
+    lines it is the latest to hold) shrinks to those lines verbatim; otherwise
+    a long chunk is trimmed to its query-relevant lines and a big tool result
+    is masked."""
     n = session.n_slots
     cols = session.columns
     tokens = cols.tokens[:n].astype(np.float64)
     action = np.full(n, _KEEP, dtype=np.int8)
     anchored = np.zeros(n, dtype=bool)
+    lined = np.zeros(n, dtype=bool)
     texts: dict[int, tuple[str, int]] = {}
     if options.strategy != Strategy.HYBRID or options.aggressive:
-        return tokens, action, texts, anchored
+        return _Shrinks(tokens, action, texts, anchored, lined)
     alive = cols.alive[:n] & ~root[:n]
     multiline = alive & (cols.lines[:n] >= tuning.trim_min_lines)
     analyze = analyzer_of(session)
     links = rare_terms(session, analyze(options.query), tuning.link_df_share)
     book, count_tokens = tools.book, tools.count_tokens
+    outputs = np.zeros(n, dtype=bool)
+    if book is not None and tuning.line_excerpts:
+        outputs = multiline & (cols.kind[:n] == _TOOL_RESULT)
     if book is not None and tuning.anchored_excerpts:
         excerpt = book.excerpts(
-            multiline,
+            multiline & ~outputs,
             (links, tuning.anchor_context),
             lambda slot: _anchored_excerpt(
                 session, book, slot, links, analyze, tuning, count_tokens
             ),
         )
-        anchored = multiline & (excerpt >= 0)
+        anchored = multiline & ~outputs & (excerpt >= 0)
         action[anchored] = _TRIM
         tokens[anchored] = excerpt[anchored]
         texts = _ShrunkTexts(book, tokens)
-    trimmable = multiline & ~anchored & (cols.tokens[:n] >= tuning.trim_min_tokens)
+    if book is not None and outputs.any():
+        facts = session_facts(
+            session,
+            options.query,
+            analyze,
+            rare_share=tuning.line_rare_share,
+            weights=line_value.LineWeights(
+                tuning.line_relevance,
+                tuning.line_identifier,
+                tuning.line_cited,
+                tuning.line_error,
+                tuning.line_echoed,
+            ),
+        )
+        for slot in np.flatnonzero(outputs).tolist():
+            made = _line_excerpt(session, book, slot, facts, tuning, count_tokens)
+            if made is not None:
+                texts[slot], tokens[slot], lined[slot] = made, made[1], True
+        action[lined] = _TRIM
+    shrunk = anchored | lined
+    trimmable = multiline & ~shrunk & (cols.tokens[:n] >= tuning.trim_min_tokens)
     maskable = (
         alive
-        & ~anchored
+        & ~shrunk
         & ~trimmable
         & (cols.kind[:n] == _TOOL_RESULT)
         & (cols.tokens[:n] >= tuning.mask_min_tokens)
@@ -163,7 +202,7 @@ def _shrink_options(
         else:
             texts[slot] = masked(chunk.id, chunk.text, stash, entry.tokens, count_tokens)
         tokens[slot] = texts[slot][1]
-    return tokens, action, texts, anchored
+    return _Shrinks(tokens, action, texts, anchored, lined)
 
 
 class _ShrunkTexts(dict[int, tuple[str, int]]):
@@ -198,9 +237,65 @@ def _anchored_excerpt(
         anchors = tuple(sorted(set(anchors) | split.lines_with(links, analyze)))
     if not anchors:
         return None
-    kept = with_context(anchors, len(split.lines), tuning.anchor_context)
+    kept = line_value.with_context(anchors, len(split.lines), tuning.anchor_context)
     text, after = anchored_excerpt(chunk.id, split.lines, kept, entry.stash_id(), count_tokens)
     return (text, after) if after < entry.tokens * tuning.shrink_worth else None
+
+
+_line_excerpts: OrderedDict[tuple[object, ...], tuple[str, int] | None] = OrderedDict()
+_line_excerpts_lock = threading.Lock()
+
+
+def _line_excerpt(
+    session: SessionView,
+    book: LineBook,
+    slot: int,
+    facts: SessionFacts,
+    tuning: Tuning,
+    count_tokens: TokenCount,
+) -> tuple[str, int] | None:
+    """A tool output shrunk to the lines its signals point at (line_value),
+    None when nothing points at any or the excerpt would not shrink it;
+    cached while the facts about its own lines stay the same."""
+    entry = session.entry_at(slot)
+    chunk = entry.chunk
+    stash = entry.stash_id()
+    line_facts, facts_key = facts_of(facts, book, slot, chunk.text)
+    key = (stash, facts_key, tuning.line_context, tuning.line_budget, tuning.shrink_worth)
+    if key in _line_excerpts:
+        return _line_excerpts[key]
+    lines = line_value.profile(chunk.text).lines
+    scores = line_value.line_scores(line_value.profile(chunk.text), line_facts, facts.weights)
+    per_char = entry.tokens / max(len(chunk.text), 1)
+    costs = [(len(line) + 1) * per_char for line in lines]
+    kept = line_value.excerpt_lines(
+        lines, scores, costs, tuning.line_budget * entry.tokens, tuning.line_context
+    )
+    made: tuple[str, int] | None = None
+    if kept:
+        text = _ranged_excerpt(chunk.id, lines, kept, stash)
+        after = count_tokens(text)
+        made = (text, after) if after < entry.tokens * tuning.shrink_worth else None
+    with _line_excerpts_lock:
+        _remember(_line_excerpts, key, made, ANCHORED_CACHE_SIZE)
+    return made
+
+
+def _ranged_excerpt(chunk_id: str, lines: Sequence[str], kept: Sequence[int], stash: str) -> str:
+    """Kept lines verbatim, each gap naming the lines it dropped (1-based),
+    under a header naming the stash entry that restores them."""
+    out = [
+        f"[ctxopt: excerpt of {chunk_id}, {len(kept)} of {len(lines)} lines; "
+        f"the rest in stash {stash}]"
+    ]
+    previous = -1
+    for line in [*kept, len(lines)]:
+        if line > previous + 1:
+            out.append(f"[... lines {_show([(previous + 1, line - 1)])} dropped ...]")
+        if line < len(lines):
+            out.append(lines[line])
+        previous = line
+    return "\n".join(out)
 
 
 def _ranges(lines: Sequence[int]) -> list[tuple[int, int]]:
@@ -216,39 +311,6 @@ def _ranges(lines: Sequence[int]) -> list[tuple[int, int]]:
 
 def _show(runs: Sequence[tuple[int, int]]) -> str:
     return ", ".join(f"{a + 1}" if a == b else f"{a + 1}-{b + 1}" for a, b in runs)
-
-
-def select_lines(
-    line_scores: Sequence[float], line_costs: Sequence[float], budget: float
-) -> list[int]:
-    """Best-scoring lines with a little context around each, within `budget`.
-
-    With no scoring line, keeps the head and (mostly) the tail: that is where
-    commands print what they are and how they ended.
-    """
-    n = len(line_scores)
-    chosen: set[int] = set()
-    spent = 0.0
-    ranked = sorted((i for i in range(n) if line_scores[i] > 0), key=lambda i: (-line_scores[i], i))
-    for i in ranked:
-        window = range(max(0, i - TRIM_CONTEXT_LINES), min(n, i + TRIM_CONTEXT_LINES + 1))
-        cost = sum(line_costs[j] for j in window if j not in chosen)
-        if spent + cost > budget and chosen:
-            continue
-        chosen.update(window)
-        spent += cost
-    if not chosen:
-        head, tail = 0, n
-        head_budget = budget * 0.3
-        while head < n and spent + line_costs[head] <= head_budget:
-            spent += line_costs[head]
-            head += 1
-        while tail > head and spent + line_costs[tail - 1] <= budget:
-            tail -= 1
-            spent += line_costs[tail]
-        chosen.update(range(head))
-        chosen.update(range(tail, n))
-    return sorted(chosen)
 
 
 class Trimmer:
@@ -293,7 +355,10 @@ class Trimmer:
         tokens_per_char = total_tokens / max(len(text), 1)
         costs = [length * tokens_per_char for length in indexed.lengths]
         excerpt = _excerpt(
-            chunk_id, indexed.lines, select_lines(scores, costs, target_tokens), stash
+            chunk_id,
+            indexed.lines,
+            line_value.select_lines(scores, costs, target_tokens, TRIM_CONTEXT_LINES),
+            stash,
         )
         with self._lock:
             _remember(self._excerpts, key, excerpt, self._cache_size)
@@ -351,14 +416,6 @@ def _excerpt(chunk_id: str, lines: list[str], kept: list[int], stash: str) -> st
             out.append(lines[i])
             i += 1
     return "\n".join(out)
-
-
-def with_context(anchors: Sequence[int], n_lines: int, context: int) -> tuple[int, ...]:
-    """The anchor lines and `context` lines either side, sorted, inside the text."""
-    kept: set[int] = set()
-    for line in anchors:
-        kept.update(range(max(0, line - context), min(n_lines, line + context + 1)))
-    return tuple(sorted(kept))
 
 
 _anchored: OrderedDict[tuple[str, tuple[int, ...], Callable[[str], int]], tuple[str, int]] = (

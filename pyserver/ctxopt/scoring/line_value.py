@@ -19,17 +19,19 @@ pure function of the output's lines and a few facts about the session:
 Each kept line brings its structural context: the enclosing `def`/`class`
 header above it and `context` lines either side, so an excerpt reads as code.
 
->>> lines = ["import os", "class Cart:", "    def total(self):", "        return sum_of(self.x)"]
->>> scores = line_scores(lines, LineFacts(identifiers=frozenset({"sum_of"})))
->>> excerpt_lines(lines, scores, [1.0] * 4, budget=3.0, context=0)
+>>> text = "import os\\nclass Cart:\\n    def total(self):\\n        return sum_of(self.x)"
+>>> weights = LineWeights(relevance=1, identifier=1, cited=1, error=1, echoed=1)
+>>> scores = line_scores(profile(text), LineFacts(identifiers=frozenset({"sum_of"})), weights)
+>>> excerpt_lines(profile(text).lines, scores, [1.0] * 4, budget=3.0, context=0)
 (1, 2, 3)
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 # A name worth matching: dotted or slashed paths, snake_case, camelCase or
 # CapWords with an inner capital; plain words (`self`, `list`) match everywhere.
@@ -39,6 +41,7 @@ MIN_NAME_CHARS = 4
 # The model citing lines: `sed -n '120,140p'`, `line 131`, `file.py:131`.
 _RANGE = re.compile(r"(\d+),(\d+)p")
 _SINGLE = re.compile(r"(?:\bline[s]? |\.\w{1,5}:)(\d+)\b")
+PROFILE_CACHE_SIZE = 16384  # distinct texts (tool outputs, model messages) remembered
 MAX_CITED_RANGE = 400  # a wider range is a whole-file read, not a citation
 # A line's own number as `nl -ba`, `cat -n`, `grep -n` or a traceback prints it.
 _NUMBERED = re.compile(r"^\s*(\d+)(?:[\t:|]| {2})")
@@ -50,6 +53,7 @@ _ERROR = re.compile(
 _HEADER = re.compile(r"^\s*(?:async\s+def|def|class|function|func|fn|impl|struct|interface)\b")
 
 
+@lru_cache(maxsize=PROFILE_CACHE_SIZE)
 def names(text: str) -> frozenset[str]:
     """The code names a text holds, each path also by its parts
     (`a/b/query.py` -> also `query.py`, `b/query.py`...).
@@ -74,6 +78,7 @@ def _is_code_name(name: str) -> bool:
     return "_" in name.strip("_") or "." in name or "/" in name or bool(_INNER_CAPITAL.search(name))
 
 
+@lru_cache(maxsize=PROFILE_CACHE_SIZE)
 def cited_numbers(text: str) -> frozenset[int]:
     """Line numbers a model's text cites: `sed -n 'a,bp'` ranges (when not a
     whole-file read) and single `line N` / `file.py:N` mentions.
@@ -103,13 +108,51 @@ def is_error(line: str) -> bool:
     return _ERROR.search(line) is not None
 
 
+def model_facts(model_texts: Iterable[str]) -> tuple[frozenset[str], frozenset[int]]:
+    """The names and the line numbers the model's texts hold, pooled."""
+    found_names: set[str] = set()
+    found_numbers: set[int] = set()
+    for text in model_texts:
+        found_names |= names(text)
+        found_numbers |= cited_numbers(text)
+    return frozenset(found_names), frozenset(found_numbers)
+
+
+@dataclass(frozen=True, slots=True)
+class LineProfile:
+    """What the scoring reads of each line of a text, made once per text."""
+
+    lines: tuple[str, ...]
+    names: tuple[frozenset[str], ...]
+    numbers: tuple[int | None, ...]  # each line's own number, if it prints one
+    errors: frozenset[int]  # the error and traceback lines
+    all_names: frozenset[str]
+    all_numbers: frozenset[int]
+
+
+@lru_cache(maxsize=PROFILE_CACHE_SIZE)
+def profile(text: str) -> LineProfile:
+    lines = tuple(text.split("\n"))
+    line_names = tuple(names(line) for line in lines)
+    numbers = tuple(own_number(line) for line in lines)
+    return LineProfile(
+        lines,
+        line_names,
+        numbers,
+        frozenset(i for i, line in enumerate(lines) if is_error(line)),
+        frozenset().union(*line_names),
+        frozenset(n for n in numbers if n is not None),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class LineFacts:
-    """What the session says about the lines of one output: query term ->
-    weight (its rarity), the names and line numbers the model wrote, and the
-    numbers of the lines other chunks echo or the model quoted."""
+    """What the session says about the lines of one text: per line, the
+    summed weight (rarity) of the query terms it holds; the names and line
+    numbers the model wrote (or the task names); and the lines other chunks
+    echo or the model quoted."""
 
-    query_weights: Mapping[str, float] = field(default_factory=dict)
+    relevance: Mapping[int, float] = field(default_factory=dict)
     identifiers: frozenset[str] = frozenset()
     cited: frozenset[int] = frozenset()
     echoed: frozenset[int] = frozenset()
@@ -117,45 +160,35 @@ class LineFacts:
 
 @dataclass(frozen=True, slots=True)
 class LineWeights:
-    """How much each signal adds to a line's score (relevance is scaled so its
-    strongest line in the output scores `relevance`)."""
+    """What each signal adds to a line's score (ctxopt.planner.knobs holds the
+    defaults); relevance is scaled so the text's most relevant line scores it."""
 
-    relevance: float = 1.0
-    identifier: float = 1.0
-    cited: float = 1.0
-    error: float = 0.5
-    echoed: float = 1.0
+    relevance: float
+    identifier: float
+    cited: float
+    error: float
+    echoed: float
 
 
-def line_scores(
-    lines: Sequence[str],
-    facts: LineFacts,
-    weights: LineWeights = LineWeights(),
-    terms: Callable[[str], list[str]] = lambda line: line.lower().split(),
-) -> list[float]:
-    """Per line, the sum of its signals (0: nothing points at it).
-
-    `terms` must be the session's analyzer, so query terms match line terms.
-    """
-    relevance = [
-        sum(facts.query_weights.get(t, 0.0) for t in set(terms(line)))
-        if facts.query_weights
-        else 0.0
-        for line in lines
-    ]
-    top = max(relevance, default=0.0)
-    scores = []
-    for number, line in enumerate(lines):
-        score = weights.relevance * relevance[number] / top if top > 0 else 0.0
-        if facts.identifiers and not facts.identifiers.isdisjoint(names(line)):
-            score += weights.identifier
-        if facts.cited and own_number(line) in facts.cited:
-            score += weights.cited
-        if is_error(line):
-            score += weights.error
-        if number in facts.echoed:
-            score += weights.echoed
-        scores.append(score)
+def line_scores(text: LineProfile, facts: LineFacts, weights: LineWeights) -> list[float]:
+    """Per line, the sum of its signals (0: nothing points at it)."""
+    top = max(facts.relevance.values(), default=0.0)
+    scores = [0.0] * len(text.lines)
+    if top > 0:
+        for number, weight in facts.relevance.items():
+            scores[number] += weights.relevance * weight / top
+    if facts.identifiers and not facts.identifiers.isdisjoint(text.all_names):
+        for number, line_names in enumerate(text.names):
+            if not facts.identifiers.isdisjoint(line_names):
+                scores[number] += weights.identifier
+    if facts.cited and not facts.cited.isdisjoint(text.all_numbers):
+        for number, own in enumerate(text.numbers):
+            if own in facts.cited:
+                scores[number] += weights.cited
+    for number in text.errors:
+        scores[number] += weights.error
+    for number in facts.echoed:
+        scores[number] += weights.echoed
     return scores
 
 
@@ -208,4 +241,46 @@ def excerpt_lines(
             continue
         kept |= window
         spent += cost
+    return tuple(sorted(kept))
+
+
+def select_lines(
+    line_scores: Sequence[float], line_costs: Sequence[float], budget: float, context: int
+) -> list[int]:
+    """A TRIM excerpt's lines: best-scoring first with `context` lines around
+    each, within `budget` (the best one even beyond it).
+
+    With no scoring line, keeps the head and (mostly) the tail: that is where
+    commands print what they are and how they ended.
+    """
+    n = len(line_scores)
+    chosen: set[int] = set()
+    spent = 0.0
+    ranked = sorted((i for i in range(n) if line_scores[i] > 0), key=lambda i: (-line_scores[i], i))
+    for i in ranked:
+        window = range(max(0, i - context), min(n, i + context + 1))
+        cost = sum(line_costs[j] for j in window if j not in chosen)
+        if spent + cost > budget and chosen:
+            continue
+        chosen.update(window)
+        spent += cost
+    if not chosen:
+        head, tail = 0, n
+        head_budget = budget * 0.3
+        while head < n and spent + line_costs[head] <= head_budget:
+            spent += line_costs[head]
+            head += 1
+        while tail > head and spent + line_costs[tail - 1] <= budget:
+            tail -= 1
+            spent += line_costs[tail]
+        chosen.update(range(head))
+        chosen.update(range(tail, n))
+    return sorted(chosen)
+
+
+def with_context(anchors: Sequence[int], n_lines: int, context: int) -> tuple[int, ...]:
+    """The anchor lines and `context` lines either side, sorted, inside the text."""
+    kept: set[int] = set()
+    for line in anchors:
+        kept.update(range(max(0, line - context), min(n_lines, line + context + 1)))
     return tuple(sorted(kept))

@@ -111,6 +111,7 @@ class LineBook:
         self.quoted: set[int] = set()  # slots a later model chunk quoted a line of
         self._by_model: set[int] = set()  # slots the model wrote (never marked quoted)
         self._anchors: dict[int, tuple[int, ...]] = {}  # slot -> cached anchors
+        self._quoted_lines: dict[int, frozenset[int]] = {}  # slot -> cached quoted lines
         self._repeated: dict[int, float] = {}
         # excerpts: per slot its tokens (NONE: no excerpt, UNKNOWN: to compute)
         self._excerpt_key: object = None
@@ -152,6 +153,7 @@ class LineBook:
         for key in keys:
             for slot in self.holders.get(key, ()):
                 self._anchors.pop(slot, None)
+                self._quoted_lines.pop(slot, None)
                 self._repeated.pop(slot, None)
                 self._forget_excerpt(slot)
 
@@ -211,6 +213,7 @@ class LineBook:
         self.text[slot] = text
         keys = text_lines(text).distinct
         self._anchors.pop(slot, None)  # answered while the slot was empty or held another text
+        self._quoted_lines.pop(slot, None)
         self._repeated.pop(slot, None)
         self._forget_excerpt(slot)
         for key in keys:
@@ -239,6 +242,7 @@ class LineBook:
             if not holders:
                 del self.holders[key]
         self._anchors.pop(slot, None)
+        self._quoted_lines.pop(slot, None)
         self._repeated.pop(slot, None)
         self._forget_excerpt(slot)
         return keys
@@ -257,6 +261,21 @@ class LineBook:
                     owned.append(number)
         result = tuple(owned)
         self._anchors[slot] = result
+        return result
+
+    def quoted_lines(self, slot: int) -> frozenset[int]:
+        """Line numbers of this slot's lines that a chunk the model wrote also
+        holds (the lines an edit replaces, the code a step reasons about)."""
+        found = self._quoted_lines.get(slot)
+        if found is not None:
+            return found
+        by_model = self._by_model
+        result = frozenset(
+            number
+            for number, key in enumerate(text_lines(self.text[slot]).keys)
+            if key and any(h != slot and h in by_model for h in self.holders[key])
+        )
+        self._quoted_lines[slot] = result
         return result
 
     def repeated_share(self, slot: int) -> float:

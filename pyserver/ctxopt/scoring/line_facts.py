@@ -1,0 +1,78 @@
+"""What a session says about the lines of its tool outputs, for one plan.
+
+Gathers, once per plan, the facts `line_value` scores lines with: the rarity
+of the query's terms, the names and line numbers the model has written (and
+the names the query holds), and, per output, which of its lines other chunks
+echo or the model quoted. `facts_of` also returns the key that says when an
+output's excerpt must be made again: the facts restricted to what the text
+holds, so an output keeps its excerpt while the session grows around it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ctxopt.model import Role
+from ctxopt.scoring.line_value import LineFacts, LineWeights, model_facts, names, profile
+from ctxopt.scoring.terms import rare_terms
+from ctxopt.session import SessionView
+from ctxopt.text.lines import LineBook, text_lines
+
+_MODEL = int(Role.MODEL)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFacts:
+    """Facts of one plan shared by every output: query term -> weight (its
+    idf, for the rare ones), and the names and numbers the model wrote."""
+
+    query_weights: dict[str, float]
+    identifiers: frozenset[str]
+    cited: frozenset[int]
+    analyze: Callable[[str], list[str]]
+    weights: LineWeights
+
+
+def session_facts(
+    session: SessionView,
+    query: str,
+    analyze: Callable[[str], list[str]],
+    *,
+    rare_share: float,
+    weights: LineWeights,
+) -> SessionFacts:
+    n = session.n_slots
+    cols = session.columns
+    model_slots = np.flatnonzero(cols.alive[:n] & (cols.role[:n] == _MODEL)).tolist()
+    written, cited = model_facts(session.entry_at(s).chunk.text for s in model_slots)
+    query_weights: dict[str, float] = {}
+    if weights.relevance > 0:
+        docs = len(session)
+        for term in rare_terms(session, analyze(query), rare_share):
+            df = session.index.document_frequency(term)
+            query_weights[term] = math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
+    return SessionFacts(query_weights, written | names(query), cited, analyze, weights)
+
+
+def facts_of(
+    facts: SessionFacts, book: LineBook, slot: int, text: str
+) -> tuple[LineFacts, tuple[object, ...]]:
+    """The facts about one output's lines, and the key they depend on."""
+    lines = profile(text)
+    identifiers = facts.identifiers & lines.all_names
+    cited = facts.cited & lines.all_numbers
+    echoed = frozenset(book.anchors(slot)) | book.quoted_lines(slot)
+    relevance: dict[int, float] = {}
+    if facts.query_weights:
+        split = text_lines(text)
+        present = split.lines_with(frozenset(facts.query_weights), facts.analyze)
+        if present and split.postings is not None:
+            for term, weight in facts.query_weights.items():
+                for number in split.postings.get(term, ()):
+                    relevance[number] = relevance.get(number, 0.0) + weight
+    key = (identifiers, cited, echoed, tuple(sorted(relevance.items())), facts.weights)
+    return LineFacts(relevance, identifiers, cited, echoed), key
