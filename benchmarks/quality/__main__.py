@@ -87,6 +87,8 @@ def method_factories(engine: Engine) -> dict[str, Callable[[], Method]]:
         "-neighbours": lambda: ablation("-neighbours", config=replace(MEMORY, neighbour_share=0.0)),
         "-trim": lambda: ablation("-trim", tuning=Tuning(trim_min_tokens=2**31)),
         "-anchors": lambda: ablation("-anchors", tuning=Tuning(anchored_excerpts=False)),
+        "-line-excerpts": lambda: ablation("-line-excerpts", tuning=Tuning(line_excerpts=False)),
+        "-quoted-last": lambda: ablation("-quoted-last", tuning=Tuning(quoted_last=False)),
         "-anchors-last": lambda: ablation("-anchors-last", tuning=Tuning(anchors_last=False)),
         "+repeated": lambda: ablation("+repeated", tuning=Tuning(discount_repeated=True)),
         "+links": lambda: ablation("+links", tuning=Tuning(link_df_share=0.02)),

@@ -48,7 +48,7 @@ def session_facts(
     n = session.n_slots
     cols = session.columns
     model_slots = np.flatnonzero(cols.alive[:n] & (cols.role[:n] == _MODEL)).tolist()
-    written, cited = model_facts(session.entry_at(s).chunk.text for s in model_slots)
+    written, cited = model_facts(tuple(session.entry_at(s).chunk.text for s in model_slots))
     query_weights: dict[str, float] = {}
     if weights.relevance > 0:
         docs = len(session)

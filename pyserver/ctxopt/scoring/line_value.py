@@ -29,7 +29,7 @@ header above it and `context` lines either side, so an excerpt reads as code.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -108,8 +108,10 @@ def is_error(line: str) -> bool:
     return _ERROR.search(line) is not None
 
 
-def model_facts(model_texts: Iterable[str]) -> tuple[frozenset[str], frozenset[int]]:
-    """The names and the line numbers the model's texts hold, pooled."""
+@lru_cache(maxsize=64)
+def model_facts(model_texts: tuple[str, ...]) -> tuple[frozenset[str], frozenset[int]]:
+    """The names and the line numbers the model's texts hold, pooled (cached:
+    a plan after a plan with no new model text pays one tuple hash)."""
     found_names: set[str] = set()
     found_numbers: set[int] = set()
     for text in model_texts:
