@@ -11,8 +11,8 @@ from ctxopt.scoring.line_value import (
     LineFacts,
     LineWeights,
     cited_numbers,
+    enclosing_headers,
     excerpt_lines,
-    header_above,
     line_scores,
     names,
     profile,
@@ -112,15 +112,21 @@ def test_relevance_is_scaled_to_the_most_relevant_line() -> None:
 def test_a_kept_line_brings_its_method_and_class_headers() -> None:
     lines = ["import os", "class Cart:", "    x = 1", "    def total(self):", "        y = 2"]
     lines += ["        return sum_of(self.items)"]
-    assert header_above(lines, 5) == 3 and header_above(lines, 3) == 1
+    headers = enclosing_headers(lines)
+    assert headers == (None, None, 1, 1, 3, 3)
     scores = [0.0] * 5 + [1.0]
-    assert excerpt_lines(lines, scores, [1.0] * 6, budget=10.0, context=0) == (1, 3, 5)
-    assert excerpt_lines(lines, scores, [1.0] * 6, budget=2.0, context=0) == ()
+    assert excerpt_lines(headers, scores, [1.0] * 6, budget=10.0, context=0) == (1, 3, 5)
+    assert excerpt_lines(headers, scores, [1.0] * 6, budget=2.0, context=0) == ()
 
 
 def test_headers_are_found_through_a_numbered_listing() -> None:
     lines = ["    10\tclass Cart:", "    11\t    def total(self):", "    12\t        return 1"]
-    assert header_above(lines, 2) == 1 and header_above(lines, 1) == 0
+    assert enclosing_headers(lines) == (None, 0, 1)
+
+
+def test_a_header_closes_when_a_line_returns_to_its_indentation() -> None:
+    lines = ["def first():", "    a = 1", "b = 2", "    c = 3"]
+    assert enclosing_headers(lines) == (None, 0, None, None)
 
 
 # ---- the signals, in a plan -----------------------------------------------------

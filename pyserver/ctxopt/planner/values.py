@@ -264,12 +264,13 @@ def _line_excerpt(
     key = (stash, facts_key, tuning.line_context, tuning.line_budget, tuning.shrink_worth)
     if key in _line_excerpts:
         return _line_excerpts[key]
-    lines = line_value.profile(chunk.text).lines
-    scores = line_value.line_scores(line_value.profile(chunk.text), line_facts, facts.weights)
+    text_profile = line_value.profile(chunk.text)
+    lines = text_profile.lines
+    scores = line_value.line_scores(text_profile, line_facts, facts.weights)
     per_char = entry.tokens / max(len(chunk.text), 1)
     costs = [(len(line) + 1) * per_char for line in lines]
     kept = line_value.excerpt_lines(
-        lines, scores, costs, tuning.line_budget * entry.tokens, tuning.line_context
+        text_profile.headers, scores, costs, tuning.line_budget * entry.tokens, tuning.line_context
     )
     made: tuple[str, int] | None = None
     if kept:

@@ -22,7 +22,7 @@ header above it and `context` lines either side, so an excerpt reads as code.
 >>> text = "import os\\nclass Cart:\\n    def total(self):\\n        return sum_of(self.x)"
 >>> weights = LineWeights(relevance=1, identifier=1, cited=1, error=1, echoed=1)
 >>> scores = line_scores(profile(text), LineFacts(identifiers=frozenset({"sum_of"})), weights)
->>> excerpt_lines(profile(text).lines, scores, [1.0] * 4, budget=3.0, context=0)
+>>> excerpt_lines(profile(text).headers, scores, [1.0] * 4, budget=3.0, context=0)
 (1, 2, 3)
 """
 
@@ -130,6 +130,7 @@ class LineProfile:
     errors: frozenset[int]  # the error and traceback lines
     all_names: frozenset[str]
     all_numbers: frozenset[int]
+    headers: tuple[int | None, ...]  # each line's enclosing def/class header
 
 
 @lru_cache(maxsize=PROFILE_CACHE_SIZE)
@@ -144,6 +145,7 @@ def profile(text: str) -> LineProfile:
         frozenset(i for i, line in enumerate(lines) if is_error(line)),
         frozenset().union(*line_names),
         frozenset(n for n in numbers if n is not None),
+        enclosing_headers(lines),
     )
 
 
@@ -194,15 +196,25 @@ def line_scores(text: LineProfile, facts: LineFacts, weights: LineWeights) -> li
     return scores
 
 
-def header_above(lines: Sequence[str], number: int) -> int | None:
-    """The enclosing `def`/`class` header of a line: the nearest header above
-    it that is indented less (a numbered listing's prefix is ignored)."""
-    indent = _indent(lines[number])
-    for above in range(number - 1, -1, -1):
-        text = _body(lines[above])
-        if text.strip() and _HEADER.match(text) and _indent(lines[above]) < indent:
-            return above
-    return None
+def enclosing_headers(lines: Sequence[str]) -> tuple[int | None, ...]:
+    """Per line, its enclosing `def`/`class` header: the nearest header above
+    it that is indented less and still open (no line since went back to its
+    indentation). A numbered listing's prefix is ignored; blank lines close
+    nothing. One pass, a stack of open headers."""
+    open_headers: list[tuple[int, int]] = []  # (indent, line number)
+    enclosing: list[int | None] = []
+    for number, line in enumerate(lines):
+        body = _body(line)
+        if not body.strip():
+            enclosing.append(open_headers[-1][1] if open_headers else None)
+            continue
+        indent = _indent(line)
+        while open_headers and open_headers[-1][0] >= indent:
+            open_headers.pop()
+        enclosing.append(open_headers[-1][1] if open_headers else None)
+        if _HEADER.match(body):
+            open_headers.append((indent, number))
+    return tuple(enclosing)
 
 
 def _body(line: str) -> str:
@@ -216,28 +228,29 @@ def _indent(line: str) -> int:
 
 
 def excerpt_lines(
-    lines: Sequence[str],
+    headers: Sequence[int | None],
     scores: Sequence[float],
     costs: Sequence[float],
     budget: float,
     context: int = 1,
 ) -> tuple[int, ...]:
     """The lines to keep: best-scoring first, each with its enclosing headers
-    and `context` lines either side, while their cost stays within `budget`
+    (`headers`, as `enclosing_headers` gives them) and `context` lines either
+    side, while their cost stays within `budget`
     (a line whose window does not fit is skipped, a smaller one may follow).
     Lines that score 0 are never the reason to keep anything.
     """
-    n = len(lines)
+    n = len(scores)
     kept: set[int] = set()
     spent = 0.0
     for line in sorted((i for i in range(n) if scores[i] > 0), key=lambda i: (-scores[i], i)):
         if line in kept:
             continue
         window = set(range(max(0, line - context), min(n, line + context + 1)))
-        header = header_above(lines, line)
+        header = headers[line]
         while header is not None:  # the method's def, then its class
             window.add(header)
-            header = header_above(lines, header)
+            header = headers[header]
         cost = sum(costs[i] for i in window - kept)
         if spent + cost > budget:
             continue
