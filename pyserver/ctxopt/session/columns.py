@@ -30,6 +30,11 @@ def stash_id(chunk_id: str, text: str) -> str:
     return f"{chunk_id}@{digest}"
 
 
+def stash_id_of(chunk: Chunk) -> str:
+    """Where this chunk's text is (or would be) stashed."""
+    return stash_id(chunk.id, chunk.text)
+
+
 @dataclass(slots=True)
 class Entry:
     """A chunk as the registry holds it, with its GC bookkeeping."""
