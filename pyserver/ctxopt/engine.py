@@ -238,7 +238,8 @@ class Engine:
         validate.validate_options(options, self.config)
         session = self.sessions.get(owner, session_id)
         with session.lock:
-            check_removable(session.view(), options.delete_ids, options.roots, "delete_ids")
+            if options.delete_ids:
+                check_removable(session.view(), options.delete_ids, options.roots, "delete_ids")
             plan = self.planning.plan(session, options)
             if plan.triggered and not options.dry_run:
                 change = plan_change(
@@ -314,7 +315,8 @@ class Engine:
         with session.lock:
             session = self._warm.synced(session, chunks, tokens)
             check_embeddings(session.embedding_dim, chunks)
-            check_removable(session.view(), options.delete_ids, options.roots, "delete_ids")
+            if options.delete_ids:
+                check_removable(session.view(), options.delete_ids, options.roots, "delete_ids")
             plan = self.planning.plan(session, replace(options, dry_run=True))
         plan.server_ms = (time.perf_counter() - started) * 1000
         return plan

@@ -2,7 +2,8 @@
 
 Each check raises `InvalidArgument` (or `ResourceExhausted` for limits) naming
 the field path, e.g. `chunks[3].text`, and the offending value. Checks that
-need session state (unknown session, embedding dimension) live in the engine.
+need session state (capacity, embedding dimension, known ids, removal) are in
+`session_checks`.
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ def _shrink_options(
     text with its exact count (the greedy plans with the real sizes, so a plan
     lands at its target rather than near it), and which excerpts are anchored.
 
-    A chunk holding anchor lines (lines.py: echo lines it is the latest to
+    A chunk holding anchor lines (text/lines.py: echo lines it is the latest to
     hold) shrinks to those lines verbatim; otherwise a long chunk is trimmed to
     its query-relevant lines and a big tool result is masked."""
     n = session.n_slots

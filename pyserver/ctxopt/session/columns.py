@@ -37,7 +37,7 @@ def stash_id_of(chunk: Chunk) -> str:
 
 @dataclass(slots=True)
 class Entry:
-    """A chunk as the registry holds it, with its GC bookkeeping."""
+    """A chunk as its session holds it, with its GC bookkeeping."""
 
     chunk: Chunk  # `tokens` filled in with the count
     slot: int

@@ -63,6 +63,9 @@ DEFAULT_CONTEXT_LIMIT = 128_000
 
 @dataclass
 class ContextTools:
+    """The tools over one engine, with the GC settings they share and the
+    lock that serialises their calls."""
+
     engine: Engine
     settings: GcSettings
     lock: threading.Lock = field(default_factory=threading.Lock)
