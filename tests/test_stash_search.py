@@ -18,8 +18,9 @@ from pathlib import Path
 import grpc
 import pytest
 from ctxopt.config import Config
-from ctxopt.engine import Engine, stash_id_of
+from ctxopt.engine import Engine
 from ctxopt.model import Action, Chunk, ChunkKind, Role, StashFilter
+from ctxopt.session import stash_id_of
 from ctxopt.store import DB_FILE, Change, StashEntry, Store
 from ctxopt.store import search as search_module
 from ctxopt.store.schema import SCHEMA_VERSION, indexed_with

@@ -41,7 +41,9 @@ class Tuning:
     aggressive_target: float = 0.9
     shrink_worth: float = 0.8  # a shrink that keeps more than this share of the tokens is not one
     reachability_first: bool = True  # inside a tier, unreachable chunks go first
-    anchored_excerpts: bool = True  # shrink a chunk to the lines other chunks repeat (lines.py)
+    anchored_excerpts: bool = (
+        True  # shrink a chunk to the lines other chunks repeat (text/lines.py)
+    )
     discount_repeated: bool = False  # what a later chunk prints again loses that share of value
     anchor_context: int = 0  # lines kept either side of an anchor line in its excerpt
     anchor_retention: float = 0.5  # share of a chunk's value its anchored excerpt keeps

@@ -168,7 +168,7 @@ def _oldest_first(keys: StepKeys) -> IntArray:
 
 
 def _tier_quoted_then_oldest(keys: StepKeys) -> IntArray:
-    """Tier, then what the model has quoted last (lines.py), then oldest."""
+    """Tier, then what the model has quoted last (text/lines.py), then oldest."""
     return np.lexsort((keys.kind, keys.unit, keys.quoted, keys.tier))
 
 

@@ -128,7 +128,7 @@ def _shrink_options(
     lands at its target rather than near it), and which excerpts are anchored.
 
     A multi-line tool output shrinks to the lines its signals point at
-    (`line_excerpts`); another chunk holding anchor lines (lines.py: echo
+    (`line_excerpts`); another chunk holding anchor lines (text/lines.py: echo
     lines it is the latest to hold) shrinks to those lines verbatim; otherwise
     a long chunk is trimmed to its query-relevant lines and a big tool result
     is masked."""

@@ -2,9 +2,9 @@
 writer, owning its indexes and line book), `view` (`SessionView`, the one
 read-only type readers import), `registry` (every live session)."""
 
-from ctxopt.session.columns import Entry, stash_id
+from ctxopt.session.columns import Entry, stash_id, stash_id_of
 from ctxopt.session.registry import Registry
 from ctxopt.session.session import Session
 from ctxopt.session.view import SessionView
 
-__all__ = ["Entry", "Registry", "Session", "SessionView", "stash_id"]
+__all__ = ["Entry", "Registry", "Session", "SessionView", "stash_id", "stash_id_of"]

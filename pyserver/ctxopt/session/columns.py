@@ -30,9 +30,14 @@ def stash_id(chunk_id: str, text: str) -> str:
     return f"{chunk_id}@{digest}"
 
 
+def stash_id_of(chunk: Chunk) -> str:
+    """Where this chunk's text is (or would be) stashed."""
+    return stash_id(chunk.id, chunk.text)
+
+
 @dataclass(slots=True)
 class Entry:
-    """A chunk as the registry holds it, with its GC bookkeeping."""
+    """A chunk as its session holds it, with its GC bookkeeping."""
 
     chunk: Chunk  # `tokens` filled in with the count
     slot: int
