@@ -1,5 +1,6 @@
 """Values: what keeping each chunk is worth, and the only code that makes
-shrunk text (TRIM excerpts, anchored excerpts, MASK placeholders).
+shrunk text (line excerpts of tool outputs, TRIM excerpts, anchored excerpts,
+MASK placeholders).
 
 Shrunk texts are pure functions of the chunk and the query, and carry no
 counters or times, so the same state always gives byte-identical prompts
@@ -261,7 +262,8 @@ def _line_excerpt(
     chunk = entry.chunk
     stash = entry.stash_id()
     line_facts, facts_key = facts_of(facts, book, slot, chunk.text)
-    key = (stash, facts_key, tuning.line_context, tuning.line_budget, tuning.shrink_worth)
+    knobs = (tuning.line_context, tuning.line_budget, tuning.shrink_worth)
+    key = (stash, entry.tokens, facts_key, knobs, count_tokens)  # engines share this cache
     if key in _line_excerpts:
         return _line_excerpts[key]
     text_profile = line_value.profile(chunk.text)
