@@ -245,6 +245,7 @@ def _anchored_excerpt(
 
 _line_excerpts: OrderedDict[tuple[object, ...], tuple[str, int] | None] = OrderedDict()
 _line_excerpts_lock = threading.Lock()
+_NOT_MADE = ("", -1)  # a cached None means "no excerpt", so a miss needs its own mark
 
 
 def _line_excerpt(
@@ -264,8 +265,9 @@ def _line_excerpt(
     line_facts, facts_key = facts_of(facts, book, slot, chunk.text)
     knobs = (tuning.line_context, tuning.line_budget, tuning.shrink_worth)
     key = (stash, entry.tokens, facts_key, knobs, count_tokens)  # engines share this cache
-    if key in _line_excerpts:
-        return _line_excerpts[key]
+    found = _line_excerpts.get(key, _NOT_MADE)  # one lookup: another plan may evict it
+    if found is not _NOT_MADE:
+        return found
     text_profile = line_value.profile(chunk.text)
     lines = text_profile.lines
     scores = line_value.line_scores(text_profile, line_facts, facts.weights)
