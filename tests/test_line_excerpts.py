@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ctxopt.config import Config
 from ctxopt.engine import Engine
-from ctxopt.model import Action, Chunk, ChunkKind, Role
+from ctxopt.model import Action, Chunk, ChunkKind, Role, Roots
 from ctxopt.planner.knobs import Tuning
 from ctxopt.scoring.line_value import (
     LineFacts,
@@ -185,3 +185,29 @@ def test_the_excerpt_names_its_stash_and_the_lines_it_dropped_and_restores_whole
     engine.restore("", S, ["out"], None, False)
     assert engine.chunks("", S, ["out"])[0].text == output
     engine.close()
+
+
+def test_hybrid_removes_an_output_the_model_never_quoted_before_one_it_quoted() -> None:
+    quoted_output = f"{QUOTED}\n    count = len(items)"  # two lines: too short to excerpt
+    other_output = (
+        "    rows = fetch_rows(pricing_table)  # pricing\n    size = len(rows)"  # the query
+    )
+    chunks = [
+        chunk("task", "please repair the pricing module", turn=0, task_id="t"),  # a root
+        chunk("o1", quoted_output, kind=ChunkKind.TOOL_RESULT, turn=1),
+        chunk("m1", f"THOUGHT: this line is wrong:\n{QUOTED}", role=Role.MODEL, turn=2),
+        chunk("o2", other_output, kind=ChunkKind.TOOL_RESULT, turn=3),
+        chunk("r1", filler(30, "r"), turn=4),
+        chunk("r2", filler(30, "s"), role=Role.MODEL, turn=5),
+    ]
+
+    def removed(quoted_last: bool) -> set[str]:
+        engine = Engine(Config(data_dir=":memory:"), Tuning(quoted_last=quoted_last))
+        engine.append("", S, chunks)
+        target = engine.stats("", S).tokens - 1
+        plan = engine.optimize("", S, options(target, "pricing", roots=Roots("t", recent_turns=2)))
+        engine.close()
+        return {d.chunk_id for d in plan.decisions if d.action != Action.KEEP}
+
+    assert removed(quoted_last=True) == {"o2"}  # one token over: the first in order goes
+    assert removed(quoted_last=False) == {"o1"}
