@@ -127,11 +127,12 @@ export interface RequestExtras {
 export const RECENT_TURNS = 2;
 
 /**
- * How the service chooses what goes (cross-validated with the shares): policy
- * tiers and age (STRATEGY_BUDGET) keep more of what the agent needs later on
- * the replayed sessions than relevance-weighted trims and masks (HYBRID).
+ * How the service chooses what goes (cross-validated with the shares): the
+ * service's default, HYBRID with line excerpts of tool outputs, keeps as much
+ * of what the agent needs later on the replayed sessions as policy tiers and
+ * age (STRATEGY_BUDGET) and bills no more.
  */
-export const STRATEGY = Strategy.STRATEGY_BUDGET;
+export const STRATEGY = Strategy.STRATEGY_HYBRID;
 
 /**
  * The model's text beside its tool calls goes before the tool outputs
