@@ -34,6 +34,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	cd ts-client && npm run --silent format:check
 
 test-py: install
 	$(VENV)/bin/pytest

@@ -18,7 +18,9 @@ import { packageRoot } from "../test/support/paths.js";
 import { startServer } from "../test/support/server.js";
 import { loadSessions } from "../test/support/trajectories.js";
 
-const { values } = parseArgs({ options: { sessions: { type: "string", default: "20" }, window: { type: "string", default: "60000" }, smoke: { type: "boolean", default: false } } });
+const { values } = parseArgs({
+  options: { sessions: { type: "string", default: "20" }, window: { type: "string", default: "60000" }, smoke: { type: "boolean", default: false } },
+});
 const sessionCount = values.smoke ? 2 : Number(values.sessions);
 const windowTokens = Number(values.window);
 /** Gemini CLI summarises its history with an LLM at this share of the window. */
@@ -96,11 +98,24 @@ try {
 
 const fmt = (n: number) => Math.round(n).toLocaleString("en-US");
 console.log(`${sessionCount} sessions, window ${fmt(windowTokens)} tokens, Gemini CLI compresses at ${GEMINI_CLI_COMPRESSION * 100}%`);
-console.log("mode              requests  tokens sent  mean/request  max (% window)   >=50%  >window  collections  fallbacks  adapter ms mean/p95  steady prefix");
+console.log(
+  "mode              requests  tokens sent  mean/request  max (% window)   >=50%  >window  collections  fallbacks  adapter ms mean/p95  steady prefix",
+);
 for (const r of rows) {
-  console.log(
-    `${r.mode.padEnd(16)}  ${String(r.requests).padStart(8)}  ${fmt(r.tokensSent).padStart(11)}  ${fmt(r.meanTokens).padStart(12)}  ${`${fmt(r.maxTokens)} (${r.maxPercent.toFixed(0)}%)`.padStart(14)}  ${String(r.overCompressionLine).padStart(6)}  ${String(r.overWindow).padStart(7)}  ${String(r.collections).padStart(11)}  ${String(r.fallbacks).padStart(9)}  ${`${r.adapterMsMean.toFixed(1)} / ${r.adapterMsP95.toFixed(1)}`.padStart(19)}  ${(100 * r.steadyPrefix).toFixed(0).padStart(12)}%`,
-  );
+  const cells = [
+    r.mode.padEnd(16),
+    String(r.requests).padStart(8),
+    fmt(r.tokensSent).padStart(11),
+    fmt(r.meanTokens).padStart(12),
+    `${fmt(r.maxTokens)} (${r.maxPercent.toFixed(0)}%)`.padStart(14),
+    String(r.overCompressionLine).padStart(6),
+    String(r.overWindow).padStart(7),
+    String(r.collections).padStart(11),
+    String(r.fallbacks).padStart(9),
+    `${r.adapterMsMean.toFixed(1)} / ${r.adapterMsP95.toFixed(1)}`.padStart(19),
+    `${(100 * r.steadyPrefix).toFixed(0).padStart(12)}%`,
+  ];
+  console.log(cells.join("  "));
 }
 const out = join(packageRoot, "bench/results", values.smoke ? "gemini_cli_smoke.json" : "gemini_cli.json");
 mkdirSync(join(packageRoot, "bench/results"), { recursive: true });

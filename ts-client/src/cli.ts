@@ -7,6 +7,7 @@ import { CtxoptClient } from "./client.js";
 import { explainContents, formatReport, readContextFile } from "./explain.js";
 import { readFlags } from "./flags.js";
 import { tokenLimit } from "./models.js";
+import { DEFAULT_MODEL } from "./pipeline/defaults.js";
 import { PromptBuilder } from "./promptBuilder.js";
 
 const USAGE = `usage: ctxopt-prompt --history FILE [--addr HOST:PORT] [--model NAME] [--message TEXT]
@@ -59,7 +60,7 @@ async function main(argv: string[]): Promise<number> {
       top: { type: "string", default: "10" },
       history: { type: "string" },
       addr: { type: "string" },
-      model: { type: "string", default: "gemini-2.5-pro" },
+      model: { type: "string", default: DEFAULT_MODEL },
       message: { type: "string" },
       session: { type: "string" },
       "context-limit": { type: "string" },

@@ -93,14 +93,21 @@ async function* observed<T>(stream: AsyncGenerator<T>, see: (item: T) => void): 
 function isContentList(value: unknown): value is Content[] {
   return (
     Array.isArray(value) &&
-    value.every((item: unknown) => item !== null && typeof item === "object" && "parts" in item && Array.isArray(item.parts) && "role" in item && typeof item.role === "string")
+    value.every(
+      (item: unknown) =>
+        item !== null && typeof item === "object" && "parts" in item && Array.isArray(item.parts) && "role" in item && typeof item.role === "string",
+    )
   );
 }
 
 /** The system instruction's text (a string, a Content, or parts), for its token count. */
 function systemText(instruction: unknown): string {
   if (typeof instruction === "string") return instruction;
-  const parts: unknown = Array.isArray(instruction) ? instruction : instruction !== null && typeof instruction === "object" && "parts" in instruction ? instruction.parts : undefined;
+  const parts: unknown = Array.isArray(instruction)
+    ? instruction
+    : instruction !== null && typeof instruction === "object" && "parts" in instruction
+      ? instruction.parts
+      : undefined;
   if (!Array.isArray(parts)) return "";
   return parts.map((part: unknown) => (typeof part === "string" ? part : isPart(part) && typeof part.text === "string" ? part.text : "")).join("\n");
 }

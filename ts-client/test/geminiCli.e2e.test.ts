@@ -103,7 +103,8 @@ for (const session of SESSIONS) {
   test(`${session.id}: between collections the prompt's prefix is byte-identical from call to call`, async () => {
     const exchanges = await exchangesOf(session);
     let steady = 0;
-    if (process.env["CTXOPT_E2E_DEBUG"]) for (const e of exchanges) console.log(e.summary.outcome, e.summary.tokensBefore, e.summary.tokensAfter, e.summary.serverMs.toFixed(1), e.summary.note);
+    if (process.env["CTXOPT_E2E_DEBUG"])
+      for (const e of exchanges) console.log(e.summary.outcome, e.summary.tokensBefore, e.summary.tokensAfter, e.summary.serverMs.toFixed(1), e.summary.note);
     for (let i = 1; i < exchanges.length; i += 1) {
       const { summary } = exchanges[i]!;
       const collected = summary.serverMs > 0 || summary.outcome === "fallback";
@@ -148,12 +149,18 @@ test("ctxopt-prompt context reads Gemini CLI's own session recording: tokens by 
   const record = await loadConversationRecord(recording);
   const recorded = convertSessionToClientHistory(record!.messages).map((turn) => turn.content);
   assert.equal(report.totalTokens, estimateContentsTokens(recorded));
-  assert.equal(Object.values(report.byCategory).reduce((a, b) => a + b, 0), report.totalTokens);
+  assert.equal(
+    Object.values(report.byCategory).reduce((a, b) => a + b, 0),
+    report.totalTokens,
+  );
   // The test answers tool calls itself (no scheduler records them), so the recording holds their responses only.
   assert.ok(report.byCategory["tool outputs"] > 0, JSON.stringify(report.byCategory));
   assert.ok(report.byCategory["model text"] > 0 && report.byCategory["user text"] > 0);
   assert.equal(report.largest.length, 10);
-  assert.deepEqual(report.largest.map((c) => c.tokens), [...report.largest.map((c) => c.tokens)].sort((a, b) => b - a));
+  assert.deepEqual(
+    report.largest.map((c) => c.tokens),
+    [...report.largest.map((c) => c.tokens)].sort((a, b) => b - a),
+  );
   const removed = report.largest.filter((c) => c.decision !== "KEEP");
   assert.ok(removed.length > 0 && removed.every((c) => c.reasons.length > 0), JSON.stringify(report.largest));
   assert.ok(report.stashedTokens > 0 && report.tokensAfter! < report.totalTokens);
@@ -188,5 +195,8 @@ test("acting before Gemini CLI's compression threshold keeps the prompt size it 
   assert.ok(Math.max(...reported("false")) >= compressionLine, `alone: up to ${Math.max(...reported("false"))} tokens`);
   assert.ok(Math.max(...reported("true")) < compressionLine, `with ctxopt: up to ${Math.max(...reported("true"))} tokens`);
   assert.equal(drives["true"]!.compressions, 0);
-  assert.ok(drives["true"]!.exchanges.some((e) => e.summary.serverMs > 0), "the adapter collected");
+  assert.ok(
+    drives["true"]!.exchanges.some((e) => e.summary.serverMs > 0),
+    "the adapter collected",
+  );
 });

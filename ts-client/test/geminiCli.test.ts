@@ -69,7 +69,12 @@ test("options win over the environment: address, window and session reach the se
   try {
     const summaries: ContextSummary[] = [];
     const { generator, seen } = await fakeModel(2);
-    const wrapped = withContextOptimizer(generator, { address: server.address, windowTokens: 8_000, sessionId: "adapter-options", onSummary: (s) => summaries.push(s) });
+    const wrapped = withContextOptimizer(generator, {
+      address: server.address,
+      windowTokens: 8_000,
+      sessionId: "adapter-options",
+      onSummary: (s) => summaries.push(s),
+    });
     await wrapped.generateContentStream({ model: "gemini-2.5-pro", contents: longSession() }, "p1", LlmRole.MAIN);
     assert.equal(summaries[0]!.windowTokens, 8_000);
     assert.ok(summaries[0]!.serverMs > 0, "the service at options.address answered");
@@ -85,7 +90,13 @@ test("inside Gemini CLI the adapter's ceiling is the CLI's compression line: it 
   assert.ok(HOST_TARGET_PERCENT < HOST_THRESHOLD_PERCENT && HOST_THRESHOLD_PERCENT <= GEMINI_CLI_COMPRESSION_PERCENT);
   const summaries: ContextSummary[] = [];
   const { generator } = await fakeModel(1);
-  const wrapped = withContextOptimizer(generator, { address: server.address, windowTokens: 8_000, sessionId: "adapter-ceiling", defaultMode: "true", onSummary: (s) => summaries.push(s) });
+  const wrapped = withContextOptimizer(generator, {
+    address: server.address,
+    windowTokens: 8_000,
+    sessionId: "adapter-ceiling",
+    defaultMode: "true",
+    onSummary: (s) => summaries.push(s),
+  });
   await wrapped.generateContentStream({ model: "gemini-2.5-pro", contents: longSession() }, "p1", LlmRole.MAIN);
   assert.equal(summaries[0]!.outcome, "optimized", summaries[0]!.note);
   assert.ok(summaries[0]!.tokensAfter < (8_000 * GEMINI_CLI_COMPRESSION_PERCENT) / 100, `${summaries[0]!.tokensAfter} tokens`);
@@ -141,7 +152,13 @@ test("the model's reported prompt size calibrates the next calls: a tokenizer co
       })();
     },
   };
-  const wrapped = withContextOptimizer(reporting, { address: server.address, windowTokens: 8_000, sessionId: "adapter-usage", defaultMode: "true", onSummary: (s) => summaries.push(s) });
+  const wrapped = withContextOptimizer(reporting, {
+    address: server.address,
+    windowTokens: 8_000,
+    sessionId: "adapter-usage",
+    defaultMode: "true",
+    onSummary: (s) => summaries.push(s),
+  });
   for await (const _ of await wrapped.generateContentStream({ model: "gemini-2.5-pro", contents: longSession() }, "p1", LlmRole.MAIN));
   await wrapped.generateContent({ model: "gemini-2.5-pro", contents: longSession() }, "p2", LlmRole.MAIN);
   for await (const _ of await wrapped.generateContentStream({ model: "gemini-2.5-pro", contents: longSession() }, "p3", LlmRole.MAIN));

@@ -36,7 +36,10 @@ after(async () => {
 });
 
 function builder(flags: Partial<Flags>, address = server.address, budget: BudgetOptions = {}): PromptBuilder {
-  const built = new PromptBuilder({ flags: { ...DEFAULT_FLAGS, deadlineMs: 5000, ...flags, address }, budget: { contextLimitTokens: CONTEXT_LIMIT, ...budget } });
+  const built = new PromptBuilder({
+    flags: { ...DEFAULT_FLAGS, deadlineMs: 5000, ...flags, address },
+    budget: { contextLimitTokens: CONTEXT_LIMIT, ...budget },
+  });
   builders.push(built);
   return built;
 }

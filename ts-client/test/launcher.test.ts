@@ -46,7 +46,10 @@ function listening(port: number): Promise<boolean> {
 function geminiEnv(extra: NodeJS.ProcessEnv): { env: NodeJS.ProcessEnv; project: string; log: string; fake: string } {
   const home = mkdtempSync(join(scratch, "home-"));
   const project = mkdtempSync(join(scratch, "project-"));
-  const reply = { method: "generateContentStream", response: [{ candidates: [{ content: { role: "model", parts: [{ text: "FAKE-MODEL-REPLY" }] }, finishReason: "STOP", index: 0 }] }] };
+  const reply = {
+    method: "generateContentStream",
+    response: [{ candidates: [{ content: { role: "model", parts: [{ text: "FAKE-MODEL-REPLY" }] }, finishReason: "STOP", index: 0 }] }],
+  };
   const fake = join(project, "responses.jsonl");
   writeFileSync(fake, Array.from({ length: 8 }, () => JSON.stringify(reply)).join("\n"));
   const env: NodeJS.ProcessEnv = {
@@ -96,7 +99,11 @@ test("ctxopt-gemini runs the installed Gemini CLI with the adapter (through its 
 test("ctxopt-gemini --ctxopt-no-serve starts no server: Gemini CLI runs on the local fallback and the summary says so", async () => {
   const port = await closedPort();
   const { env, project, log, fake } = geminiEnv({ CTXOPT_ADDR: `127.0.0.1:${port}`, CTXOPT_DEADLINE_MS: "300", GEMINI_CLI_NO_RELAUNCH: "true" });
-  const result = await run(["--ctxopt-no-serve", "--ctxopt-gemini", geminiEntry, "--ctxopt-log", log, "--", "--fake-responses-non-strict", fake, "-p", "Say hello."], env, project);
+  const result = await run(
+    ["--ctxopt-no-serve", "--ctxopt-gemini", geminiEntry, "--ctxopt-log", log, "--", "--fake-responses-non-strict", fake, "-p", "Say hello."],
+    env,
+    project,
+  );
   assert.equal(result.code, 0, result.stderr);
   assert.match(result.stderr, /no ctxopt service at 127\.0\.0\.1:\d+; Gemini CLI runs with the local fallback/);
   assert.match(result.stdout, /FAKE-MODEL-REPLY/);
@@ -107,10 +114,14 @@ test("ctxopt-gemini --ctxopt-no-serve starts no server: Gemini CLI runs on the l
 test("the loader wraps exactly Gemini CLI's content generator factory and leaves other modules alone", () => {
   const bundle = readFileSync(join(packageRoot, "node_modules/@google/gemini-cli/bundle", "gemini.js"), "utf8");
   assert.equal(wrapFactory(bundle, "file:///hook.js"), undefined, "the entry script defines no factory");
-  const chunk = "const x = 1;\nasync function createContentGenerator(config2, gcConfig, sessionId) {\n  return make();\n}\nexport { createContentGenerator };\n";
+  const chunk =
+    "const x = 1;\nasync function createContentGenerator(config2, gcConfig, sessionId) {\n  return make();\n}\nexport { createContentGenerator };\n";
   const wrapped = wrapFactory(chunk, "file:///hook.js")!;
   assert.match(wrapped, /^import \{ wrapGeminiCliGenerator as __ctxoptWrap \} from "file:\/\/\/hook\.js";/);
   assert.match(wrapped, /async function __ctxoptOriginalCreateContentGenerator\(config2, gcConfig, sessionId\)/);
-  assert.match(wrapped, /async function createContentGenerator\(a, b, c\) \{ return __ctxoptWrap\(await __ctxoptOriginalCreateContentGenerator\(a, b, c\), b, c\); \}/);
+  assert.match(
+    wrapped,
+    /async function createContentGenerator\(a, b, c\) \{ return __ctxoptWrap\(await __ctxoptOriginalCreateContentGenerator\(a, b, c\), b, c\); \}/,
+  );
   assert.ok(FACTORY_SIGNATURE.test(chunk));
 });

@@ -57,7 +57,14 @@ export async function driveGeminiCli(
   const fakeFile = join(project, "responses.jsonl");
   writeFileSync(
     fakeFile,
-    replies.map((parts) => JSON.stringify({ method: "generateContentStream", response: [{ candidates: [{ content: { role: "model", parts }, finishReason: "STOP", index: 0 }] }] })).join("\n"),
+    replies
+      .map((parts) =>
+        JSON.stringify({
+          method: "generateContentStream",
+          response: [{ candidates: [{ content: { role: "model", parts }, finishReason: "STOP", index: 0 }] }],
+        }),
+      )
+      .join("\n"),
   );
   const fake = await core.FakeContentGenerator.fromFile(fakeFile);
   const exchanges: Exchange[] = [];
@@ -133,8 +140,14 @@ export async function driveGeminiCli(
     if (next === undefined) break;
     const recorded = next.flatMap((p) => (p.functionResponse?.id === undefined ? [] : [p.functionResponse.id]));
     // Gemini CLI's scheduler names a call `<tool>__<id>` and answers under that id.
-    assert.deepEqual(calls, recorded.map((id) => `run_shell_command__${id}`), `step ${step}: Gemini CLI asked for the recorded calls`);
-    message = next.map((p) => (p.functionResponse === undefined ? p : { functionResponse: { ...p.functionResponse, id: `run_shell_command__${p.functionResponse.id}` } }));
+    assert.deepEqual(
+      calls,
+      recorded.map((id) => `run_shell_command__${id}`),
+      `step ${step}: Gemini CLI asked for the recorded calls`,
+    );
+    message = next.map((p) =>
+      p.functionResponse === undefined ? p : { functionResponse: { ...p.functionResponse, id: `run_shell_command__${p.functionResponse.id}` } },
+    );
   }
   const chats = join(config.storage.getProjectTempDir(), "chats");
   const recordings = readdirSync(chats).filter((name) => name.startsWith("session-") && name.endsWith(".jsonl"));

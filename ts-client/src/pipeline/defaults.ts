@@ -1,0 +1,55 @@
+import { GcPolicy, Strategy } from "../generated/ctxopt/v1/ctxopt.js";
+
+/** The model a request is sized for when neither the caller nor the request names one. */
+export const DEFAULT_MODEL = "gemini-2.5-pro";
+
+/**
+ * Gemini CLI summarises the history with an LLM once its prompt passes this
+ * share of the window (`DEFAULT_COMPRESSION_TOKEN_THRESHOLD`). Inside Gemini
+ * CLI the adapter keeps the prompt (and so the usage the model reports back)
+ * under that line, so the lossy summary is not needed: the line is its ceiling.
+ */
+export const GEMINI_CLI_COMPRESSION_PERCENT = 50;
+
+/**
+ * The host optimizer's defaults as shares of the ceiling (the window for an
+ * agent with no compression of its own, Gemini CLI's compression line inside
+ * Gemini CLI): a collection runs when the prompt would pass THRESHOLD_SHARE
+ * of it and lands at TARGET_SHARE; between collections the prompt only
+ * grows, so its prefix stays in the provider's cache. PRESERVABLE chunks go
+ * only above PRESSURE_SHARE. Chosen, with RECENT_TURNS, STRATEGY and
+ * STEP_TEXT_POLICY, by 5-fold cross-validation on the session replay
+ * (benchmarks/replay, README "Session replay"): among the settings billing
+ * less than the baselines that stay inside the window, the cheapest reaching
+ * needed-later recall 0.95; wider gaps bill less and keep less.
+ */
+export const THRESHOLD_SHARE = 1;
+export const TARGET_SHARE = 0.9;
+export const PRESSURE_SHARE = 1;
+
+/** The defaults inside Gemini CLI, in percent of the window. */
+export const HOST_THRESHOLD_PERCENT = GEMINI_CLI_COMPRESSION_PERCENT * THRESHOLD_SHARE;
+export const HOST_TARGET_PERCENT = GEMINI_CLI_COMPRESSION_PERCENT * TARGET_SHARE;
+export const HOST_PRESSURE_PERCENT = GEMINI_CLI_COMPRESSION_PERCENT * PRESSURE_SHARE;
+
+/**
+ * Recent turns kept as GC roots at most: the latest exchange (cross-validated
+ * with the shares; the service's own default, 10, keeps whole tool outputs
+ * the target then cannot hold and recalls no more).
+ */
+export const RECENT_TURNS = 2;
+
+/**
+ * How the service chooses what goes (cross-validated with the shares): policy
+ * tiers and age (STRATEGY_BUDGET) keep more of what the agent needs later on
+ * the replayed sessions than relevance-weighted trims and masks (HYBRID).
+ */
+export const STRATEGY = Strategy.STRATEGY_BUDGET;
+
+/**
+ * The model's text beside its tool calls goes before the tool outputs
+ * (cross-validated with the shares): it narrates a step whose facts come back
+ * in the responses, and the model can reason again from those facts; what it
+ * read in an output it could only get back with another tool call.
+ */
+export const STEP_TEXT_POLICY = GcPolicy.GC_POLICY_EPHEMERAL;
