@@ -5,8 +5,9 @@ import { environmentContextTurns } from "./gemini/environment.js";
 import { chunksOf, type MappedPart, mapContents, systemChunk } from "./gemini/mapping.js";
 import { partShape } from "./gemini/parts.js";
 import type { Content } from "./gemini/types.js";
-import { resolvePercents } from "./pipeline/budget.js";
-import { HOST_PRESSURE_PERCENT, HOST_TARGET_PERCENT, HOST_THRESHOLD_PERCENT, RECENT_TURNS, STEP_TEXT_POLICY, STRATEGY } from "./pipeline/defaults.js";
+import { ceilingDefaults, resolvePercents } from "./pipeline/budget.js";
+import { ceilingPercent, geminiCliCompactionLine } from "./pipeline/ceiling.js";
+import { RECENT_TURNS, STEP_TEXT_POLICY, STRATEGY } from "./pipeline/defaults.js";
 import { mandatoryRoots, relevanceQuery } from "./pipeline/roots.js";
 import { fallbackReason } from "./serviceErrors.js";
 
@@ -76,7 +77,8 @@ export async function explainContents(contents: readonly Content[], options: Exp
   const totalTokens = Object.values(byCategory).reduce((a, b) => a + b, 0);
   const percents = resolvePercents(
     { threshold: options.thresholdPercent, target: options.targetPercent },
-    { threshold: HOST_THRESHOLD_PERCENT, target: HOST_TARGET_PERCENT, pressure: HOST_PRESSURE_PERCENT },
+    // As the Gemini CLI adapter: shares of the lower of the window and Gemini CLI's compression line.
+    ceilingDefaults(ceilingPercent(options.windowTokens, geminiCliCompactionLine(options.model))),
   );
   const { threshold: thresholdPercent, target: targetPercent, pressure: pressurePercent } = percents;
   let plan: OptimizeResponse | undefined;

@@ -7,6 +7,7 @@ import { type MappedContent, toContents } from "./gemini/mapping.js";
 import type { Content } from "./gemini/types.js";
 import { tokenLimit } from "./models.js";
 import { type BudgetPercents, ceilingDefaults, chunkBudget, resolvePercents } from "./pipeline/budget.js";
+import { ceilingPercent } from "./pipeline/ceiling.js";
 import { DEFAULT_MODEL, RECENT_TURNS, STEP_TEXT_POLICY, STRATEGY } from "./pipeline/defaults.js";
 import { fmt, truncateLocally } from "./pipeline/fallback.js";
 import { type Ending, planAndSync, type Sized } from "./pipeline/ending.js";
@@ -45,11 +46,14 @@ export interface HostOptimizerOptions {
   /** The context window in tokens (default GEMINI_CONTEXT_WINDOW_TOKENS, else the model table's). */
   readonly windowTokens?: number;
   /**
-   * The prompt's ceiling in percent of the window: where the host's own
-   * compression starts (`withContextOptimizer`: GEMINI_CLI_COMPRESSION_PERCENT),
-   * else the window itself (default 100). The default threshold, target and
-   * pressure are shares of it.
+   * The prompt size, in tokens, at which the host's own lossy compaction
+   * starts for a model (`withContextOptimizer`: `geminiCliCompactionLine`;
+   * default none). The ceiling is the lower of it and the window
+   * (`ceilingPercent` of pipeline/ceiling); the default threshold, target
+   * and pressure are shares of the ceiling.
    */
+  readonly compactionLine?: (model: string) => number | undefined;
+  /** Overrides that rule: the ceiling in percent of the window. */
   readonly ceilingPercent?: number;
   /**
    * The hook engages at this percent of the window (default
@@ -173,10 +177,16 @@ export class HostHistoryOptimizer {
     this.mirror = new SessionMirror(countingClient(this.client, this.sizing.counts), this.sessionId);
   }
 
-  /** Threshold, target and pressure in percent of the window, as this optimizer applies them. */
+  /** Threshold, target and pressure in percent of the window, as this optimizer applies them to requests of its model. */
   get percents(): BudgetPercents {
+    return this.percentsFor(this.options.model ?? DEFAULT_MODEL);
+  }
+
+  /** The budget for requests to `model`: as set, else shares of the ceiling (the lower of the window and the host's compaction line). */
+  percentsFor(model: string): BudgetPercents {
+    const ceiling = this.options.ceilingPercent ?? ceilingPercent(this.windowOf(model), this.options.compactionLine?.(model));
     const set = { threshold: this.flags.thresholdPercent, target: this.flags.targetPercent, pressure: this.options.pressurePercent };
-    return resolvePercents(set, ceilingDefaults(this.options.ceilingPercent ?? 100));
+    return resolvePercents(set, ceilingDefaults(ceiling));
   }
 
   /**
@@ -207,7 +217,7 @@ export class HostHistoryOptimizer {
     if (!inRollout(this.sessionId, this.flags.rolloutPercent))
       return this.passThrough(contents, extras, `session outside the ${this.flags.rolloutPercent}% rollout`);
     const model = this.modelOf(extras);
-    let call = this.sizing.prepare(contents, { ...extras, model, windowTokens: this.windowOf(model), percents: this.percents });
+    let call = this.sizing.prepare(contents, { ...extras, model, windowTokens: this.windowOf(model), percents: this.percentsFor(model) });
     let projected = this.project(call);
     const tooManyChunks = this.flags.maxChunks > 0 && call.chunks.length > this.flags.maxChunks;
     if (projected.tokens < call.thresholdTokens && !tooManyChunks) return this.withoutCollection(call, projected);
@@ -290,7 +300,7 @@ export class HostHistoryOptimizer {
     const recentTurns = recentRoots(projected.turns, this.options.recentTurns ?? RECENT_TURNS, call.targetTokens - call.fixedTokens);
     return {
       query: relevanceQuery(call.current.turns),
-      budget: chunkBudget(call.windowTokens, offChunkTokens, this.percents),
+      budget: chunkBudget(call.windowTokens, offChunkTokens, call.percents),
       roots: { rootIds: mandatoryRoots(call.current.turns, { keepTask: true }), recentTurns },
       dryRun: this.flags.mode === "shadow",
       aggressive: this.flags.aggressive,

@@ -24,10 +24,12 @@ Every argument that does not start with --ctxopt- goes to gemini
   --ctxopt-log FILE        append each context summary line to FILE (CTXOPT_SUMMARY_LOG)
   -h, --help               this help (offline)
 
-The optimizer is on unless GEMINI_CONTEXT_OPTIMIZATION says otherwise; it
-acts at GEMINI_CONTEXT_THRESHOLD_PERCENT (default 50) of the model's window
-and lands at GEMINI_CONTEXT_TARGET_PERCENT (default 45), so Gemini CLI's own
-compression at 50% is not needed. Other flags: see the README.
+The optimizer is on unless GEMINI_CONTEXT_OPTIMIZATION says otherwise. Its
+ceiling is the lower of the window (GEMINI_CONTEXT_WINDOW_TOKENS, else the
+model's) and Gemini CLI's compression line (your model.compressionThreshold,
+default 0.5, of Gemini CLI's model limit); it acts at the ceiling and lands at
+90% of it, so Gemini CLI's own compression is not needed. Other flags: see the
+README.
 \`ctxopt serve\` is found as CTXOPT_SERVE_BIN, else \`ctxopt\` on PATH.`;
 
 interface LauncherOptions {

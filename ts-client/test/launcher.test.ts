@@ -59,8 +59,10 @@ function geminiEnv(extra: NodeJS.ProcessEnv): { env: NodeJS.ProcessEnv; project:
     GEMINI_CLI_TRUST_WORKSPACE: "true",
     CTXOPT_SERVE_BIN: join(repoRoot, ".venv/bin/ctxopt"),
     CTXOPT_DATA_DIR: join(home, "ctxopt-data"),
-    // Gemini CLI's first request is ~6k tokens: a 10k window makes it cross the 40% threshold.
+    // Gemini CLI's first request is ~8k tokens: in a 10k window it crosses a 40% threshold (the ceiling, the
+    // whole window here, would let it through untouched).
     GEMINI_CONTEXT_WINDOW_TOKENS: "10000",
+    GEMINI_CONTEXT_THRESHOLD_PERCENT: "40",
     ...extra,
   };
   return { env, project, log: join(project, "ctxopt-summary.log"), fake };

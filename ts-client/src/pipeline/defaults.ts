@@ -1,15 +1,17 @@
 import { GcPolicy, Strategy } from "../generated/ctxopt/v1/ctxopt.js";
+import { GEMINI_CLI_COMPRESSION_THRESHOLD } from "./ceiling.js";
 
 /** The model a request is sized for when neither the caller nor the request names one. */
 export const DEFAULT_MODEL = "gemini-2.5-pro";
 
 /**
  * Gemini CLI summarises the history with an LLM once its prompt passes this
- * share of the window (`DEFAULT_COMPRESSION_TOKEN_THRESHOLD`). Inside Gemini
- * CLI the adapter keeps the prompt (and so the usage the model reports back)
- * under that line, so the lossy summary is not needed: the line is its ceiling.
+ * share of ITS model limit (`tokenLimit(model)`, not the user's window; see
+ * `geminiCliCompactionLine`). Inside Gemini CLI the adapter keeps the prompt
+ * (and so the usage the model reports back) under the lower of that line and
+ * the window (`ceilingPercent`), so the lossy summary is not needed.
  */
-export const GEMINI_CLI_COMPRESSION_PERCENT = 50;
+export const GEMINI_CLI_COMPRESSION_PERCENT = 100 * GEMINI_CLI_COMPRESSION_THRESHOLD;
 
 /**
  * The host optimizer's defaults as shares of the ceiling (the window for an
@@ -27,7 +29,7 @@ export const THRESHOLD_SHARE = 1;
 export const TARGET_SHARE = 0.9;
 export const PRESSURE_SHARE = 1;
 
-/** The defaults inside Gemini CLI, in percent of the window. */
+/** The defaults inside Gemini CLI when the window is the model's whole limit (its line then halves it), in percent of the window. */
 export const HOST_THRESHOLD_PERCENT = GEMINI_CLI_COMPRESSION_PERCENT * THRESHOLD_SHARE;
 export const HOST_TARGET_PERCENT = GEMINI_CLI_COMPRESSION_PERCENT * TARGET_SHARE;
 export const HOST_PRESSURE_PERCENT = GEMINI_CLI_COMPRESSION_PERCENT * PRESSURE_SHARE;

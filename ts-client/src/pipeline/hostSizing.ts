@@ -29,6 +29,8 @@ export interface PreparedCall {
   readonly original: readonly Content[];
   readonly model: string;
   readonly windowTokens: number;
+  /** The budget this call applies, in percent of the window. */
+  readonly percents: BudgetPercents;
   readonly thresholdTokens: number;
   readonly targetTokens: number;
   readonly lockedTurns: number;
@@ -112,6 +114,7 @@ export class HostSizing {
       original: contents,
       model: pieces.model,
       windowTokens,
+      percents: pieces.percents,
       thresholdTokens: windowTokens * (pieces.percents.threshold / 100),
       targetTokens: windowTokens * (pieces.percents.target / 100),
       lockedTurns,

@@ -94,7 +94,11 @@ export async function driveGeminiCli(
     embedContent: (request) => fake.embedContent(request),
   };
   process.env["GEMINI_CONTEXT_OPTIMIZATION"] = mode;
-  const optimized = withContextOptimizer(recordSent, { ...options, onSummary: (summary) => summaries.push(summary) });
+  // As the launcher does, the adapter may read Gemini CLI's own config (made below, asked at the first request).
+  let config: InstanceType<Core["Config"]> | undefined;
+  const geminiConfig =
+    settings.compressionThreshold === undefined ? {} : { geminiConfig: { getCompressionThreshold: () => config!.getCompressionThreshold() } };
+  const optimized = withContextOptimizer(recordSent, { ...geminiConfig, ...options, onSummary: (summary) => summaries.push(summary) });
   const recordReceived: ContentGenerator = {
     generateContent: (request, id, role) => optimized.generateContent(request, id, role),
     generateContentStream: async (request, id, role) => {
@@ -105,7 +109,7 @@ export async function driveGeminiCli(
     countTokens: (request) => fake.countTokens(request),
     embedContent: (request) => fake.embedContent(request),
   };
-  const config = new core.Config({
+  config = new core.Config({
     sessionId: `drive-${session.id}-${mode}`,
     targetDir: project,
     cwd: project,
