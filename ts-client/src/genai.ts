@@ -4,7 +4,8 @@ import { HostHistoryOptimizer, type HostOptimizerOptions, type OptimizedContents
 export type { Content, Part } from "./gemini/types.js";
 export type { HostOptimizerOptions, OptimizedContents } from "./hostOptimizer.js";
 
-export interface OptimizeContentsOptions extends Omit<HostOptimizerOptions, "client" | "flags"> {
+// No compaction line: an agent on @google/genai has no compression of its own in the way (the ceiling is the window).
+export interface OptimizeContentsOptions extends Omit<HostOptimizerOptions, "client" | "flags" | "compactionLine"> {
   /** The system instruction sent with the contents (counts against the window). */
   readonly systemInstruction?: string;
   /**
