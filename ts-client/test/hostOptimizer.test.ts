@@ -424,3 +424,12 @@ test("a report about a request with parts the service has not counted calibrates
   host.reportUsage(first.summary.tokensAfter * 1.5);
   assert.equal((await host.optimize(toolSession(2))).summary.windowTokens, 8_000);
 });
+
+test("empty parts (a signature's empty text, a silent command's output) do not make the service refuse the request", async () => {
+  const contents = toolSession(30);
+  contents.push(model({ text: "", thoughtSignature: "sig-empty" }, call("run_shell_command", "silent", { command: "touch done" })));
+  contents.push(user(response("run_shell_command", "silent", "")));
+  const result = await optimizer().optimize(contents);
+  assert.equal(result.summary.outcome, "optimized", result.summaryLine);
+  assert.deepEqual(result.contents.at(-1), contents.at(-1));
+});

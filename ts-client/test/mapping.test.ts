@@ -192,3 +192,17 @@ test("a call's multi-line string argument reaches the service line by line, afte
   const [plain] = mapContents([model(call("ls", "b", { path: "src" }))]);
   assert.equal(plain!.parts[0]!.chunk.text, `ls({"path":"src"})`);
 });
+
+test("an empty text part or tool output maps to a non-empty chunk (the service refuses empty ones); the part itself stays as it was", () => {
+  const history = [
+    user(text("go")),
+    model({ text: "", thoughtSignature: "sig" }, call("run_shell_command", "c1", { command: "touch a" })),
+    user(response("run_shell_command", "c1", "")),
+  ];
+  const chunks = chunksOf(mapContents(history));
+  assert.ok(
+    chunks.every((c) => c.text !== ""),
+    JSON.stringify(chunks.map((c) => c.text)),
+  );
+  assert.deepEqual(toContents(mapContents(history)), history);
+});
