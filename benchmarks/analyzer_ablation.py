@@ -20,7 +20,7 @@ mean over budgets 10%, 20%, ..., 90% is reported too.
 Variants: plain (lowercase `\\w+`), then identifier splitting, stopwords and
 stemming added one at a time; then the analyzer's default (stopwords and
 stemming: identifier splitting did not pay here, see the module docstring of
-ctxopt.scoring.analyzer) and the default minus each of its steps.
+ctxopt.text.analyzer) and the default minus each of its steps.
 
     .venv/bin/python -m benchmarks.analyzer_ablation [--data ../shared/datasets] [--smoke]
 """
@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from ctxopt.scoring.analyzer import Analyzer
-from ctxopt.scoring.bm25 import BM25Index
+from ctxopt.text.analyzer import Analyzer
+from ctxopt.text.bm25 import BM25Index
 from ctxopt.tokens import TokenCounter
 
 from benchmarks.quality.datasets import (

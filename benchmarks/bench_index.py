@@ -21,8 +21,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ctxopt.scoring.analyzer import Analyzer
-from ctxopt.scoring.bm25 import BM25Index
+from ctxopt.text.analyzer import Analyzer
+from ctxopt.text.bm25 import BM25Index
 from ctxopt.tokens import TokenCounter
 
 from benchmarks.corpus import DEFAULT_DATA, swe_texts

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxopt.config import Config
-from ctxopt.engine import Engine, stash_id_of
+from ctxopt.engine import Engine
 from ctxopt.model import Action, Budget, Chunk, ChunkKind, OptimizeOptions, Role, StashFilter
+from ctxopt.session import stash_id_of
 from ctxopt.store import Change, Fsync, StashEntry, Store, StoredChunk
 
 RESULTS = Path(__file__).parent / "results" / "bench_stash.json"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from ctxopt.scoring.analyzer import MAX_TERM_CHARS, Analyzer
+from ctxopt.text.analyzer import MAX_TERM_CHARS, Analyzer
 
 PLAIN = Analyzer(split_identifiers=False, stopwords=False, stem=False)
 FULL = Analyzer(split_identifiers=True)

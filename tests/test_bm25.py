@@ -8,9 +8,9 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 import pytest
-from ctxopt.registry import Session
-from ctxopt.scoring.analyzer import Analyzer
-from ctxopt.scoring.bm25 import BM25Index
+from ctxopt.session import Session
+from ctxopt.text.analyzer import Analyzer
+from ctxopt.text.bm25 import BM25Index
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi

@@ -18,6 +18,7 @@ from ctxopt.model import (
     Decisions,
     GcPolicy,
     Plan,
+    PlanOutcome,
     Repair,
     Role,
     Weights,
@@ -112,14 +113,13 @@ def test_a_plan_keeps_decisions_repairs_and_totals() -> None:
         "c", Action.MASK, 100, 10, 0.6, breakdown, ("masked_tool_result",), "[..]", "c@1"
     )
     plan = Plan(
-        ["a"],
-        Decisions.of([decision]),
-        200,
-        110,
-        120,
-        True,
-        True,
-        [Repair("first_user_turn", "u", "d")],
+        kept_ids=["a"],
+        decisions=Decisions.of([decision]),
+        tokens_before=200,
+        tokens_after=110,
+        target_tokens=120,
+        outcome=PlanOutcome.LANDED,
+        repairs=[Repair("first_user_turn", "u", "d")],
     )
     msg = convert.plan_to_pb(plan)
     assert list(msg.kept_ids) == ["a"]

@@ -16,7 +16,7 @@ from ctxopt.model import (
     Roots,
     Strategy,
 )
-from ctxopt.pruner import TIER
+from ctxopt.planner.order import TIER
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

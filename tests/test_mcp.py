@@ -123,6 +123,9 @@ def test_tools_are_listed_with_schemas(tmp_path: Path) -> None:
         assert "tool_result" in chunk["properties"]["kind"]["enum"]
         configure = listed["context_gc_configure"].input_schema["properties"]
         assert {"threshold_percent", "recent_turns", "batch_size", "weight_bm25"} <= set(configure)
+        assert all(t.input_schema["additionalProperties"] is False for t in listed.values())
+        search = listed["context_stash_search"].input_schema["properties"]
+        assert search["limit"]["default"] == 20  # the page gRPC gives when limit is left out
         analysis = listed["context_gc_analyze"].output_schema
         assert analysis is not None and {"usage", "candidates"} <= set(analysis["properties"])
 
@@ -281,6 +284,8 @@ def test_refusals_name_the_field_and_change_nothing(tmp_path: Path) -> None:
             ("context_gc_configure", {"threshold_percent": "NaN"}, "threshold_percent"),
             ("context_append", {"chunks": [{"id": "x", "text": ""}]}, "chunks[0].text"),
             ("context_stash_search", {"kinds": ["poem"]}, "kinds"),
+            ("context_stash_search", {"limit": 0}, "limit: must be within [1, 100]"),
+            ("context_stash_search", {"offset": -1}, "offset"),
         ]
         for tool, arguments, expected in refused:
             ok, message = await call(tool, arguments)

@@ -7,12 +7,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from ctxopt import registry
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.model import UpsertStatus
-from ctxopt.registry import Session
-from ctxopt.scoring.analyzer import Analyzer
+from ctxopt.session import Session
+from ctxopt.session import session as session_module
+from ctxopt.text.analyzer import Analyzer
 
 from tests import factory
 from tests.factory import chunk
@@ -49,7 +49,7 @@ def test_upsert_reports_added_updated_unchanged() -> None:
 def test_compaction_waits_until_dead_slots_are_many_and_outnumber_live(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(registry, "COMPACT_MIN_DEAD_SLOTS", 4)
+    monkeypatch.setattr(session_module, "COMPACT_MIN_DEAD_SLOTS", 4)
     session = session_of(*"abcdefghij")
     for chunk_id in "abcd":
         session.remove(chunk_id)
@@ -87,7 +87,7 @@ def test_compaction_never_reuses_an_index_version() -> None:
 def test_a_session_that_keeps_stashing_holds_bounded_slots_and_survives_restart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(registry, "COMPACT_MIN_DEAD_SLOTS", 32)
+    monkeypatch.setattr(session_module, "COMPACT_MIN_DEAD_SLOTS", 32)
     config = replace(Config(), data_dir=str(tmp_path / "data"))
     engine = Engine(config)
     live: list[str] = []
@@ -116,7 +116,7 @@ def test_a_session_that_keeps_stashing_holds_bounded_slots_and_survives_restart(
 def test_a_compacted_session_plans_like_a_fresh_one_with_the_same_chunks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(registry, "COMPACT_MIN_DEAD_SLOTS", 8)
+    monkeypatch.setattr(session_module, "COMPACT_MIN_DEAD_SLOTS", 8)
     texts = [
         f"step {i}: ran pytest on module_{i % 7}.py\n" + "line of output\n" * 40 for i in range(60)
     ]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 from ctxopt.model import Chunk, ChunkKind, GcPolicy, Role, Roots
-from ctxopt.registry import Session, SessionView
 from ctxopt.roots import mark, pending_call_mask, recent_turn_mask
-from ctxopt.scoring.analyzer import Analyzer
+from ctxopt.session import Session, SessionView
+from ctxopt.text.analyzer import Analyzer
 
 from tests.factory import chunk
 

@@ -1,4 +1,4 @@
-"""Signals from the structure of agent work (scoring/lines.py, the pruner's
+"""Signals from the structure of agent work (text/lines.py, the planner's
 anchored excerpts, pseudo-relevance feedback), each on a small hand-made
 session."""
 
@@ -7,11 +7,10 @@ from __future__ import annotations
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.model import Action, Chunk, ChunkKind, Plan, Role, Strategy
-from ctxopt.pruner import Tuning
-from ctxopt.registry import Session
-from ctxopt.scoring.analyzer import Analyzer
+from ctxopt.planner.knobs import Tuning
 from ctxopt.scoring.hybrid import expanded_relevance, normalised_bm25
-from ctxopt.scoring.lines import line_book
+from ctxopt.session import Session
+from ctxopt.text.analyzer import Analyzer
 
 from tests.factory import chunk, filler, options
 
@@ -43,7 +42,7 @@ def decision(plan: Plan, chunk_id: str) -> Action:
 
 def test_a_line_two_chunks_hold_is_an_anchor_of_the_latest_holder_only() -> None:
     session = session_of(code(10, "a", quoted_at=3), f"I will change\n{QUOTED}", "done")
-    book = line_book(session)
+    book = session.line_book()
     assert book.anchors(0) == ()
     assert book.anchors(1) == (1,)
     assert book.anchors(2) == ()
@@ -65,47 +64,47 @@ def test_an_output_a_later_model_chunk_quotes_is_quoted_and_stays_so() -> None:
         (Role.MODEL, f"edit:\n    {QUOTED}"),
         (Role.MODEL, f"again:\n{QUOTED}"),  # quotes the model's own lines: not marked
     )
-    assert line_book(session).quoted_mask(5).tolist() == [False, True, True, False, False]
+    assert session.line_book().quoted_mask(5).tolist() == [False, True, True, False, False]
     session.remove("c3")
     session.remove("c4")
-    assert line_book(session).quoted_mask(5).tolist() == [False, True, True, False, False]
+    assert session.line_book().quoted_mask(5).tolist() == [False, True, True, False, False]
     session.remove("c1")
-    assert line_book(session).quoted_mask(5).tolist() == [False, False, True, False, False]
+    assert session.line_book().quoted_mask(5).tolist() == [False, False, True, False, False]
 
 
 def test_short_lines_and_lines_held_once_are_never_anchors() -> None:
     session = session_of("x = 1\n" + code(4, "a"), "x = 1\n" + code(4, "b"))
-    book = line_book(session)
+    book = session.line_book()
     assert book.anchors(0) == () and book.anchors(1) == ()
 
 
 def test_removing_the_latest_holder_hands_its_lines_back() -> None:
     session = session_of(QUOTED, f"see\n{QUOTED}", f"again\n{QUOTED}")
-    assert line_book(session).anchors(1) == ()
+    assert session.line_book().anchors(1) == ()
     session.remove("c2")
-    assert line_book(session).anchors(1) == (1,)
+    assert session.line_book().anchors(1) == (1,)
 
 
 def test_a_changed_text_is_read_again() -> None:
     session = session_of(QUOTED, f"see\n{QUOTED}")
-    assert line_book(session).anchors(1) == (1,)
+    assert session.line_book().anchors(1) == (1,)
     session.upsert(chunk("c1", "see\nsomething else entirely, long enough", turn=1), 9, 0)
-    assert line_book(session).anchors(1) == ()
+    assert session.line_book().anchors(1) == ()
 
 
 def test_an_output_printed_again_later_is_all_repeated() -> None:
     view = code(6, "a")
     session = session_of(view, "sed -n 1,6p module.py", view)
-    book = line_book(session)
+    book = session.line_book()
     assert book.repeated_share(0) == 1.0
     assert book.repeated_share(2) == 0.0
-    assert book.repeated(session.view()).tolist() == [1.0, 0.0, 0.0]
+    assert book.repeated(session.n_slots).tolist() == [1.0, 0.0, 0.0]
 
 
 def test_a_partly_reprinted_output_is_partly_repeated() -> None:
     first = code(4, "a") + "\n" + code(4, "b")
     session = session_of(first, code(4, "b"))
-    assert line_book(session).repeated_share(0) == 0.5
+    assert session.line_book().repeated_share(0) == 0.5
 
 
 # ---- the pruner ------------------------------------------------------------
@@ -186,21 +185,21 @@ def test_expansion_reaches_a_turn_that_answers_in_other_words() -> None:
     terms = Analyzer().terms("When did Caroline go to the support group?")
     view = session.view()
     plain = normalised_bm25(view, terms)
-    grown = expanded_relevance(view, terms, plain, 0.3)
+    grown = expanded_relevance(view, terms, plain, weight=0.3, top_docs=3, added_terms=8)
     assert plain[1] == 0.0 < grown[1]
     assert grown[2] == 0.0
-    assert expanded_relevance(view, terms, plain, 0.0) is plain
+    assert expanded_relevance(view, terms, plain, weight=0.0, top_docs=3, added_terms=8) is plain
 
 
 def test_a_chunk_removed_and_sent_again_is_read_afresh() -> None:
     session = session_of(QUOTED, f"see\n{QUOTED}")
-    assert line_book(session).owns_anchors(2).tolist() == [False, True]
+    assert session.line_book().owns_anchors(2).tolist() == [False, True]
     removed = session.remove("c1")
     assert removed is not None
-    assert line_book(session).owns_anchors(2).tolist() == [False, False]
+    assert session.line_book().owns_anchors(2).tolist() == [False, False]
     session.upsert(removed.chunk, removed.tokens, 0)
-    assert line_book(session).owns_anchors(2).tolist() == [False, True]
-    assert line_book(session).anchors(1) == (1,)
+    assert session.line_book().owns_anchors(2).tolist() == [False, True]
+    assert session.line_book().anchors(1) == (1,)
 
 
 def test_budget_removes_what_the_model_has_not_quoted_before_older_outputs_it_has() -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ctxopt.scoring.analyzer import Analyzer
-from ctxopt.shrink import Trimmer, mask_text, stash_id
+from ctxopt.planner.values import Trimmer, mask_text
+from ctxopt.session import stash_id
+from ctxopt.text.analyzer import Analyzer
 
 LOG = "\n".join(
     [f"line {i}: compiling module {i}" for i in range(40)]

@@ -18,13 +18,14 @@ from pathlib import Path
 import grpc
 import pytest
 from ctxopt.config import Config
-from ctxopt.engine import Engine, stash_id_of
+from ctxopt.engine import Engine
 from ctxopt.model import Action, Chunk, ChunkKind, Role, StashFilter
-from ctxopt.scoring.analyzer import Analyzer
+from ctxopt.session import stash_id_of
 from ctxopt.store import DB_FILE, Change, StashEntry, Store
 from ctxopt.store import search as search_module
 from ctxopt.store.schema import SCHEMA_VERSION, indexed_with
 from ctxopt.store.search import SNIPPET_CHARS, analyzer_identity, snippet
+from ctxopt.text.analyzer import Analyzer
 from ctxopt.v1 import ctxopt_pb2 as pb
 from ctxopt.v1 import ctxopt_pb2_grpc as pb_grpc
 from hypothesis import HealthCheck, given, settings

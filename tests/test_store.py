@@ -14,7 +14,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from ctxopt.engine import stash_id_of
 from ctxopt.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -23,6 +22,7 @@ from ctxopt.errors import (
     ResourceExhausted,
 )
 from ctxopt.model import Action, Chunk, ChunkKind, GcPolicy, Role, StashFilter
+from ctxopt.session import stash_id_of
 from ctxopt.store import (
     DB_FILE,
     Change,
@@ -254,7 +254,7 @@ def test_database_lives_in_the_data_directory_in_wal_mode(store: Store, data_dir
 _WRITE_FOREVER = """
 import sys
 from ctxopt.model import Action, Chunk, ChunkKind, Role
-from ctxopt.engine import stash_id_of
+from ctxopt.session import stash_id_of
 from ctxopt.store import Change, StashEntry, Store, StoredChunk
 store = Store(sys.argv[1], fsync=sys.argv[2])
 for n in range(1_000_000):

@@ -83,7 +83,7 @@ def test_a_query_embedding_must_be_finite_and_not_too_long() -> None:
         validate.validate_query_embedding((0.5,) * (CONFIG.max_embedding_dim + 1), CONFIG)
 
 
-@pytest.mark.parametrize("limit", [-1, validate.MAX_SEARCH_LIMIT + 1])
-def test_a_search_limit_outside_0_to_100_is_refused(limit: int) -> None:
+@pytest.mark.parametrize("limit", [-1, 0, validate.MAX_SEARCH_LIMIT + 1])
+def test_a_search_limit_outside_1_to_100_is_refused(limit: int) -> None:
     with pytest.raises(InvalidArgument, match="limit"):
         validate.validate_search(limit, 0)

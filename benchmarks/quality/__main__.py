@@ -27,8 +27,7 @@ from typing import Any
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.model import Strategy, Weights
-from ctxopt.pruner import Tuning
-from ctxopt.scoring import hybrid
+from ctxopt.planner.knobs import Tuning
 
 from benchmarks.quality.datasets import (
     BUDGETS,
@@ -37,7 +36,6 @@ from benchmarks.quality.datasets import (
     LOCOMO_FILE,
     RESULTS,
     SWE_FILE,
-    Case,
     Conversation,
     CountTokens,
     SweData,
@@ -50,7 +48,6 @@ from benchmarks.quality.methods import (
     Bm25,
     EngineMethod,
     GeminiCli,
-    Kept,
     LangChainTrim,
     Method,
     ObsMask,
@@ -94,29 +91,11 @@ def method_factories(engine: Engine) -> dict[str, Callable[[], Method]]:
         "+links": lambda: ablation("+links", tuning=Tuning(link_df_share=0.02)),
         "+value/token": lambda: ablation("+value/token", tuning=Tuning(density_exponent=0.4)),
         "-recency": lambda: ablation("-recency", weights=replace(DEFAULT_WEIGHTS, recency=0.0)),
-        "-expansion": lambda: Expanded(ablation("-expansion"), 0.0),
+        "-expansion": lambda: ablation("-expansion", tuning=Tuning(feedback_weight=0.0)),
     }
 
 
 MEMORY = Config(data_dir=":memory:")
-
-
-class Expanded(Method):
-    """A method run with pseudo-relevance feedback at `weight` (the module
-    constant the scorer reads, set around each call and put back)."""
-
-    def __init__(self, inner: Method, weight: float) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.weight = weight
-
-    def select(self, case: Case, budget: float) -> Kept:
-        shipped = hybrid.PRF_WEIGHT
-        hybrid.PRF_WEIGHT = self.weight
-        try:
-            return self.inner.select(case, budget)
-        finally:
-            hybrid.PRF_WEIGHT = shipped
 
 
 def ablation(

@@ -28,8 +28,7 @@ from typing import Any
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.model import Strategy
-from ctxopt.pruner import Tuning
-from ctxopt.scoring import hybrid
+from ctxopt.planner.knobs import Tuning
 
 from benchmarks.quality.datasets import (
     BUDGETS,
@@ -62,15 +61,18 @@ class Candidate:
 
     name: str
     tuning: Tuning
-    prf_weight: float  # ctxopt.scoring.hybrid.PRF_WEIGHT
 
 
 # The constants chosen here; everything else is fixed a priori.
 GRID = tuple(
     Candidate(
         f"exponent={exponent} retention={retention} repeated={repeated} prf={prf}",
-        Tuning(density_exponent=exponent, anchor_retention=retention, discount_repeated=repeated),
-        prf,
+        Tuning(
+            density_exponent=exponent,
+            anchor_retention=retention,
+            discount_repeated=repeated,
+            feedback_weight=prf,
+        ),
     )
     for exponent in (0.0, 0.4)
     for retention in (0.5, 0.9)
@@ -177,14 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     swe = load_swe(args.data / SWE_FILE, count, limit=FOLDS if args.smoke else 0)
     grid = GRID[:2] if args.smoke else GRID
     by_candidate: dict[str, Scores] = {}
-    shipped_prf = hybrid.PRF_WEIGHT
     for candidate in grid:
         method = EngineMethod("default", Engine(MEMORY, candidate.tuning), Strategy.HYBRID)
-        hybrid.PRF_WEIGHT = candidate.prf_weight  # read by every plan's scoring
-        try:
-            by_candidate[candidate.name] = score_method(method, conversations, swe.trajectories)
-        finally:
-            hybrid.PRF_WEIGHT = shipped_prf
+        by_candidate[candidate.name] = score_method(method, conversations, swe.trajectories)
         print(
             f"[cv] {candidate.name}: {by_candidate[candidate.name].objective(lambda _: True):.4f}",
             file=sys.stderr,

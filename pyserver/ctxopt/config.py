@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ctxopt.model import DEFAULT_PRESSURE_PERCENT, DEFAULT_TARGET_PERCENT, DEFAULT_THRESHOLD_PERCENT
+from ctxopt.planner import knobs
 
 Tokenizer = Literal["cl100k", "gemini"]
 
@@ -56,10 +57,11 @@ class Config:
     gc_threshold_percent: float = DEFAULT_THRESHOLD_PERCENT
     gc_target_percent: float = DEFAULT_TARGET_PERCENT
     gc_pressure_percent: float = DEFAULT_PRESSURE_PERCENT
-    recency_half_life_turns: float = 8.0
-    neighbour_share: float = 0.5
-    old_generation_after: int = 3
-    incremental_batch: int = 64
+    # Scoring and planning (their defaults and why: planner/knobs.py)
+    recency_half_life_turns: float = knobs.RECENCY_HALF_LIFE_TURNS
+    neighbour_share: float = knobs.NEIGHBOUR_SHARE
+    old_generation_after: int = knobs.OLD_GENERATION_AFTER
+    incremental_batch: int = knobs.INCREMENTAL_BATCH
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Config:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum
+from enum import Enum, IntEnum
 from typing import NamedTuple, overload
 
 
@@ -283,21 +283,47 @@ class Decisions(Sequence[Decision]):
         )
 
 
-@dataclass(slots=True)
+class PlanOutcome(Enum):
+    """How a plan ended (the wire's `triggered` and `feasible`, which travel together)."""
+
+    IDLE = "idle"  # below the threshold and not forced: the session as it is
+    LANDED = "landed"  # collected to at or under the target (and `max_chunks`)
+    OVER_TARGET = "over_target"  # collected, but above the target or `max_chunks`: see why
+
+    @property
+    def triggered(self) -> bool:
+        return self is not PlanOutcome.IDLE
+
+    @property
+    def feasible(self) -> bool:
+        return self is not PlanOutcome.OVER_TARGET
+
+
+@dataclass(slots=True, kw_only=True)
 class Plan:
-    """The result of `optimize` (mirrors `OptimizeResponse`)."""
+    """The result of `optimize` (mirrors `OptimizeResponse`; built by
+    `ctxopt.planner.result`)."""
 
     kept_ids: list[str]
     decisions: Decisions
     tokens_before: int
     tokens_after: int
     target_tokens: int
-    triggered: bool
-    feasible: bool
+    outcome: PlanOutcome
     repairs: list[Repair]
     server_ms: float = 0.0
     explanation: str = ""
     mandatory_tokens: int = 0
+
+    @property
+    def triggered(self) -> bool:
+        """A collection ran (the wire's `triggered`)."""
+        return self.outcome.triggered
+
+    @property
+    def feasible(self) -> bool:
+        """The plan reached its target and `max_chunks` (the wire's `feasible`)."""
+        return self.outcome.feasible
 
 
 @dataclass(frozen=True, slots=True)

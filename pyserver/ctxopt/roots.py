@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctxopt.model import ChunkKind, GcPolicy, Roots
-from ctxopt.registry import SessionView
+from ctxopt.session import SessionView
 
 DECISION_ROOT_WINDOW_MS = 3_600_000
 # plain ints for numpy: comparing an array with an IntEnum member costs ~5x more
@@ -37,7 +37,7 @@ def recent_turn_mask(session: SessionView, recent_turns: int) -> BoolArray:
     """The last `recent_turns` turns; by position when clients leave `turn` unset."""
     cols, n = session.columns, session.n_slots
     mask = np.zeros(n, dtype=bool)
-    live = session.live_slots()
+    live = session.live
     if recent_turns <= 0 or len(live) == 0:
         return mask
     turns = cols.turn[live]

@@ -2,7 +2,8 @@
 
 Each check raises `InvalidArgument` (or `ResourceExhausted` for limits) naming
 the field path, e.g. `chunks[3].text`, and the offending value. Checks that
-need session state (unknown session, embedding dimension) live in the engine.
+need session state (capacity, embedding dimension, known ids, removal) are in
+`session_checks`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ MAX_COUNTER = 2**53 - 1
 
 MAX_ID_CHARS = 256
 MAX_SEARCH_LIMIT = 100
+DEFAULT_SEARCH_LIMIT = 20  # hits per page when a request leaves `limit` out (gRPC: 0)
 # Far beyond any model's window (the largest are a few million tokens).
 MAX_CONTEXT_TOKENS = 1_000_000_000
 
@@ -181,12 +183,15 @@ def validate_roots(roots: Roots, field: str = "roots") -> None:
         _check_id(root_id, f"{field}.root_ids[{i}]")
 
 
-def validate_weights(weights: Weights, field: str = "weights") -> None:
+def validate_weights(weights: Weights, field: str = "weights", separator: str = ".") -> None:
+    """Each weight finite and not negative; a refusal names `field`, the
+    separator and the weight (MCP's settings spell them `weight_bm25`)."""
     for name in ("bm25", "recency", "gc", "embedding", "boost"):
         value = getattr(weights, name)
-        _check_finite(value, f"{field}.{name}")
+        where = f"{field}{separator}{name}"
+        _check_finite(value, where)
         if value < 0:
-            raise InvalidArgument(f"{field}.{name}", value, "must not be negative")
+            raise InvalidArgument(where, value, "must not be negative")
 
 
 def validate_query(query: str, config: Config, field: str = "query") -> None:
@@ -194,6 +199,12 @@ def validate_query(query: str, config: Config, field: str = "query") -> None:
         raise ResourceExhausted(
             field, f"{len(query):,} characters", f"longer than {config.max_query_chars:,}"
         )
+
+
+def validate_incremental_batch(batch: int, field: str = "incremental_batch") -> None:
+    """Most removal steps of a minor collection (0: the server's default)."""
+    if batch < 0:
+        raise InvalidArgument(field, batch, "must not be negative")
 
 
 def validate_options(options: OptimizeOptions, config: Config) -> None:
@@ -206,19 +217,17 @@ def validate_options(options: OptimizeOptions, config: Config) -> None:
     validate_query_embedding(options.query_embedding, config)
     if options.max_chunks < 0:
         raise InvalidArgument("max_chunks", options.max_chunks, "must not be negative")
-    if options.incremental_batch < 0:
-        raise InvalidArgument(
-            "incremental_batch", options.incremental_batch, "must not be negative"
-        )
+    validate_incremental_batch(options.incremental_batch)
     if options.delete_ids:
         validate_ids(options.delete_ids, "delete_ids")
 
 
-def validate_search(limit: int, offset: int) -> None:
-    if not 0 <= limit <= MAX_SEARCH_LIMIT:
-        raise InvalidArgument("limit", limit, f"must be within [0, {MAX_SEARCH_LIMIT}]")
+def validate_search(limit: int, offset: int, *, offset_field: str = "page_token") -> None:
+    """One page of stash hits (gRPC sends its offset as `page_token`)."""
+    if not 1 <= limit <= MAX_SEARCH_LIMIT:
+        raise InvalidArgument("limit", limit, f"must be within [1, {MAX_SEARCH_LIMIT}]")
     if offset < 0:
-        raise InvalidArgument("page_token", offset, "must not be negative")
+        raise InvalidArgument(offset_field, offset, "must not be negative")
 
 
 def validate_query_embedding(values: Sequence[float], config: Config) -> None:

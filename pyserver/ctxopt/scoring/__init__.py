@@ -1,1 +1,2 @@
-"""Relevance and value scoring of chunks: BM25, recency, embeddings, the hybrid mix."""
+"""Relevance and value scoring of chunks over a `SessionView`: recency,
+embeddings, structure, the hybrid mix, query terms."""

@@ -17,11 +17,11 @@ import numpy as np
 import numpy.typing as npt
 
 from ctxopt.model import Breakdown, Weights
-from ctxopt.registry import SessionView
 from ctxopt.roots import Marks
 from ctxopt.scoring.embedding import cosine
 from ctxopt.scoring.recency import recency
 from ctxopt.scoring.structure import structure_term
+from ctxopt.session import SessionView
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -83,25 +83,26 @@ def normalised_bm25(session: SessionView, query_terms: list[str]) -> FloatArray:
     return raw / top if top > 0 else np.zeros_like(raw)
 
 
-# Pseudo-relevance feedback: the query grows by the rarest terms its best hits
-# share, so a turn that answers in other words than the question still scores.
-PRF_DOCS = 3  # the top hits the expansion reads
-PRF_TERMS = 8  # terms added
-PRF_WEIGHT = 0.3  # the expansion's weight beside the query's own; chosen by cross-validation
-
-
 def expanded_relevance(
-    session: SessionView, query_terms: list[str], relevance: FloatArray, weight: float
+    session: SessionView,
+    query_terms: list[str],
+    relevance: FloatArray,
+    *,
+    weight: float,
+    top_docs: int,
+    added_terms: int,
 ) -> FloatArray:
-    """`relevance` plus `weight` times the (normalised) BM25 of the expansion
-    terms: the terms the top PRF_DOCS hits hold and the query lacks, rarest
-    first (BM25Index.feedback_scores), renormalised so the best scores 1."""
+    """Pseudo-relevance feedback: `relevance` plus `weight` times the
+    (normalised) BM25 of the expansion terms, the `added_terms` terms the top
+    `top_docs` hits hold and the query lacks, rarest first
+    (TermIndex.feedback_scores), renormalised so the best scores 1. A turn
+    that answers in other words than the question still scores."""
     if weight <= 0 or not query_terms or not relevance.any():
         return relevance
-    top = np.argpartition(-relevance, PRF_DOCS)[:PRF_DOCS] if len(relevance) > PRF_DOCS else None
+    top = np.argpartition(-relevance, top_docs)[:top_docs] if len(relevance) > top_docs else None
     top = np.flatnonzero(relevance) if top is None else top
     top = np.sort(top[relevance[top] > 0])
-    raw = session.index.feedback_scores(top.tolist(), query_terms, PRF_TERMS, session.n_slots)
+    raw = session.index.feedback_scores(top.tolist(), query_terms, added_terms, session.n_slots)
     best = float(raw.max(initial=0.0))
     if best <= 0:
         return relevance
@@ -127,22 +128,32 @@ def spread_to_neighbours(
 
 def score_session(
     session: SessionView,
+    *,
     query_terms: list[str],
     query_embedding: tuple[float, ...],
     marks: Marks,
     weights: Weights,
     half_life_turns: float,
     old_generation_after: int,
-    neighbour_share: float = 0.0,
+    neighbour_share: float,
+    feedback_weight: float,
+    feedback_docs: int,
+    feedback_terms: int,
 ) -> Scores:
-    """Every slot's components and weighted total (dead slots score 0)."""
+    """Every slot's components and weighted total (dead slots score 0); the
+    knobs' values live in `ctxopt.planner.knobs` (the engine passes them)."""
     n = session.n_slots
     cols = session.columns
     alive = cols.alive[:n]
     relevance = expanded_relevance(
-        session, query_terms, normalised_bm25(session, query_terms), PRF_WEIGHT
+        session,
+        query_terms,
+        normalised_bm25(session, query_terms),
+        weight=feedback_weight,
+        top_docs=feedback_docs,
+        added_terms=feedback_terms,
     )
-    bm25 = spread_to_neighbours(relevance, session.live_slots(), neighbour_share)
+    bm25 = spread_to_neighbours(relevance, session.live, neighbour_share)
     recent = recency(cols.turn[:n], alive, half_life_turns)
     with_embedding = bool(query_embedding) and bool(session.embeddings)
     embedding = (

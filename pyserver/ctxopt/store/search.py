@@ -137,7 +137,7 @@ def snippet(text: str, wanted: frozenset[str], terms: Terms) -> str:
     with every matching word marked and `…` where text is left out. The start of
     the text when no piece matches.
 
-    >>> from ctxopt.scoring.analyzer import Analyzer
+    >>> from ctxopt.text.analyzer import Analyzer
     >>> snippet("setup\\nthe retries failed\\nteardown", frozenset({"retri"}), Analyzer().terms)
     '… the «retries» failed …'
     """

@@ -32,15 +32,8 @@ decision (`Restash`) instead of stashing the excerpt. An entry that a live
 chunk's `origin` names is never dropped; a restore unstashes exactly the entry
 it brought back.
 
-Ownership follows the data: a session id whose live session or stash belongs to
-one owner cannot be taken by another (also after a delete without purge), and
-every read and delete filters by owner.
-
-Retention. Each session's stash is capped (`stash_max_entries`, `stash_max_bytes`;
-bytes are the original's UTF-8 text plus its stored embedding). A write that would
-go over a cap drops EPHEMERAL originals of that session, oldest first, never the
-ones being written nor those a live chunk names, and logs each drop; when that is
-not enough the whole write is refused with `ResourceExhausted`.
+Ownership follows the data (`owners.py`), and each session's stash is capped
+(`caps.py`).
 
 Failure. A database that is damaged, unreadable or not writable refuses to open
 with one line naming the file and what to do; a full disk answers
@@ -52,11 +45,8 @@ every call here is short.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import logging
-import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -65,17 +55,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ctxopt.errors import (
-    DataLoss,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-    ResourceExhausted,
-)
+from ctxopt.errors import FailedPrecondition, InvalidArgument, NotFound
 from ctxopt.model import StashFilter, StashHit
-from ctxopt.scoring.analyzer import Analyzer
+from ctxopt.store.caps import Dropped, enforce_caps, log_dropped
 from ctxopt.store.export import Exported, export_document
+from ctxopt.store.files import DB_FILE, Directory, classify, damaged
+from ctxopt.store.owners import owners_of, require_owner
 from ctxopt.store.rows import (
     LIVE_NAMES,
     LIVE_SELECT,
@@ -105,11 +90,9 @@ from ctxopt.store.search import (
     search_sql,
     snippet,
 )
+from ctxopt.text.analyzer import Analyzer
 
 logger = logging.getLogger(__name__)
-
-DB_FILE = "ctxopt.db"
-PID_FILE = "ctxopt.pid"  # who holds the directory, for the refusal message only
 
 Fsync = Literal["full", "normal"]
 
@@ -134,66 +117,6 @@ class Change:
     restash: Sequence[Restash] = ()
     unstash: Sequence[str] = ()
     collections: int | None = None
-
-
-def _damaged(path: str, err: BaseException) -> DataLoss:
-    return DataLoss(
-        "data_dir",
-        path,
-        f"the database is damaged ({err}); move it aside and restart, "
-        "then import sessions from their JSON exports",
-    )
-
-
-def _classify(path: str, err: sqlite3.Error) -> Exception:
-    """A clear error for what SQLite reports about the file or the disk."""
-    message = str(err).lower()
-    if "full" in message:
-        return ResourceExhausted("data_dir", path, f"the disk is full ({err}); free space")
-    if "readonly" in message or "read-only" in message or "unable to open" in message:
-        return FailedPrecondition(
-            "data_dir", path, f"cannot write the database ({err}); check its permissions"
-        )
-    if isinstance(err, sqlite3.DatabaseError) and not isinstance(err, sqlite3.OperationalError):
-        return _damaged(path, err)
-    return err
-
-
-class _Directory:
-    """One process per data directory: each keeps its sessions in memory, so a
-    second writer would diverge from the first. The lock is on the database file
-    itself (deleting a side file must not let a second server in); the kernel drops
-    it when the process dies, even by SIGKILL."""
-
-    def __init__(self, path: Path) -> None:
-        try:
-            path.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._fd = os.open(path / DB_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as err:
-            raise FailedPrecondition(
-                "data_dir", str(path), f"cannot open the data directory ({err.strerror})"
-            ) from None
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._fd)
-            holder = _read_pid(path / PID_FILE)
-            raise FailedPrecondition(
-                "data_dir", str(path), f"in use by another ctxopt process (pid {holder})"
-            ) from None
-        # informational only: a read-only directory is reported when SQLite writes
-        with contextlib.suppress(OSError):
-            (path / PID_FILE).write_text(str(os.getpid()))
-
-    def release(self) -> None:
-        os.close(self._fd)  # releases the flock
-
-
-def _read_pid(path: Path) -> str:
-    try:
-        return path.read_text().strip() or "unknown"
-    except OSError:
-        return "unknown"
 
 
 class Store:
@@ -221,7 +144,7 @@ class Store:
         self.stash_max_bytes = stash_max_bytes
         self.analyzer = analyzer or Analyzer()
         in_memory = path == ":memory:"
-        self._directory = None if in_memory else _Directory(Path(path))
+        self._directory = None if in_memory else Directory(Path(path))
         self.db_path = ":memory:" if in_memory else str(Path(path) / DB_FILE)
         self._lock = threading.Lock()
         try:
@@ -232,7 +155,7 @@ class Store:
         except BaseException as err:
             self._release()
             if isinstance(err, sqlite3.Error):
-                raise _classify(self.db_path, err) from None
+                raise classify(self.db_path, err) from None
             raise
 
     def _open(self, fsync: Fsync, *, in_memory: bool) -> None:
@@ -240,7 +163,7 @@ class Store:
         conn.execute("PRAGMA busy_timeout = 10000")
         check = conn.execute("PRAGMA quick_check").fetchall()
         if [tuple(row) for row in check] != [("ok",)]:
-            raise _damaged(self.db_path, RuntimeError("; ".join(str(r[0]) for r in check[:3])))
+            raise damaged(self.db_path, RuntimeError("; ".join(str(r[0]) for r in check[:3])))
         if not in_memory:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if mode != "wal":
@@ -299,7 +222,7 @@ class Store:
                 if self._conn.in_transaction:
                     self._conn.rollback()
                 if isinstance(err, sqlite3.Error):
-                    raise _classify(self.db_path, err) from err
+                    raise classify(self.db_path, err) from err
                 raise
 
     @contextmanager
@@ -314,14 +237,14 @@ class Store:
                 finally:
                     cur.execute("COMMIT")
             except sqlite3.Error as err:
-                raise _classify(self.db_path, err) from err
+                raise classify(self.db_path, err) from err
 
     # Sessions
 
     def owners(self, session_id: str) -> set[str]:
         """Every owner holding a live session or stash entries under this id."""
         with self._reading() as cur:
-            return _owners(cur, session_id)
+            return owners_of(cur, session_id)
 
     def load_session(self, session_id: str) -> StoredSession | None:
         """A live session with its chunks in prompt order, None when it does not exist."""
@@ -367,13 +290,12 @@ class Store:
                 [(session_id, stash_id) for stash_id in change.unstash],
             )
             dropped = self._enforce_caps(cur, session_id, {e.stash_id for e in change.stash})
-        _log_dropped(session_id, dropped)
+        log_dropped(session_id, dropped)
 
     def delete_session(self, owner: str, session_id: str, purge_stash: bool) -> bool:
         """Delete a live session (and its stash when `purge_stash`); whether anything existed."""
         with self._transaction() as cur:
-            if _owners(cur, session_id) - {owner}:
-                raise PermissionDenied("session_id", session_id, "belongs to another client")
+            require_owner(owners_of(cur, session_id), owner, session_id)
             cur.execute("DELETE FROM chunks WHERE session_id = ?", (session_id,))
             existed = cur.execute(
                 "DELETE FROM sessions WHERE session_id = ?", (session_id,)
@@ -485,8 +407,7 @@ class Store:
     def export_session(self, owner: str, session_id: str) -> dict[str, object]:
         """A session (live chunks and stash) as a JSON-able dict (`export.py`)."""
         with self._reading() as cur:
-            if _owners(cur, session_id) - {owner}:
-                raise PermissionDenied("session_id", session_id, "belongs to another client")
+            require_owner(owners_of(cur, session_id), owner, session_id)
             live = _load_session(cur, session_id)
             stash = [
                 entry_from(row)
@@ -508,9 +429,8 @@ class Store:
         session_id, owner = session.session_id, session.owner
         stash_rows = self._stash_rows(exported.stash)
         with self._transaction() as cur:
-            owners = _owners(cur, session_id)
-            if owners - {owner}:
-                raise PermissionDenied("json.session_id", session_id, "belongs to another client")
+            owners = owners_of(cur, session_id)
+            require_owner(owners, owner, session_id, "json.session_id")
             if owners and not replace:
                 raise FailedPrecondition(
                     "replace", replace, f"session {session_id!r} exists; set replace to overwrite"
@@ -523,98 +443,33 @@ class Store:
             cur.executemany(_UPSERT_LIVE, [live_values(session_id, c) for c in session.chunks])
             cur.executemany(_UPSERT_STASH, stash_rows)
             dropped = self._enforce_caps(cur, session_id, set())
-        _log_dropped(session_id, dropped)
+        log_dropped(session_id, dropped)
 
     # Internals
+
+    def _enforce_caps(self, cur: sqlite3.Cursor, session_id: str, keep: set[str]) -> list[Dropped]:
+        return enforce_caps(
+            cur,
+            session_id,
+            keep,
+            max_entries=self.stash_max_entries,
+            max_bytes=self.stash_max_bytes,
+        )
 
     def _stash_rows(self, entries: Sequence[StashEntry]) -> list[tuple[object, ...]]:
         """The rows of stashed originals, their text analysed for the search index
         (before the write lock: analysis needs none)."""
         return [entry_values(e, index_text(self.analyzer.terms(e.chunk.text))) for e in entries]
 
-    def _enforce_caps(self, cur: sqlite3.Cursor, session_id: str, keep: set[str]) -> list[_Dropped]:
-        """Drop EPHEMERAL originals, oldest first, until the session's stash fits its
-        caps, never one in `keep` or one a live chunk names; returns what went (to
-        log after commit) or raises ResourceExhausted."""
-        totals = cur.execute(
-            "SELECT entries, size_bytes FROM stash_totals WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        if totals is None:
-            return []
-        entries, size = totals
-        if entries <= self.stash_max_entries and size <= self.stash_max_bytes:
-            return []
-        victims: list[_Dropped] = []
-        candidates = cur.execute(
-            "SELECT s.id, s.stash_id, s.size_bytes FROM stash AS s "
-            "WHERE s.session_id = ? AND s.ephemeral = 1 AND NOT EXISTS ("
-            "  SELECT 1 FROM chunks AS c WHERE c.session_id = s.session_id "
-            "  AND c.origin = s.stash_id) "
-            "ORDER BY s.stashed_at_ms, s.id",
-            (session_id,),
-        )
-        for row_id, stash_id, row_size in candidates:
-            if entries <= self.stash_max_entries and size <= self.stash_max_bytes:
-                break
-            if stash_id in keep:
-                continue
-            victims.append(_Dropped(int(row_id), str(stash_id), int(row_size)))
-            entries -= 1
-            size -= row_size
-        for cap, used, what in (
-            ("stash_max_entries", entries, "entries"),
-            ("stash_max_bytes", size, "bytes"),
-        ):
-            limit = getattr(self, cap)
-            if used > limit:
-                raise ResourceExhausted(
-                    cap,
-                    limit,
-                    f"session {session_id!r} would stash {used} {what} and only EPHEMERAL "
-                    "originals may be dropped; export or delete sessions, or raise the cap",
-                )
-        cur.executemany("DELETE FROM stash WHERE id = ?", [(v.row_id,) for v in victims])
-        return victims
-
-
-@dataclass(frozen=True, slots=True)
-class _Dropped:
-    row_id: int
-    stash_id: str
-    size_bytes: int
-
-
-def _log_dropped(session_id: str, dropped: Sequence[_Dropped]) -> None:
-    for d in dropped:
-        logger.warning(
-            "stash cap reached: dropped EPHEMERAL original %s of session %r (%d bytes)",
-            d.stash_id,
-            session_id,
-            d.size_bytes,
-        )
-
 
 def _json_list(values: Sequence[str]) -> str:
     return json.dumps(list(values), ensure_ascii=False)
 
 
-def _owners(cur: sqlite3.Cursor, session_id: str) -> set[str]:
-    """The live session's owner and the least and greatest owner of its stash: more
-    than one owner shows in those three, each an index seek (every write asks)."""
-    row = cur.execute(
-        "SELECT (SELECT owner FROM sessions WHERE session_id = ?1), "
-        "(SELECT owner FROM stash WHERE session_id = ?1 ORDER BY owner LIMIT 1), "
-        "(SELECT owner FROM stash WHERE session_id = ?1 ORDER BY owner DESC LIMIT 1)",
-        (session_id,),
-    ).fetchone()
-    return {str(owner) for owner in row if owner is not None}
-
-
 def _claim(cur: sqlite3.Cursor, session_id: str, owner: str) -> None:
     """Create the session for `owner` unless it exists; refuse an id whose live
     session or stash belongs to someone else."""
-    if _owners(cur, session_id) - {owner}:
-        raise PermissionDenied("session_id", session_id, "belongs to another client")
+    require_owner(owners_of(cur, session_id), owner, session_id)
     cur.execute(
         "INSERT INTO sessions VALUES (?, ?, 0) ON CONFLICT (session_id) DO NOTHING",
         (session_id, owner),

@@ -164,9 +164,6 @@ def filters_from_pb(msg: pb.StashFilter) -> StashFilter:
     )
 
 
-DEFAULT_SEARCH_LIMIT = 20  # hits per page when the request leaves `limit` at 0
-
-
 def page_offset(token: str) -> int:
     """Page tokens are the decimal offset of the next hit (opaque to clients)."""
     if not token:

@@ -18,6 +18,7 @@ from typing import TypeVar
 import grpc
 from google.protobuf.message import Message
 
+from ctxopt import validate
 from ctxopt.api.grpc import convert
 from ctxopt.api.grpc.interceptors import current_owner
 from ctxopt.engine import Engine
@@ -115,7 +116,7 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
                 request.session_id,
                 request.query,
                 convert.filters_from_pb(request.filters),
-                request.limit or convert.DEFAULT_SEARCH_LIMIT,
+                request.limit or validate.DEFAULT_SEARCH_LIMIT,
                 convert.page_offset(request.page_token),
             )
             return convert.hits_to_pb(hits, next_offset)

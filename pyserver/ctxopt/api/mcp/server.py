@@ -1,14 +1,9 @@
 """MCP front end: the engine's garbage collector as tools an agent can call.
 
-`ctxopt mcp` serves these over stdio with the official SDK. The tools are thin
-adapters over the same Engine and store the gRPC server uses; the only state
-of their own is the GC settings `context_gc_configure` changes (the defaults
-of later analyze, prune and restore calls in this process).
-
-Safety: removal stashes unless the agent asks for deletion, and LOCKED or
-pinned chunks are refused with a tool error that names them. The SDK runs
-tool calls concurrently, so one lock serialises them: a refusal check and the
-removal it guards see the same session.
+`ctxopt mcp` serves these over stdio with the official SDK (`serve_stdio`);
+`ctxopt serve --mcp-addr` serves them over streamable HTTP beside gRPC
+(`serve_http`). Shapes are in `schemas`, the adapters in `tools`; this module
+wires them to the SDK and the process (signals, closing the store).
 """
 
 from __future__ import annotations
@@ -17,410 +12,69 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, ConfigDict, Field
+from mcp.types import Tool
+from pydantic import Field
 
 from ctxopt import validate
+from ctxopt.api.mcp.schemas import (
+    DEFAULT_SESSION,
+    Analysis,
+    AppendSummary,
+    ChunkIn,
+    GcSettings,
+    KindName,
+    PinResult,
+    PruneResult,
+    PruneStrategy,
+    Query,
+    RestoreResult,
+    SearchResult,
+    SessionId,
+)
+from ctxopt.api.mcp.tools import ContextTools, initial_settings
 from ctxopt.config import Config
 from ctxopt.engine import Engine
-from ctxopt.errors import CtxoptError, FailedPrecondition, NotFound
-from ctxopt.model import (
-    DEFAULT_RECENT_TURNS,
-    Budget,
-    Chunk,
-    ChunkKind,
-    ChunkUpdate,
-    Decision,
-    Decisions,
-    GcPolicy,
-    OptimizeOptions,
-    Plan,
-    Role,
-    Roots,
-    StashFilter,
-    Weights,
-)
-
-T = TypeVar("T")
-OWNER = ""  # one agent per stdio process: every session is its own
-DEFAULT_SESSION = "default"
-DEFAULT_CONTEXT_LIMIT = 128_000
-RoleName = Literal["system", "user", "model", "tool"]
-KindName = Literal[
-    "message",
-    "code",
-    "log",
-    "note",
-    "decision",
-    "summary",
-    "tool_call",
-    "tool_result",
-    "system",
-    "enrichment",
-    "tool_schema",
-    "memory",
-]
-PruneStrategy = Literal["delete", "stash", "auto"]
-PolicyName = Literal["auto", "locked", "preservable", "partial", "ephemeral"]
-ActionName = Literal["trim", "mask", "stash", "delete"]
-Percent = Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)]
-WindowTokens = Annotated[int, Field(gt=0, le=validate.MAX_CONTEXT_TOKENS)]
-Count = Annotated[int, Field(ge=0)]
-Weight = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Query = Annotated[str, Field(description="the current task or question; relevance is scored on it")]
-SessionId = Annotated[str, Field(description="the conversation; one per agent session")]
+from ctxopt.errors import FailedPrecondition
+from ctxopt.model import ChunkKind, StashFilter
 
 
-# ---- tool inputs and results (their JSON schemas are what agents see) ---------
+class _StrictServer(MCPServer):
+    """An argument a tool does not take is refused by name, not ignored (a typo
+    like `strateg` must not silently run the default). The SDK's argument
+    models ignore extra keys and offer no option, so the tool list advertises
+    `additionalProperties: false` and a call is checked against it, both
+    through the server's public methods."""
 
+    async def list_tools(self) -> list[Tool]:
+        return [
+            tool.model_copy(
+                update={"input_schema": {**tool.input_schema, "additionalProperties": False}}
+            )
+            for tool in await super().list_tools()
+        ]
 
-class ChunkIn(BaseModel):
-    """One piece of the agent's context."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-    text: str
-    role: RoleName = "user"
-    kind: KindName = "message"
-    tokens: int = Field(default=0, ge=0, description="0: the server counts")
-    turn: int = 0
-    pinned: bool = False
-    policy: PolicyName = Field(default="auto", description="auto: derived from kind and role")
-    group_id: str = Field(default="", description="a tool call and its result share one")
-    parent_id: str = ""
-    references: list[str] = []
-    file_path: str = ""
-    tags: list[str] = []
-    task_id: str = ""
-    boost: float = 0.0
-
-
-class GcSettings(BaseModel):
-    """Defaults of this process's analyze, prune and restore calls (context_gc_configure
-    describes each)."""
-
-    context_limit_tokens: int
-    threshold_percent: float
-    target_percent: float
-    pressure_percent: float
-    recent_turns: int
-    batch_size: int
-    weight_bm25: float
-    weight_recency: float
-    weight_gc: float
-    weight_boost: float
-
-    def budget(self) -> Budget:
-        return Budget(
-            self.context_limit_tokens,
-            self.threshold_percent,
-            self.target_percent,
-            self.pressure_percent,
-        )
-
-    def weights(self) -> Weights:
-        return Weights(
-            bm25=self.weight_bm25,
-            recency=self.weight_recency,
-            gc=self.weight_gc,
-            boost=self.weight_boost,
-        )
-
-
-class Usage(BaseModel):
-    current_tokens: int
-    soft_limit_tokens: int = Field(description="collection triggers here (threshold)")
-    hard_limit_tokens: int = Field(description="the context window")
-    target_tokens: int = Field(description="a collection lands here")
-    percent_of_limit: float
-
-
-class Change(BaseModel):
-    id: str
-    action: ActionName = Field(description="what the collection does with it")
-    tokens: int
-    tokens_after: int = Field(description="0 unless trimmed or masked")
-    score: float = Field(description="hybrid value: higher is kept first")
-    reasons: list[str]
-
-
-class Candidate(Change):
-    kind: KindName
-
-
-class Analysis(BaseModel):
-    usage: Usage
-    would_trigger: bool = Field(description="current tokens reached the soft limit")
-    tokens_after: int = Field(description="what context_gc_prune strategy=auto would leave")
-    feasible: bool = Field(description="false: protected chunks alone exceed the target")
-    explanation: str
-    candidates: list[Candidate] = Field(description="what auto would change, in removal order")
-
-
-class PruneResult(BaseModel):
-    strategy: PruneStrategy
-    stashed: list[str] = Field(description="restorable with context_stash_restore")
-    deleted: list[str]
-    trimmed_or_masked: list[str] = Field(description="shortened in place, originals stashed")
-    tokens_before: int
-    tokens_after: int
-    tokens_saved: int
-    changes: list[Change] = Field(
-        description="auto: every change with its score and reasons; empty for explicit ids"
-    )
-    explanation: str
-
-
-class PinResult(BaseModel):
-    ids: list[str]
-    pinned: bool
-
-
-class AppendSummary(BaseModel):
-    """How many chunks an append added, changed or found unchanged (statuses counted)."""
-
-    added: int
-    updated: int
-    unchanged: int
-    session_tokens: int
-    session_chunks: int
-
-
-class StashHitOut(BaseModel):
-    chunk_id: str
-    session_id: str = Field(description="restore it with this session_id")
-    stash_id: str
-    kind: KindName
-    action: str = Field(description="how it left the context: trim, mask, stash")
-    tokens: int
-    score: float
-    snippet: str
-
-
-class SearchResult(BaseModel):
-    hits: list[StashHitOut]
-    next_offset: int | None = Field(description="pass as offset for the next page")
-
-
-class RestoreResult(BaseModel):
-    restored: list[str] = Field(description="the ids and the rest of their groups")
-    session_tokens: int
-
-
-# ---- the adapters ---------------------------------------------------------
-
-
-@dataclass
-class ContextTools:
-    engine: Engine
-    settings: GcSettings
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def call(self, action: Callable[[], T]) -> T:
-        """One tool call at a time; engine errors become tool errors naming the field."""
-        with self.lock:
-            try:
-                return action()
-            except CtxoptError as e:
-                raise ToolError(str(e)) from None
-
-    def configure(self, changes: dict[str, float | int]) -> GcSettings:
-        settings = self.settings.model_copy(update=changes)
-        validate.validate_budget(settings.budget(), "settings")
-        validate.validate_roots(Roots(recent_turns=settings.recent_turns), "settings")
-        validate.validate_weights(settings.weights(), "settings")
-        self.settings = settings
-        return settings
-
-    def collection(self, query: str, *, dry_run: bool) -> OptimizeOptions:
-        """A forced collection to the target: what analyze shows is what auto does."""
-        s = self.settings
-        return OptimizeOptions(
-            budget=s.budget(),
-            query=query,
-            roots=Roots(recent_turns=s.recent_turns),
-            weights=s.weights(),
-            dry_run=dry_run,
-            force=True,
-            incremental=s.batch_size > 0,
-            incremental_batch=s.batch_size,
-        )
-
-    def append(self, session_id: str, chunks: list[ChunkIn]) -> AppendSummary:
-        result = self.engine.append(OWNER, session_id, [_chunk(c) for c in chunks])
-        statuses = [c.status.name for c in result.chunks]
-        return AppendSummary(
-            added=statuses.count("ADDED"),
-            updated=statuses.count("UPDATED"),
-            unchanged=statuses.count("UNCHANGED"),
-            session_tokens=result.session_tokens,
-            session_chunks=result.session_chunks,
-        )
-
-    def analyze(self, session_id: str, query: str) -> Analysis:
-        """An agent's first call may come before anything is registered: a session
-        that does not exist yet is an empty one."""
-        options = self.collection(query, dry_run=True)
-        try:
-            plan = self.engine.optimize(OWNER, session_id, options)
-        except NotFound as e:
-            if e.field != "session_id":
-                raise
-            plan = Plan([], Decisions(), 0, 0, options.budget.target, False, True, [])
-        budget = self.settings.budget()
-        return Analysis(
-            usage=Usage(
-                current_tokens=plan.tokens_before,
-                soft_limit_tokens=budget.threshold,
-                hard_limit_tokens=budget.context_limit_tokens,
-                target_tokens=budget.target,
-                percent_of_limit=round(100 * plan.tokens_before / budget.context_limit_tokens, 2),
-            ),
-            would_trigger=plan.tokens_before >= budget.threshold,
-            tokens_after=plan.tokens_after,
-            feasible=plan.feasible,
-            explanation=plan.explanation,
-            candidates=self._candidates(session_id, plan.decisions),
-        )
-
-    def prune(
-        self, session_id: str, ids: list[str], strategy: PruneStrategy, query: str
-    ) -> PruneResult:
-        if strategy == "auto":
-            if ids:
-                raise ToolError("ids: strategy 'auto' chooses the chunks itself; give no ids")
-            options = self.collection(query, dry_run=False)
-            return _auto_result(self.engine.optimize(OWNER, session_id, options))
-        if not ids:
-            raise ToolError("ids: give the chunk ids to prune (or strategy 'auto')")
-        before = self.engine.stats(OWNER, session_id).tokens
-        _, after = self.engine.prune(
-            OWNER,
-            session_id,
-            ids,
-            stash_originals=strategy == "stash",
-            roots=Roots(recent_turns=self.settings.recent_turns),
-        )
-        return PruneResult(
-            strategy=strategy,
-            stashed=ids if strategy == "stash" else [],
-            deleted=ids if strategy == "delete" else [],
-            trimmed_or_masked=[],
-            tokens_before=before,
-            tokens_after=after,
-            tokens_saved=before - after,
-            changes=[],
-            explanation=f"{len(ids)} chunks removed as asked"
-            + (", restorable from the stash" if strategy == "stash" else ", for good"),
-        )
-
-    def pin(self, session_id: str, ids: list[str], pinned: bool) -> PinResult:
-        self.engine.update(OWNER, session_id, [ChunkUpdate(id=i, pinned=pinned) for i in ids])
-        return PinResult(ids=ids, pinned=pinned)
-
-    def search(
-        self, session_id: str, query: str, filters: StashFilter, limit: int, offset: int
-    ) -> SearchResult:
-        hits, next_offset = self.engine.search_stash(
-            OWNER, session_id, query, filters, limit, offset
-        )
-        return SearchResult(
-            hits=[
-                StashHitOut(
-                    chunk_id=h.chunk_id,
-                    session_id=h.session_id,
-                    stash_id=h.stash_id,
-                    kind=_kind_name(h.kind),
-                    action=h.action.name.lower(),
-                    tokens=h.tokens,
-                    score=round(h.score, 4),
-                    snippet=h.snippet,
-                )
-                for h in hits
-            ],
-            next_offset=next_offset,
-        )
-
-    def restore(self, session_id: str, ids: list[str], force: bool) -> RestoreResult:
-        budget = self.settings.budget()
-        restored, tokens = self.engine.restore(OWNER, session_id, ids, budget, force)
-        return RestoreResult(restored=restored, session_tokens=tokens)
-
-    def _candidates(self, session_id: str, decisions: Sequence[Decision]) -> list[Candidate]:
-        ids = [d.chunk_id for d in decisions]
-        chunks = self.engine.chunks(OWNER, session_id, ids) if ids else []
-        kinds = {c.id: _kind_name(c.kind) for c in chunks}
-        return [Candidate(**_change(d).model_dump(), kind=kinds[d.chunk_id]) for d in decisions]
-
-
-def _chunk(c: ChunkIn) -> Chunk:
-    return Chunk(
-        id=c.id,
-        role=Role[c.role.upper()],
-        kind=ChunkKind[c.kind.upper()],
-        text=c.text,
-        tokens=c.tokens,
-        turn=c.turn,
-        pinned=c.pinned,
-        policy=GcPolicy.UNSPECIFIED if c.policy == "auto" else GcPolicy[c.policy.upper()],
-        group_id=c.group_id,
-        parent_id=c.parent_id,
-        references=tuple(c.references),
-        file_path=c.file_path,
-        tags=tuple(c.tags),
-        task_id=c.task_id,
-        boost=c.boost,
-    )
-
-
-def _kind_name(kind: ChunkKind) -> KindName:
-    return kind.name.lower()  # type: ignore[return-value]  # KindName lists every kind
-
-
-def _change(decision: Decision) -> Change:
-    return Change(
-        id=decision.chunk_id,
-        action=decision.action.name.lower(),  # type: ignore[arg-type]  # plans never list KEEP
-        tokens=decision.tokens,
-        tokens_after=decision.tokens_after,
-        score=round(decision.score, 4),
-        reasons=list(decision.reasons),
-    )
-
-
-def _auto_result(plan: Plan) -> PruneResult:
-    changes = [_change(d) for d in plan.decisions]
-
-    def ids(*actions: ActionName) -> list[str]:
-        return [c.id for c in changes if c.action in actions]
-
-    return PruneResult(
-        strategy="auto",
-        stashed=ids("stash"),
-        deleted=ids("delete"),
-        trimmed_or_masked=ids("trim", "mask"),
-        tokens_before=plan.tokens_before,
-        tokens_after=plan.tokens_after,
-        tokens_saved=plan.tokens_before - plan.tokens_after,
-        changes=changes,
-        explanation=plan.explanation
-        or f"collected to {plan.tokens_after} tokens (target {plan.target_tokens})",
-    )
-
-
-# ---- the MCP server ---------------------------------------------------------
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> Any:
+        taken = {
+            tool.name: tool.input_schema.get("properties", {})
+            for tool in await super().list_tools()
+        }
+        unknown = sorted(set(arguments) - set(taken.get(name, arguments)))
+        if unknown:
+            raise ToolError(f"{', '.join(unknown)}: not an argument of {name}")
+        return await super().call_tool(name, arguments, context)
 
 
 def build_server(tools: ContextTools) -> MCPServer:
-    server: MCPServer = MCPServer(
+    """The MCP server offering `tools`, one decorated adapter per tool."""
+    server = _StrictServer(
         "ctxopt",
         instructions=(
             "Context garbage collection. Register what is in your context with "
@@ -469,30 +123,30 @@ def build_server(tools: ContextTools) -> MCPServer:
     @server.tool()
     def context_gc_configure(
         context_limit_tokens: Annotated[
-            WindowTokens | None, Field(description="the hard limit: the context window")
+            int | None, Field(description="the hard limit: the context window")
         ] = None,
         threshold_percent: Annotated[
-            Percent | None, Field(description="the soft limit: a collection triggers here")
+            float | None, Field(description="the soft limit: a collection triggers here")
         ] = None,
         target_percent: Annotated[
-            Percent | None, Field(description="a collection lands here")
+            float | None, Field(description="a collection lands here")
         ] = None,
         pressure_percent: Annotated[
-            Percent | None, Field(description="PRESERVABLE chunks go only above this")
+            float | None, Field(description="PRESERVABLE chunks go only above this")
         ] = None,
         recent_turns: Annotated[
-            Count | None, Field(description="the latest turns are roots, never removed")
+            int | None, Field(description="the latest turns are roots, never removed")
         ] = None,
         batch_size: Annotated[
-            Count | None,
+            int | None,
             Field(description="0: auto is a full collection; N: a minor one of at most N steps"),
         ] = None,
-        weight_bm25: Annotated[Weight | None, Field(description="relevance to the query")] = None,
-        weight_recency: Annotated[Weight | None, Field(description="how recent")] = None,
+        weight_bm25: Annotated[float | None, Field(description="relevance to the query")] = None,
+        weight_recency: Annotated[float | None, Field(description="how recent")] = None,
         weight_gc: Annotated[
-            Weight | None, Field(description="structure: kind, references, generation")
+            float | None, Field(description="structure: kind, references, generation")
         ] = None,
-        weight_boost: Annotated[Weight | None, Field(description="the chunks' own boost")] = None,
+        weight_boost: Annotated[float | None, Field(description="the chunks' own boost")] = None,
     ) -> GcSettings:
         """Change the limits, thresholds, recency window, batch size and weights
         that later analyze, prune and restore calls of this process use (for every
@@ -519,8 +173,10 @@ def build_server(tools: ContextTools) -> MCPServer:
         tags: list[str] | None = None,
         file_path: str = "",
         task_id: str = "",
-        limit: Annotated[int, Field(ge=0, le=validate.MAX_SEARCH_LIMIT)] = 10,
-        offset: Annotated[int, Field(ge=0)] = 0,
+        limit: Annotated[
+            int, Field(description=f"hits per page, 1 to {validate.MAX_SEARCH_LIMIT}")
+        ] = validate.DEFAULT_SEARCH_LIMIT,
+        offset: Annotated[int, Field(description="next_offset of the previous page")] = 0,
         session_id: SessionId = DEFAULT_SESSION,
     ) -> SearchResult:
         """Full-text search of what was stashed, trimmed or masked, best first,
@@ -541,36 +197,7 @@ def build_server(tools: ContextTools) -> MCPServer:
         refused when that would pass the target unless `force`."""
         return tools.call(lambda: tools.restore(session_id, ids, force))
 
-    _refuse_unknown_arguments(server)
     return server
-
-
-def _refuse_unknown_arguments(server: MCPServer) -> None:
-    """An argument a tool does not take is refused by name, not ignored (a typo
-    like `strateg` must not silently run the default). The SDK builds each tool's
-    argument model leniently and offers no option, so tighten the models it built."""
-    for tool in server._tool_manager.list_tools():
-        model = tool.fn_metadata.arg_model
-        model.model_config["extra"] = "forbid"
-        model.model_rebuild(force=True)
-        tool.parameters = model.model_json_schema(by_alias=True)
-
-
-def initial_settings(config: Config) -> GcSettings:
-    """The configured GC percentages, the engine's default weights, full collections."""
-    weights = Weights()
-    return GcSettings(
-        context_limit_tokens=DEFAULT_CONTEXT_LIMIT,
-        threshold_percent=config.gc_threshold_percent,
-        target_percent=config.gc_target_percent,
-        pressure_percent=config.gc_pressure_percent,
-        recent_turns=DEFAULT_RECENT_TURNS,
-        batch_size=0,
-        weight_bm25=weights.bm25,
-        weight_recency=weights.recency,
-        weight_gc=weights.gc,
-        weight_boost=weights.boost,
-    )
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)

@@ -1,203 +1,38 @@
-"""Sessions of ordered chunks with incremental indexes.
+"""`Session`: one conversation's chunks with incremental indexes, the only writer.
 
-A session stores its chunks by *slot*: the position a chunk was first appended
-at. Slots are never reused, so slot order is prompt order and the per-slot
-numpy columns let scoring and planning run vectorised. Removal marks a slot
-dead; re-appending or restoring an id brings it back into its old slot.
+Removal marks a slot dead; re-appending or restoring an id brings it back
+into its old slot (slots: see `columns.py`).
 
 Besides the BM25 index the session keeps the reference graph incrementally:
 explicit edges (`references`, `parent_id`, `summary_of`) with back-references
 and refcounts, and implicit hubs (same `file_path`, shared tags, same
 `topic_id`, same `group_id`) that reachability walks through without ever
-materialising the quadratic set of pairwise edges.
+materialising the quadratic set of pairwise edges; and its line book (the
+echo lines of `text/lines.py`), brought up to date when a plan asks for it.
+Readers get a `SessionView`.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
-from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Sequence
+from dataclasses import fields, replace
 from operator import attrgetter
+from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
 
 from ctxopt.model import Chunk, UpsertStatus
-from ctxopt.scoring.analyzer import Analyzer
-from ctxopt.scoring.bm25 import BM25Index
-from ctxopt.shrink import stash_id
+from ctxopt.session.columns import Columns, Entry, Hubs
+from ctxopt.session.view import SessionView
+from ctxopt.text.analyzer import Analyzer
+from ctxopt.text.bm25 import BM25Index
+from ctxopt.text.lines import LineBook
 
-_INITIAL_CAPACITY = 64
 # Below this many dead slots, their memory costs less than rebuilding the indexes.
 COMPACT_MIN_DEAD_SLOTS = 4096
-
-
-@dataclass(slots=True)
-class Entry:
-    """A chunk as the registry holds it, with its GC bookkeeping."""
-
-    chunk: Chunk  # `tokens` filled in with the count
-    slot: int
-    tokens: int
-    born: int = 0  # the session's collection count when the chunk arrived
-    last_touched_ms: int = 0
-    origin: str = ""  # stash id of the original while the text is an excerpt or placeholder
-    _own_stash_id: str = ""
-
-    def stash_id(self) -> str:
-        """Where this chunk's original is (or would be) stashed: `origin` while the
-        text is an excerpt, else the id of this text (hashed once per entry)."""
-        if self.origin:
-            return self.origin
-        if not self._own_stash_id:
-            self._own_stash_id = stash_id(self.chunk.id, self.chunk.text)
-        return self._own_stash_id
-
-
-def _grow(array: npt.NDArray[np.generic], size: int) -> npt.NDArray[np.generic]:
-    grown = np.zeros(max(size, 2 * len(array)), dtype=array.dtype)
-    grown[: len(array)] = array
-    return grown
-
-
-class Columns:
-    """Per-slot numpy columns the scorer and planner read in bulk."""
-
-    def __init__(self) -> None:
-        n = _INITIAL_CAPACITY
-        self.alive = np.zeros(n, dtype=bool)
-        self.tokens = np.zeros(n, dtype=np.int64)
-        self.turn = np.zeros(n, dtype=np.int64)
-        self.created_ms = np.zeros(n, dtype=np.int64)
-        self.kind = np.zeros(n, dtype=np.int8)
-        self.role = np.zeros(n, dtype=np.int8)
-        self.policy = np.zeros(n, dtype=np.int8)
-        self.pinned = np.zeros(n, dtype=bool)
-        self.boost = np.zeros(n, dtype=np.float64)
-        self.born = np.zeros(n, dtype=np.int64)
-        self.refcount = np.zeros(n, dtype=np.int64)
-        self.lines = np.zeros(n, dtype=np.int64)
-
-    NAMES = (
-        "alive",
-        "tokens",
-        "turn",
-        "created_ms",
-        "kind",
-        "role",
-        "policy",
-        "pinned",
-        "boost",
-        "born",
-        "refcount",
-        "lines",
-    )
-
-    def ensure(self, size: int) -> None:
-        if size <= len(self.alive):
-            return
-        for name in self.NAMES:
-            setattr(self, name, _grow(getattr(self, name), size))
-
-    def frozen(self, size: int) -> Columns:
-        """Read-only views of the first `size` slots (no copy)."""
-        view = Columns.__new__(Columns)
-        for name in self.NAMES:
-            column = getattr(self, name)[:size]
-            column.flags.writeable = False
-            setattr(view, name, column)
-        return view
-
-
-@dataclass(slots=True)
-class Hubs:
-    """Implicit links: chunks sharing a file, tag, topic or group."""
-
-    by_file: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
-    by_tag: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
-    by_topic: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
-    by_group: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
-    by_task: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
-
-    def keys_of(self, chunk: Chunk) -> Iterator[tuple[dict[str, set[int]], str]]:
-        """Each hub this chunk belongs to, with its key there."""
-        if chunk.file_path:
-            yield self.by_file, chunk.file_path
-        for tag in chunk.tags:
-            yield self.by_tag, tag
-        if chunk.topic_id:
-            yield self.by_topic, chunk.topic_id
-        if chunk.group_id:
-            yield self.by_group, chunk.group_id
-        if chunk.task_id:
-            yield self.by_task, chunk.task_id
-
-    def add(self, chunk: Chunk, slot: int) -> None:
-        for hub, key in self.keys_of(chunk):
-            hub[key].add(slot)
-
-    def discard(self, chunk: Chunk, slot: int) -> None:
-        for hub, key in self.keys_of(chunk):
-            members = hub.get(key)
-            if members is not None:
-                members.discard(slot)
-                if not members:
-                    del hub[key]
-
-
-@dataclass(frozen=True, slots=True)
-class SessionView:
-    """A session as marking, scoring and planning read it: a snapshot taken
-    under the session lock, with read-only columns and mappings. Only the
-    registry changes a session (the engine drives it through `Session`)."""
-
-    id: str
-    n_slots: int
-    live: npt.NDArray[np.intp]  # live slots in prompt order
-    columns: Columns  # read-only, `n_slots` long
-    slot_ids: Sequence[str]  # slot -> id, kept after removal
-    entries: Mapping[str, Entry]
-    hubs: Hubs
-    out_edges: Mapping[str, tuple[str, ...]]  # explicit edges by id: source -> targets
-    in_edges: Mapping[str, AbstractSet[str]]
-    parent_of: Mapping[str, str]  # child id -> parent id
-    index: BM25Index
-    embeddings: Mapping[int, npt.NDArray[np.float32]]
-    analyzer: Analyzer  # the one that indexed the text
-    collections: int
-    tokens_total: int
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def live_slots(self) -> npt.NDArray[np.intp]:
-        return self.live
-
-    def entry_at(self, slot: int) -> Entry:
-        return self.entries[self.slot_ids[slot]]
-
-    def slot_of(self, chunk_id: str) -> int | None:
-        entry = self.entries.get(chunk_id)
-        return None if entry is None else entry.slot
-
-    def parent_pairs(self) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-        """(child slots, parent slots) of live chunks whose parent is live."""
-        children: list[int] = []
-        parents: list[int] = []
-        for child, parent in self.parent_of.items():
-            parent_entry = self.entries.get(parent)
-            if parent_entry is not None:
-                children.append(self.entries[child].slot)
-                parents.append(parent_entry.slot)
-        return np.asarray(children, dtype=np.intp), np.asarray(parents, dtype=np.intp)
-
-    def survived(self) -> npt.NDArray[np.int64]:
-        """Collections each slot's chunk has survived: every chunk present now
-        survived every collection since it arrived, so nothing is written per
-        survivor when a collection promotes them."""
-        return np.maximum(self.collections - self.columns.born, 0)
 
 
 class Session:
@@ -209,6 +44,8 @@ class Session:
         self.lock = threading.RLock()
         self.collections = 0
         self.analyzer = analyzer  # the one that indexed the text; line links use its terms too
+        # kept across a compaction, as the quoted marks are (text/lines.py)
+        self._lines = LineBook()
         self._clear()
 
     def _clear(self) -> None:
@@ -216,6 +53,7 @@ class Session:
         self.embedding_dim = 0
         self.entries: dict[str, Entry] = {}
         self.slot_ids: list[str] = []  # slot -> id, kept after removal
+        self._frozen_slot_ids: tuple[str, ...] | None = None  # for views, until a slot changes
         self.slot_by_id: dict[str, int] = {}  # every id ever seen, so it comes back to its slot
         self.columns = Columns()
         self.index = BM25Index()
@@ -249,23 +87,30 @@ class Session:
     def view(self) -> SessionView:
         """The snapshot one plan reads (valid while the caller holds the lock)."""
         n = self.n_slots
+        if self._frozen_slot_ids is None:
+            self._frozen_slot_ids = tuple(self.slot_ids)
         return SessionView(
-            self.id,
-            n,
-            self.live_slots(),
-            self.columns.frozen(n),
-            self.slot_ids,
-            self.entries,
-            self.hubs,
-            self.out_edges,
-            self.in_edges,
-            self.parent_of,
-            self.index,
-            self.embeddings,
-            self.analyzer,
-            self.collections,
-            self.tokens_total,
+            id=self.id,
+            n_slots=n,
+            live=self.live_slots(),
+            columns=self.columns.frozen(n),
+            slot_ids=self._frozen_slot_ids,
+            entries=MappingProxyType(self.entries),
+            hubs=self.hubs.view(),
+            out_edges=MappingProxyType(self.out_edges),
+            in_edges=MappingProxyType(self.in_edges),
+            parent_of=MappingProxyType(self.parent_of),
+            index=self.index,
+            embeddings=MappingProxyType(self.embeddings),
+            analyzer=self.analyzer,
+            collections=self.collections,
+            tokens_total=self.tokens_total,
         )
+
+    def line_book(self) -> LineBook:
+        """The session's line book, brought up to its live chunks."""
+        self._lines.sync(self.index.version, self.entries.values())
+        return self._lines
 
     def explicit_targets(self, chunk: Chunk) -> tuple[str, ...]:
         targets = [*chunk.references, *chunk.summary_of]
@@ -350,9 +195,6 @@ class Session:
             self.restore_entry(entry)
         self.index.advance_version(version)
 
-    def touch(self, chunk_id: str, now_ms: int) -> None:
-        self.entries[chunk_id].last_touched_ms = now_ms
-
     # ---- internals -----------------------------------------------------
 
     def _slot_for(self, chunk_id: str, wanted: int = -1) -> int:
@@ -369,6 +211,7 @@ class Session:
             self.slot_ids.append("")
             slot = self.n_slots - 1
         self.slot_ids[slot] = chunk_id
+        self._frozen_slot_ids = None
         self.slot_by_id[chunk_id] = slot
         self.columns.ensure(self.n_slots)
         return slot
@@ -449,37 +292,3 @@ def _with_tokens(chunk: Chunk, tokens: int) -> Chunk:
     copy = Chunk(*_CHUNK_FIELDS(chunk))
     copy.tokens = tokens
     return copy
-
-
-class Registry:
-    """All live sessions; sessions lock individually so they never block each other."""
-
-    def __init__(self, analyzer: Analyzer) -> None:
-        self.analyzer = analyzer
-        self._sessions: dict[str, Session] = {}
-        self._lock = threading.Lock()
-
-    def get(self, session_id: str) -> Session | None:
-        with self._lock:
-            return self._sessions.get(session_id)
-
-    def create(self, session_id: str, owner: str) -> Session:
-        with self._lock:
-            session = self._sessions.get(session_id)
-            if session is None:
-                session = Session(session_id, owner, self.analyzer)
-                self._sessions[session_id] = session
-            return session
-
-    def put(self, session: Session) -> Session:
-        """Insert a loaded session unless another thread got there first."""
-        with self._lock:
-            return self._sessions.setdefault(session.id, session)
-
-    def drop(self, session_id: str) -> Session | None:
-        with self._lock:
-            return self._sessions.pop(session_id, None)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._sessions)

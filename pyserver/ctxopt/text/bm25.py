@@ -25,7 +25,7 @@ import sys
 from array import array
 from collections import Counter
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -68,6 +68,18 @@ class _TermIds(dict[str, int]):
         self._postings.append(array("Q"))
         self[term] = tid
         return tid
+
+
+class TermIndex(Protocol):
+    """What readers of a session's index may call (the writer is the session)."""
+
+    def document_frequency(self, term: str) -> int: ...
+
+    def scores(self, query_terms: Sequence[str], n_slots: int) -> FloatArray: ...
+
+    def feedback_scores(
+        self, slots: Sequence[int], query_terms: Sequence[str], count: int, n_slots: int
+    ) -> FloatArray: ...
 
 
 class BM25Index:

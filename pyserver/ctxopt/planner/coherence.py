@@ -1,6 +1,6 @@
 """Conversation rules a plan must satisfy, so the result is still a valid conversation.
 
-Groups are atomic by construction (the pruner moves whole units), and the
+Groups are atomic by construction (the planner moves whole units), and the
 latest turn and pending calls are roots, so what is left to check is:
 
 - parent_kept: a kept reply keeps its parent when the parent is in the session
@@ -8,32 +8,20 @@ latest turn and pending calls are roots, so what is left to check is:
   unprotected reply goes instead of bringing a removed parent back;
 - first_user_turn: the first kept non-system chunk is a user turn.
 
-`violations` reports each broken rule with the fix that restores it; the
-pruner applies the fixes and re-checks until none is left.
+`violations` reports each broken rule with the fix that restores it;
+`repair` applies the fixes (`cut.make_coherent` re-checks until none is left).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
 
 import numpy as np
 import numpy.typing as npt
 
-from ctxopt.model import ChunkKind, Role
-from ctxopt.registry import SessionView
-
-
-class UnitState(IntEnum):
-    """Where a unit (a chunk, or a group moving as one) stands in a plan."""
-
-    FULL = 0  # kept as is
-    SHRUNK = 1  # kept as an excerpt or placeholder
-    OUT = 2  # stashed or deleted
-
-
-# module constants: the pruner's loops compare these thousands of times per plan
-OUT = UnitState.OUT
+from ctxopt.model import ChunkKind, Repair, Role
+from ctxopt.planner.selection import FULL, OUT, Selection
+from ctxopt.session import SessionView
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,15 +32,11 @@ class Violation:
     detail: str
 
 
-def violations(
-    session: SessionView,
-    live: npt.NDArray[np.intp],
-    state: npt.NDArray[np.int8],
-    unit_of: npt.NDArray[np.intp],
-    protected: npt.NDArray[np.bool_],
-    child_slots: npt.NDArray[np.intp],
-    parent_slots: npt.NDArray[np.intp],
-) -> list[Violation]:
+def violations(sel: Selection) -> list[Violation]:
+    """Every rule the selection's current states break, each with its fix."""
+    session, live, unit_of, protected = sel.session, sel.live, sel.unit_of, sel.protected
+    child_slots, parent_slots = sel.child_slots, sel.parent_slots
+    state = sel.slot_state()
     found: list[Violation] = []
     orphaned = (state[child_slots] != OUT) & (state[parent_slots] == OUT)
     for child, parent in zip(child_slots[orphaned], parent_slots[orphaned], strict=True):
@@ -88,6 +72,23 @@ def violations(
             break
         found.append(Violation("first_user_turn", slot, False, "no user turn precedes it"))
     return found
+
+
+def repair(sel: Selection) -> list[Repair]:
+    """Apply the coherence fixes one round; a kept unit becomes protected."""
+    repairs: list[Repair] = []
+    for violation in violations(sel):
+        unit = int(sel.unit_of[violation.slot])
+        if violation.keep:
+            if sel.state[unit] == OUT:
+                sel.state[unit] = FULL
+            sel.protected[unit] = True
+        else:
+            sel.state[unit] = OUT
+        repairs.append(
+            Repair(violation.rule, sel.session.slot_ids[violation.slot], violation.detail)
+        )
+    return repairs
 
 
 def _is_system_slot(session: SessionView, slot: int) -> bool:

@@ -24,7 +24,7 @@ holds it. Three signals follow:
 `LineBook` keeps, per session, which live slots hold each line, updated
 incrementally: a plan re-reads only chunks whose text changed since the last.
 
->>> from ctxopt.scoring.lines import text_lines
+>>> from ctxopt.text.lines import text_lines
 >>> text_lines("short\\n    value = compute_total(items)\\n").keys
 ('', 'value = compute_total(items)', '')
 """
@@ -32,16 +32,15 @@ incrementally: a plan re-reads only chunks whose text changed since the last.
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from ctxopt.model import Role
-from ctxopt.registry import Session, SessionView
+from ctxopt.model import Chunk, Role
 
 # Shorter lines (`return x`, `}`, `else:`) repeat everywhere and prove nothing.
 ECHO_MIN_CHARS = 20
@@ -49,6 +48,16 @@ TEXT_CACHE_SIZE = 16384
 UNKNOWN, NONE = -2.0, -1.0  # LineBook.excerpts: not computed yet, no excerpt
 
 FloatArray = npt.NDArray[np.float64]
+
+
+class Slotted(Protocol):
+    """A live chunk at its slot (a session's entry)."""
+
+    @property
+    def chunk(self) -> Chunk: ...
+
+    @property
+    def slot(self) -> int: ...
 
 
 @dataclass(slots=True)
@@ -112,12 +121,14 @@ class LineBook:
         self.version = 0  # bumps on every change
         self._synced_index = -1  # the session index version last synced with
 
-    def sync(self, session: Session) -> None:
-        """Bring the book up to the session's live chunks (changed texts only)."""
-        if session.index.version == self._synced_index:
-            return  # every change of a chunk's text goes through the index
-        self._synced_index = session.index.version
-        live = {e.slot: e.chunk for e in session.entries.values()}
+    def sync(self, index_version: int, live_chunks: Iterable[Slotted]) -> None:
+        """Bring the book up to a session's live chunks (changed texts only);
+        `index_version` is its text index's version: every change of a chunk's
+        text goes through that index, so an unchanged version needs no work."""
+        if index_version == self._synced_index:
+            return
+        self._synced_index = index_version
+        live = {e.slot: e.chunk for e in live_chunks}
         touched: set[str] = set()
         for slot in [s for s in self.text if s not in live]:
             touched |= self._drop(slot)
@@ -259,40 +270,13 @@ class LineBook:
         self._repeated[slot] = share
         return share
 
-    def repeated(self, session: SessionView) -> FloatArray:
+    def repeated(self, n_slots: int) -> FloatArray:
         """`repeated_share` of every slot (0 for dead ones)."""
         cached = self._repeated_all
-        if cached is not None and cached[0] == self.version and len(cached[1]) == session.n_slots:
+        if cached is not None and cached[0] == self.version and len(cached[1]) == n_slots:
             return cached[1]
-        out = np.zeros(session.n_slots, dtype=np.float64)
+        out = np.zeros(n_slots, dtype=np.float64)
         for slot in self.text:
             out[slot] = self.repeated_share(slot)
         self._repeated_all = (self.version, out)
         return out
-
-
-def rare_terms(session: SessionView, terms: Iterable[str], max_share: float) -> frozenset[str]:
-    """The query terms at most `max_share` of the session's chunks hold (and
-    always those at most two hold: the chunk that asks and the one it points at)."""
-    if max_share <= 0:
-        return frozenset()
-    limit = max(2, int(max_share * len(session)))
-    index = session.index
-    return frozenset(t for t in set(terms) if 0 < index.document_frequency(t) <= limit)
-
-
-def analyzer_of(session: SessionView) -> Callable[[str], list[str]]:
-    """The analyzer that indexed the session (line links must use the same terms)."""
-    return session.analyzer.terms
-
-
-_books: weakref.WeakKeyDictionary[Session, LineBook] = weakref.WeakKeyDictionary()
-
-
-def line_book(session: Session) -> LineBook:
-    """The session's book, brought up to date (callers hold the session lock)."""
-    book = _books.get(session)
-    if book is None:
-        book = _books[session] = LineBook()
-    book.sync(session)
-    return book

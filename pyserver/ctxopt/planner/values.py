@@ -1,30 +1,206 @@
-"""Text of shrunk chunks: TRIM excerpts and MASK placeholders.
+"""Values: what keeping each chunk is worth, and the only code that makes
+shrunk text (TRIM excerpts, anchored excerpts, MASK placeholders).
 
-Both are pure functions of the chunk and the query, and carry no counters or
-times, so the same state always gives byte-identical prompts (prompt caches
-stay warm). Both name the stash entry that holds the original.
+Shrunk texts are pure functions of the chunk and the query, and carry no
+counters or times, so the same state always gives byte-identical prompts
+(prompt caches stay warm). Each names the stash entry that holds the original.
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TypeVar
 
-TRIM_CONTEXT_LINES = 2
-MASK_EDGE_CHARS = 160
+import numpy as np
+import numpy.typing as npt
+
+from ctxopt.model import Action, ChunkKind, OptimizeOptions, Strategy
+from ctxopt.planner.knobs import MASK_EDGE_CHARS, TRIM_CONTEXT_LINES, Tuning
+from ctxopt.scoring.hybrid import Scores
+from ctxopt.scoring.terms import analyzer_of, rare_terms
+from ctxopt.session import SessionView
+from ctxopt.text.lines import LineBook, text_lines
+
+FloatArray = npt.NDArray[np.float64]
 GAP_MARK = "[...]"
+# plain ints for numpy: comparing an array with an IntEnum member costs ~5x more
+_KEEP, _TRIM, _MASK = int(Action.KEEP), int(Action.TRIM), int(Action.MASK)
+_SUMMARY, _TOOL_RESULT = int(ChunkKind.SUMMARY), int(ChunkKind.TOOL_RESULT)
 
 
-@lru_cache(maxsize=4096)  # every plan names the stash of each decision; texts hash once
-def stash_id(chunk_id: str, text: str) -> str:
-    """Deterministic id of a stashed original: the same text stashes once."""
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=6).hexdigest()
-    return f"{chunk_id}@{digest}"
+# (chunk id, text, stash id, target tokens, tokens) -> the TRIM excerpt
+Trim = Callable[[str, str, str, int, int], str]
+TokenCount = Callable[[str], int]
+
+
+@dataclass(frozen=True, slots=True)
+class TextTools:
+    """What a plan makes shrunk texts with: the query-aware trimmer, the token
+    counter, and the session's line book (None for the truncate strategy)."""
+
+    trim: Trim
+    count_tokens: TokenCount
+    book: LineBook | None
+
+
+@dataclass(slots=True)
+class ChunkValues:
+    """Per slot: what keeping the chunk is worth, and how it would shrink."""
+
+    value: FloatArray
+    covered_by_summary: npt.NDArray[np.bool_]
+    shrink_tokens: FloatArray
+    shrink_action: npt.NDArray[np.int8]  # TRIM, MASK or KEEP (does not shrink)
+    shrink_texts: dict[int, tuple[str, int]]
+    retention: FloatArray  # share of the value a shrunk chunk keeps
+
+
+def chunk_values(
+    session: SessionView,
+    options: OptimizeOptions,
+    scores: Scores,
+    tools: TextTools,
+    *,
+    tuning: Tuning,
+) -> ChunkValues:
+    """Each chunk's value (its score, less what a summary or a later repeat
+    carries), and how it would shrink and what share of its value it keeps then."""
+    value = scores.total.copy()
+    covered_by_summary = _summary_covered(session)
+    value[covered_by_summary] *= tuning.summary_discount
+    if tools.book is not None and tuning.discount_repeated:
+        # what a later chunk prints again (a rerun, a re-view, a duplicate) is stale here
+        value *= 1.0 - tools.book.repeated(session.n_slots)
+    shrink_tokens, shrink_action, shrink_texts, anchored = _shrink_options(
+        session, options, tuning, tools, scores.marks.root
+    )
+    retention = np.where(
+        shrink_action == _MASK,
+        tuning.mask_retention,
+        np.where(scores.bm25 > 0, tuning.trim_retention, tuning.trim_retention_irrelevant),
+    )
+    retention[anchored] = tuning.anchor_retention
+    return ChunkValues(
+        value, covered_by_summary, shrink_tokens, shrink_action, shrink_texts, retention
+    )
+
+
+def _summary_covered(session: SessionView) -> npt.NDArray[np.bool_]:
+    """Chunks whose content a live SUMMARY chunk carries."""
+    covered = np.zeros(session.n_slots, dtype=bool)
+    summaries = np.flatnonzero(
+        session.columns.alive[: session.n_slots]
+        & (session.columns.kind[: session.n_slots] == _SUMMARY)
+    )
+    for slot in summaries:
+        for chunk_id in session.entry_at(int(slot)).chunk.summary_of:
+            target = session.slot_of(chunk_id)
+            if target is not None:
+                covered[target] = True
+    return covered
+
+
+def _shrink_options(
+    session: SessionView,
+    options: OptimizeOptions,
+    tuning: Tuning,
+    tools: TextTools,
+    root: npt.NDArray[np.bool_],
+) -> tuple[FloatArray, npt.NDArray[np.int8], dict[int, tuple[str, int]], npt.NDArray[np.bool_]]:
+    """Each chunk's tokens once shrunk, how (TRIM, MASK or KEEP), the shrunk
+    text with its exact count (the greedy plans with the real sizes, so a plan
+    lands at its target rather than near it), and which excerpts are anchored.
+
+    A chunk holding anchor lines (text/lines.py: echo lines it is the latest to
+    hold) shrinks to those lines verbatim; otherwise a long chunk is trimmed to
+    its query-relevant lines and a big tool result is masked."""
+    n = session.n_slots
+    cols = session.columns
+    tokens = cols.tokens[:n].astype(np.float64)
+    action = np.full(n, _KEEP, dtype=np.int8)
+    anchored = np.zeros(n, dtype=bool)
+    texts: dict[int, tuple[str, int]] = {}
+    if options.strategy != Strategy.HYBRID or options.aggressive:
+        return tokens, action, texts, anchored
+    alive = cols.alive[:n] & ~root[:n]
+    multiline = alive & (cols.lines[:n] >= tuning.trim_min_lines)
+    analyze = analyzer_of(session)
+    links = rare_terms(session, analyze(options.query), tuning.link_df_share)
+    book, count_tokens = tools.book, tools.count_tokens
+    if book is not None and tuning.anchored_excerpts:
+        excerpt = book.excerpts(
+            multiline,
+            (links, tuning.anchor_context),
+            lambda slot: _anchored_excerpt(
+                session, book, slot, links, analyze, tuning, count_tokens
+            ),
+        )
+        anchored = multiline & (excerpt >= 0)
+        action[anchored] = _TRIM
+        tokens[anchored] = excerpt[anchored]
+        texts = _ShrunkTexts(book, tokens)
+    trimmable = multiline & ~anchored & (cols.tokens[:n] >= tuning.trim_min_tokens)
+    maskable = (
+        alive
+        & ~anchored
+        & ~trimmable
+        & (cols.kind[:n] == _TOOL_RESULT)
+        & (cols.tokens[:n] >= tuning.mask_min_tokens)
+    )
+    action[trimmable] = _TRIM
+    action[maskable] = _MASK
+    for slot in np.flatnonzero(trimmable | maskable).tolist():
+        entry = session.entry_at(slot)
+        chunk = entry.chunk
+        stash = entry.stash_id()
+        if action[slot] == _TRIM:
+            goal = int(entry.tokens * tuning.trim_fraction)
+            text = tools.trim(chunk.id, chunk.text, stash, goal, entry.tokens)
+            texts[slot] = (text, count_tokens(text))
+        else:
+            texts[slot] = masked(chunk.id, chunk.text, stash, entry.tokens, count_tokens)
+        tokens[slot] = texts[slot][1]
+    return tokens, action, texts, anchored
+
+
+class _ShrunkTexts(dict[int, tuple[str, int]]):
+    """Shrunk texts by slot: the fallbacks stored, anchored excerpts read from
+    the line book on use (a plan reads only the few it applies)."""
+
+    def __init__(self, book: LineBook, tokens: FloatArray) -> None:
+        super().__init__()
+        self._book = book
+        self._tokens = tokens
+
+    def __missing__(self, slot: int) -> tuple[str, int]:
+        return self._book.excerpt_text(slot), int(self._tokens[slot])
+
+
+def _anchored_excerpt(
+    session: SessionView,
+    book: LineBook,
+    slot: int,
+    links: frozenset[str],
+    analyze: Callable[[str], list[str]],
+    tuning: Tuning,
+    count_tokens: TokenCount,
+) -> tuple[str, int] | None:
+    """The excerpt of a chunk that keeps its anchor and link lines verbatim
+    (with `anchor_context` lines around each), None when it would not shrink."""
+    entry = session.entry_at(slot)
+    chunk = entry.chunk
+    split = text_lines(chunk.text)
+    anchors = book.anchors(slot)
+    if links:
+        anchors = tuple(sorted(set(anchors) | split.lines_with(links, analyze)))
+    if not anchors:
+        return None
+    kept = with_context(anchors, len(split.lines), tuning.anchor_context)
+    text, after = anchored_excerpt(chunk.id, split.lines, kept, entry.stash_id(), count_tokens)
+    return (text, after) if after < entry.tokens * tuning.shrink_worth else None
 
 
 def _ranges(lines: Sequence[int]) -> list[tuple[int, int]]:

@@ -1,0 +1,56 @@
+"""Every tuning constant of scoring and planning, in one place.
+
+`Tuning` holds the knobs an engine is built with (tuned on
+../shared/datasets; the quality benchmark's ablations and cross-validation
+pass their own). The server-level defaults below are what `Config` offers as
+`CTXOPT_*` settings; `Config` reads them here. Nothing in this module imports
+from the rest of ctxopt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Server-level defaults, overridable per process through `Config`.
+RECENCY_HALF_LIFE_TURNS = 8.0  # turns after which the recency score halves
+NEIGHBOUR_SHARE = 0.5  # the turn before or after a hit often holds the question or the answer
+OLD_GENERATION_AFTER = 3  # collections survived before a chunk counts as old
+INCREMENTAL_BATCH = 64  # most removal steps of a minor collection
+
+# Shape of the shrunk texts.
+TRIM_CONTEXT_LINES = 2  # lines kept either side of a query-relevant line in a TRIM excerpt
+MASK_EDGE_CHARS = 160  # characters of the head and the tail a MASK placeholder shows
+
+# Coherence repairs are few; a plan that still changes after this many rounds stops.
+MAX_REPAIR_ROUNDS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """Knobs of the hybrid strategy and its scoring (tuned on ../shared/datasets)."""
+
+    density_exponent: float = 0.0  # value / tokens**exponent; chosen by cross-validation
+    trim_min_tokens: int = 2000  # shorter ones are kept whole or stashed (excerpts lost hunks)
+    trim_min_lines: int = 6
+    trim_fraction: float = 0.5  # an excerpt of a quarter lost the code a fix needed (SWE)
+    trim_retention: float = 0.8  # share of a relevant chunk's value its excerpt keeps
+    trim_retention_irrelevant: float = 0.3
+    mask_min_tokens: int = 330  # a placeholder is ~110 tokens: mask only what it shrinks well
+    mask_retention: float = 0.15
+    summary_discount: float = 0.3  # value left to chunks a kept summary covers
+    aggressive_target: float = 0.9
+    shrink_worth: float = 0.8  # a shrink that keeps more than this share of the tokens is not one
+    reachability_first: bool = True  # inside a tier, unreachable chunks go first
+    anchored_excerpts: bool = (
+        True  # shrink a chunk to the lines other chunks repeat (text/lines.py)
+    )
+    discount_repeated: bool = False  # what a later chunk prints again loses that share of value
+    anchor_context: int = 0  # lines kept either side of an anchor line in its excerpt
+    anchor_retention: float = 0.5  # share of a chunk's value its anchored excerpt keeps
+    anchors_last: bool = True  # anchored excerpts go only after everything else of their tier
+    link_df_share: float = 0.0  # a query term at most this share of chunks hold is a link
+    # Pseudo-relevance feedback: the query grows by the rarest terms its best
+    # hits share, so a turn that answers in other words than the question still scores.
+    feedback_weight: float = 0.3  # beside the query's own weight 1; chosen by cross-validation
+    feedback_docs: int = 3  # the top hits the expansion reads
+    feedback_terms: int = 8  # terms added

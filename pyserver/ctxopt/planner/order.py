@@ -1,0 +1,223 @@
+"""Order: which removal steps a plan offers, and in what order.
+
+The removal order, in one place (the hybrid strategy's; `RULES` holds each
+strategy's: budget goes by tier, then what the model has quoted last, then
+age; truncate by age alone):
+
+    1. policy tier: EPHEMERAL, then PARTIAL, then PRESERVABLE (the last only
+       while usage is above the pressure level); LOCKED, pinned and root
+       chunks are never candidates;
+    2. inside a tier: unreachable from the roots before reachable;
+    3. then by value per token, lowest first (a greedy knapsack), where a long
+       chunk is first shrunk (TRIM to its query-relevant lines, or MASK a tool
+       result) and removed only later, if still needed.
+
+Units take their most valuable (highest-tier, reachable) member's priority,
+and a parent is never removed before a child that is kept, so its priority is
+raised to its children's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ctxopt.model import GcPolicy, Strategy
+from ctxopt.planner.knobs import Tuning
+from ctxopt.planner.selection import OUT, SHRUNK, Selection
+from ctxopt.text.lines import LineBook
+
+IntArray = npt.NDArray[np.intp]
+FloatArray = npt.NDArray[np.float64]
+
+# Removal tiers: lower goes first. LOCKED chunks are mandatory, never candidates.
+TIER = {GcPolicy.EPHEMERAL: 0, GcPolicy.PARTIAL: 1, GcPolicy.PRESERVABLE: 2, GcPolicy.LOCKED: 3}
+PRESERVABLE_TIER = TIER[GcPolicy.PRESERVABLE]
+# the same table indexed by GcPolicy value (UNSPECIFIED never reaches the planner)
+_TIER_BY_POLICY = np.array(
+    [TIER.get(policy, TIER[GcPolicy.PARTIAL]) for policy in sorted(GcPolicy)], dtype=np.int64
+)
+
+
+@dataclass(slots=True)
+class Steps:
+    """The ordered removal steps of one plan: step i moves unit `unit[i]` to
+    `kind[i]` (SHRUNK or OUT), saving `saves[i]` tokens, in tier `tier[i]`;
+    `applied[i]` once it is taken."""
+
+    unit: IntArray
+    kind: npt.NDArray[np.int8]
+    saves: FloatArray
+    tier: npt.NDArray[np.int64]
+    applied: npt.NDArray[np.bool_]
+
+
+def _tier(policy: npt.NDArray[np.int8]) -> npt.NDArray[np.int64]:
+    return _TIER_BY_POLICY[policy.astype(np.intp)]
+
+
+@dataclass(slots=True)
+class Priorities:
+    """Per unit leader: the keys removal is ordered by, and what each step saves."""
+
+    tier: npt.NDArray[np.int64]
+    reachable: npt.NDArray[np.bool_]
+    last: npt.NDArray[np.bool_]  # holds the latest copy of an echo line
+    quoted: npt.NDArray[np.bool_]  # a later model chunk quoted one of its lines
+    shrinkable: npt.NDArray[np.bool_]
+    density_out: FloatArray  # value per token lost by removing the unit
+    density_shrink: FloatArray  # value per token lost by shrinking it
+    out_cost: FloatArray  # tokens removal saves, after any shrink
+
+
+def unit_priorities(sel: Selection, book: LineBook | None, *, tuning: Tuning) -> Priorities:
+    """Units take their most valuable (highest-tier, reachable) member's
+    priority, and a parent goes no earlier than its kept children."""
+    session, scores, values, n = sel.session, sel.scores, sel.values, sel.session.n_slots
+    unit_tokens, unit_shrunk = sel.unit_tokens, sel.unit_shrunk
+    unit_value = sel.unit_max(values.value)
+    unit_shrunk_value = sel.unit_max(values.value * values.retention)
+    tier = sel.unit_max(_tier(session.columns.policy))
+    reachable = sel.unit_max(scores.marks.reachable[:n])
+    if not tuning.reachability_first:
+        reachable = np.ones_like(reachable)
+    shrinkable = unit_shrunk < unit_tokens * tuning.shrink_worth
+
+    exponent = tuning.density_exponent
+    out_cost = np.where(shrinkable, unit_shrunk, unit_tokens)
+    out_value = np.where(shrinkable, unit_shrunk_value, unit_value)
+    density_out = out_value / np.maximum(out_cost, 1.0) ** exponent
+    density_shrink = (unit_value - unit_shrunk_value) / np.maximum(
+        unit_tokens - unit_shrunk, 1.0
+    ) ** exponent
+    density_out = np.where(shrinkable, np.maximum(density_out, density_shrink), density_out)
+    last = np.zeros(n, dtype=bool)
+    quoted = np.zeros(n, dtype=bool)
+    if book is not None and sel.options.strategy == Strategy.BUDGET:  # only its order reads it
+        quoted = sel.unit_max(book.quoted_mask(n) & ~scores.marks.root[:n])
+    if tuning.anchors_last and book is not None:
+        # a unit holding the latest copy of an echo line: its excerpt, or all
+        # of it when it is too small for one, goes after the rest of its tier
+        last = sel.unit_max(book.owns_anchors(n) & ~scores.marks.root[:n])
+    child_units = sel.unit_of[sel.child_slots]
+    parent_units = sel.unit_of[sel.parent_slots]
+    cross = child_units != parent_units
+    child_units, parent_units = child_units[cross], parent_units[cross]
+    for _ in range(64):
+        before_d, before_t = density_out[parent_units].copy(), tier[parent_units].copy()
+        before_l, before_q = last[parent_units].copy(), quoted[parent_units].copy()
+        np.maximum.at(density_out, parent_units, density_out[child_units])
+        np.maximum.at(tier, parent_units, tier[child_units])
+        np.logical_or.at(last, parent_units, last[child_units])
+        np.logical_or.at(quoted, parent_units, quoted[child_units])
+        if (
+            np.array_equal(before_d, density_out[parent_units])
+            and np.array_equal(before_t, tier[parent_units])
+            and np.array_equal(before_l, last[parent_units])
+            and np.array_equal(before_q, quoted[parent_units])
+        ):
+            break
+    return Priorities(
+        tier,
+        reachable,
+        last,
+        quoted,
+        shrinkable,
+        density_out,
+        density_shrink,
+        out_cost.astype(np.float64),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StepKeys:
+    """What a strategy may order the steps by (one entry per step)."""
+
+    unit: IntArray
+    kind: npt.NDArray[np.int8]  # SHRUNK sorts before OUT for the same unit
+    density: FloatArray
+    tier: npt.NDArray[np.int64]
+    reachable: npt.NDArray[np.bool_]
+    last: npt.NDArray[np.bool_]
+    quoted: npt.NDArray[np.bool_]
+
+
+Allowed = Callable[[FloatArray, npt.NDArray[np.int64], float, float], npt.NDArray[np.bool_]]
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """One strategy: whether it shrinks before it removes, the order of its
+    steps, and which steps may run given the tokens left before each."""
+
+    shrinks: bool
+    order: Callable[[StepKeys], IntArray]
+    allowed: Allowed
+
+
+def _oldest_first(keys: StepKeys) -> IntArray:
+    return np.lexsort((keys.kind, keys.unit))
+
+
+def _tier_quoted_then_oldest(keys: StepKeys) -> IntArray:
+    """Tier, then what the model has quoted last (text/lines.py), then oldest."""
+    return np.lexsort((keys.kind, keys.unit, keys.quoted, keys.tier))
+
+
+def _least_value_first(keys: StepKeys) -> IntArray:
+    """Tier, then echo-line holders last, then unreachable first, then value
+    per token (np.lexsort: the last key is the primary one)."""
+    return np.lexsort((keys.kind, keys.unit, keys.density, keys.reachable, keys.last, keys.tier))
+
+
+def _above_target(
+    running: FloatArray, tier: npt.NDArray[np.int64], target: float, pressure: float
+) -> npt.NDArray[np.bool_]:
+    return running > target
+
+
+def _above_target_and_pressure(
+    running: FloatArray, tier: npt.NDArray[np.int64], target: float, pressure: float
+) -> npt.NDArray[np.bool_]:
+    """PRESERVABLE chunks go only while usage is above the pressure level."""
+    return (running > target) & ((tier < PRESERVABLE_TIER) | (running > pressure))
+
+
+RULES = {
+    Strategy.HYBRID: Rules(True, _least_value_first, _above_target_and_pressure),
+    Strategy.BUDGET: Rules(False, _tier_quoted_then_oldest, _above_target_and_pressure),
+    Strategy.TRUNCATE: Rules(False, _oldest_first, _above_target),
+}
+
+
+def removal_steps(
+    sel: Selection, priorities: Priorities, rules: Rules, *, old_generation_after: int
+) -> Steps:
+    """Every step the strategy offers, in its order: removing each candidate
+    unit, and before that shrinking it, when the strategy shrinks and the unit
+    shrinks well."""
+    p = priorities
+    candidates = sel.units[~sel.unit_mandatory[sel.units]]
+    unit = candidates
+    kind = np.full(len(candidates), OUT, dtype=np.int8)
+    density = p.density_out[candidates]
+    saves = sel.unit_tokens[candidates]
+    if rules.shrinks:
+        shrinking = candidates[p.shrinkable[candidates]]
+        unit = np.concatenate([shrinking, candidates])
+        kind = np.concatenate([np.full(len(shrinking), SHRUNK, dtype=np.int8), kind])
+        density = np.concatenate([p.density_shrink[shrinking], density])
+        saved_by_shrinking = (sel.unit_tokens - sel.unit_shrunk)[shrinking]
+        saves = np.concatenate([saved_by_shrinking, p.out_cost[candidates]])
+    last = (kind == OUT) & p.last[unit]
+    order = rules.order(
+        StepKeys(unit, kind, density, p.tier[unit], p.reachable[unit], last, p.quoted[unit])
+    )
+    unit, kind, saves = unit[order], kind[order], saves[order]
+    if sel.options.incremental:
+        young = sel.session.survived()[unit] < old_generation_after
+        unit, kind, saves = unit[young], kind[young], saves[young]
+    return Steps(unit, kind, saves, p.tier[unit], np.zeros(len(unit), bool))

@@ -1,0 +1,23 @@
+"""Query terms as a session reads them: the analyzer that indexed it, and the
+rare terms that link a query to the few chunks holding them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from ctxopt.session import SessionView
+
+
+def rare_terms(session: SessionView, terms: Iterable[str], max_share: float) -> frozenset[str]:
+    """The query terms at most `max_share` of the session's chunks hold (and
+    always those at most two hold: the chunk that asks and the one it points at)."""
+    if max_share <= 0:
+        return frozenset()
+    limit = max(2, int(max_share * len(session)))
+    index = session.index
+    return frozenset(t for t in set(terms) if 0 < index.document_frequency(t) <= limit)
+
+
+def analyzer_of(session: SessionView) -> Callable[[str], list[str]]:
+    """The analyzer that indexed the session (line links must use the same terms)."""
+    return session.analyzer.terms

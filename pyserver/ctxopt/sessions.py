@@ -1,0 +1,131 @@
+"""Live sessions: the registry in memory, backed by the store.
+
+A stored session comes into memory on first use after a restart; every
+write goes through `commit` (the store first, then memory), and a session
+whose dead slots pile up is compacted. Ownership is the store's one rule
+(`store.require_owner`), asked of the store and of memory alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+
+from ctxopt import validate
+from ctxopt.config import Config
+from ctxopt.errors import CtxoptError, NotFound
+from ctxopt.session import Registry, Session
+from ctxopt.store import (
+    Change,
+    StashEntry,
+    Store,
+    StoredSession,
+    entry_of,
+    require_owner,
+    stored_of,
+)
+from ctxopt.text.analyzer import Analyzer
+
+log = logging.getLogger(__name__)
+
+
+class LiveSessions:
+    """Sessions by id, loaded on first use; `load_lock` guards bringing a stored
+    session into memory (and an import replacing one)."""
+
+    def __init__(self, config: Config, store: Store, analyzer: Analyzer) -> None:
+        self.config = config
+        self.store = store
+        self.analyzer = analyzer
+        self.registry = Registry(analyzer)
+        self.load_lock = threading.Lock()
+
+    def get(self, owner: str, session_id: str, *, create: bool = False) -> Session:
+        """The session, loaded when stored, created when `create`; NotFound
+        otherwise, PermissionDenied when another owner holds the id."""
+        validate.validate_session_id(session_id)
+        session = self.registry.get(session_id)
+        if session is None:
+            session = self._load(session_id)
+        if session is None:
+            if not create:
+                raise NotFound("session_id", session_id, "no such session")
+            require_owner(self.store.owners(session_id), owner, session_id)
+            if len(self.registry) >= self.config.max_sessions:
+                raise validate.too_many(
+                    "session_id", session_id, "sessions", self.config.max_sessions
+                )
+            session = self.registry.create(session_id, owner)
+        require_owner({session.owner}, owner, session_id)
+        return session
+
+    def check_stash_owner(self, owner: str, session_id: str) -> None:
+        """A session's stash answers to its owner, live session or not."""
+        validate.validate_session_id(session_id)
+        owners = self.store.owners(session_id)
+        session = self.registry.get(session_id)
+        if session is not None:
+            owners.add(session.owner)
+        if not owners:
+            raise NotFound("session_id", session_id, "no such session")
+        require_owner(owners, owner, session_id)
+
+    def stashed_originals(
+        self, session: Session, owner: str, chunk_ids: Sequence[str]
+    ) -> dict[str, StashEntry]:
+        """The original a restore brings back for each of these ids that has one:
+        the one a shown excerpt names, else the newest stashed."""
+        shown = {
+            session.entries[i].origin: i
+            for i in chunk_ids
+            if i in session.entries and session.entries[i].origin
+        }
+        found: dict[str, StashEntry] = {}
+        for origin, entry in self.store.stash_entries(owner, session.id, list(shown)).items():
+            found[shown[origin]] = entry
+        gone = [i for i in chunk_ids if i not in session.entries]
+        found.update(self.store.latest_stashed(owner, session.id, gone))
+        return found
+
+    def _load(self, session_id: str) -> Session | None:
+        """Bring a stored session into memory on first use after a restart."""
+        with self.load_lock:
+            session = self.registry.get(session_id)
+            if session is not None:
+                return session
+            stored = self.store.load_session(session_id)
+            if stored is None:
+                return None
+            return self.registry.put(self._hydrate(stored))
+
+    def _hydrate(self, stored: StoredSession) -> Session:
+        session = Session(stored.session_id, stored.owner, self.analyzer)
+        session.collections = stored.collections
+        for item in stored.chunks:
+            session.restore_entry(entry_of(item))
+        return session
+
+    def commit(self, session: Session, change: Change) -> None:
+        """The one write path: the store first, then memory."""
+        self.store.commit(change)
+        for chunk_id in change.removals:
+            session.remove(chunk_id)
+        for item in change.upserts:
+            session.restore_entry(entry_of(item))
+        if change.collections is not None:
+            session.collections = change.collections
+        if change.removals and session.needs_compaction():
+            self._compact(session, change.owner)
+
+    def _compact(self, session: Session, owner: str) -> None:
+        """Renumber the live chunks densely, in the store and then in memory. The
+        write that led here already committed: a failure only leaves the slots as
+        they were, so it is logged, not raised."""
+        entries = session.compacted()
+        try:
+            self.store.commit(Change(session.id, owner, upserts=[stored_of(e) for e in entries]))
+        except CtxoptError as err:
+            log.warning("session %r not compacted: %s", session.id, err)
+            return
+        session.compact(entries)
