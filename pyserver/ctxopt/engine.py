@@ -56,6 +56,7 @@ from ctxopt.model import (
     UpsertStatus,
     Weights,
 )
+from ctxopt.plan_report import LastPlans, PlanReport, build_report, stash_ids_of
 from ctxopt.pruner import TextTools, Tuning, idle_plan, is_triggered, plan_session
 from ctxopt.registry import Entry, Registry, Session, SessionView
 from ctxopt.roots import Marks, mark
@@ -66,6 +67,7 @@ from ctxopt.shrink import Trimmer, stash_id
 from ctxopt.store import (
     Change,
     Restash,
+    SessionSummary,
     StashEntry,
     Store,
     StoredChunk,
@@ -77,6 +79,7 @@ from ctxopt.tokens import TokenCounter
 log = logging.getLogger(__name__)
 
 STATELESS_SESSIONS = 8  # warm OptimizeContext conversations kept in memory
+DEFAULT_SESSION_LIST = 100  # ListSessions answers this many when asked for 0
 
 
 def _now_ms() -> int:
@@ -101,6 +104,7 @@ class Engine:
         self._load_lock = threading.Lock()
         self._stateless: OrderedDict[str, Session] = OrderedDict()
         self._stateless_lock = threading.Lock()
+        self.last_plans = LastPlans()
 
     def close(self) -> None:
         """Flush and close storage."""
@@ -383,6 +387,8 @@ class Engine:
             plan = self._plan(session, options)
             if plan.triggered and not options.dry_run:
                 self._apply(session, owner, plan)
+            if plan.triggered:
+                self.last_plans.record(owner, session_id, plan, dry_run=options.dry_run)
         plan.server_ms = (time.perf_counter() - started) * 1000
         return plan
 
@@ -666,7 +672,27 @@ class Engine:
         with session.lock:
             deleted = self.store.delete_session(owner, session_id, purge_stash)
             self.registry.drop(session_id)
+            self.last_plans.forget(owner, session_id)
             return deleted
+
+    def list_sessions(self, owner: str, limit: int) -> tuple[list[SessionSummary], int]:
+        """The owner's sessions, most recently used first, and how many it holds."""
+        if limit < 0:
+            raise InvalidArgument("limit", limit, "must be 0 (the default) or more")
+        return self.store.list_sessions(owner, limit or DEFAULT_SESSION_LIST)
+
+    def last_plan(self, owner: str, session_id: str, top: int) -> PlanReport | None:
+        """The last collection Optimize ran on the session since start (None: none)."""
+        if top < 0:
+            raise InvalidArgument("top", top, "must be 0 (the default) or more")
+        session = self._session(owner, session_id)
+        recorded = self.last_plans.get(owner, session_id)
+        if recorded is None:
+            return None
+        with session.lock:
+            live = {chunk_id: entry.chunk for chunk_id, entry in session.entries.items()}
+        stashed = self.store.stash_entries(owner, session_id, stash_ids_of(recorded))
+        return build_report(recorded, live, stashed, top)
 
     def export_session(self, owner: str, session_id: str) -> str:
         """The session and its stash as JSON (round-trips through import)."""

@@ -282,7 +282,7 @@ export class PromptBuilder {
       return this.withoutService(prompt, why);
     }
     prompt.state.turns = verdict.turns;
-    return this.finish(prompt, "optimized", verdict.turns, counts, plan, sync);
+    return this.finish(prompt, "optimized", verdict.turns, { ...counts, tokensAfter }, plan, sync);
   }
 
   private finish(

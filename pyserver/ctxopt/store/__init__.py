@@ -3,7 +3,7 @@
 `search` (stash search SQL), `export` (the JSON export format)."""
 
 from ctxopt.store.export import Exported, read_export
-from ctxopt.store.rows import Restash, StashEntry, StoredChunk, StoredSession
+from ctxopt.store.rows import Restash, SessionSummary, StashEntry, StoredChunk, StoredSession
 from ctxopt.store.store import DB_FILE, PID_FILE, Change, Fsync, Store
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "Exported",
     "Fsync",
     "Restash",
+    "SessionSummary",
     "StashEntry",
     "Store",
     "StoredChunk",

@@ -41,8 +41,11 @@ class Server:
         self.tokens = Tokens(config.auth_token)
         credentials = _credentials(config)
         self.engine = Engine(config)
+        self._mcp = None
+        self.mcp_url = ""
         try:
-            self._mcp = serve_http(self.engine, config) if config.mcp_addr else None
+            if config.mcp_addr:
+                self._mcp, self.mcp_url = serve_http(self.engine, config)
         except BaseException:
             self.engine.close()
             raise
@@ -124,6 +127,8 @@ def serve(config: Config) -> None:
         signal.signal(sig, lambda *_: requested.set())
     # the one stdout line: scripts and tests read the bound address from it
     print(f"ctxopt listening on {server.address}", flush=True)
+    if server.mcp_url:
+        print(f"ctxopt mcp listening on {server.mcp_url}", flush=True)
     log.info(
         "serving %s (data dir %s, %d workers, auth %s) in %.0f ms",
         SERVICE_NAME,
