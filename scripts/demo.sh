@@ -22,7 +22,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-.venv/bin/ctxopt serve --addr 127.0.0.1:0 --data-dir "$data_dir" >"$server_out" 2>&1 &
+# no load balancer watches this server: stop without the drain notice
+CTXOPT_DRAIN_NOTICE_SECONDS=0 .venv/bin/ctxopt serve --addr 127.0.0.1:0 --data-dir "$data_dir" \
+  >"$server_out" 2>&1 &
 server_pid=$!
 
 addr=""

@@ -22,7 +22,6 @@ from grpc_reflection.v1alpha import reflection
 
 from ctxopt.api.grpc.interceptors import AuthInterceptor, DecodeInterceptor, Tokens
 from ctxopt.api.grpc.service import ContextOptimizerService
-from ctxopt.api.mcp.server import serve_http
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.errors import FailedPrecondition
@@ -45,6 +44,9 @@ class Server:
         self.mcp_url = ""
         try:
             if config.mcp_addr:
+                # imported only when asked for: the MCP SDK takes a second to import
+                from ctxopt.api.mcp.server import serve_http
+
                 self._mcp, self.mcp_url = serve_http(self.engine, config)
         except BaseException:
             self.engine.close()
