@@ -82,7 +82,7 @@ def fill(server: ServerProcess, metadata: list[tuple[str, str]]) -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("cli-client")
-    with serving(tmp, env={"CTXOPT_AUTH_TOKEN": TOKEN}) as running:
+    with serving(tmp, env={"CTXOPT_AUTH_TOKEN": f"{TOKEN},bob=b0b"}) as running:
         fill(running, [("authorization", "Bearer s3cret")])
         yield running
 
@@ -155,6 +155,16 @@ def test_the_same_auth_as_the_server(server: ServerProcess) -> None:
         f"ctxopt: the server at {server.address} refused the call: "
         "set CTXOPT_AUTH_TOKEN to its token\n"
     )
+
+
+def test_each_owner_sees_only_its_sessions_and_limits_are_checked(
+    server: ServerProcess,
+) -> None:
+    bob = {"CTXOPT_ADDR": server.address, "CTXOPT_AUTH_TOKEN": "bob=b0b"}
+    assert as_json("sessions", env=bob) == {"sessions": [], "total": 0}
+    assert ctxopt("sessions", env=bob).stdout == "no sessions\n"
+    negative = ctxopt("sessions", "--limit", "-1", env=env_of(server))
+    assert negative.stderr == "ctxopt: limit: must be 0 (the default) or more (got -1)\n"
 
 
 def test_no_server_is_one_line(tmp_path: Path) -> None:
