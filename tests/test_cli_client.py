@@ -260,3 +260,19 @@ def test_mcp_over_stdio_reports_the_package_version(tmp_path: Path) -> None:
                 return (await session.initialize()).server_info.version
 
     assert anyio.run(initialize) == __version__
+
+
+def test_the_readme_health_check_answers_serving(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (command,) = [line for line in readme.splitlines() if "HealthStub" in line]
+    code = command.split(" -c ", 1)[1].strip("'")
+    with serving(tmp_path) as running:
+        port = running.address.rsplit(":", 1)[1]
+        checked = subprocess.run(
+            [sys.executable, "-c", code.replace(":50051", f":{port}")],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.strip() == "status: SERVING"
