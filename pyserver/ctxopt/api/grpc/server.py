@@ -76,9 +76,11 @@ class Server:
                 port = self._grpc.add_insecure_port(config.addr)
             else:
                 port = self._grpc.add_secure_port(config.addr, credentials)
-        except RuntimeError as e:
+        except RuntimeError:  # gRPC's text names GRPC_VERBOSITY, not the cause
             self.engine.close()
-            raise FailedPrecondition("addr", config.addr, f"cannot bind: {e}") from None
+            raise FailedPrecondition(
+                "addr", config.addr, "cannot bind: the address is in use or not on this machine"
+            ) from None
         self.address = f"{host}:{port}"
         self._stopped = threading.Event()
 
