@@ -73,6 +73,9 @@ test("a build with optimization sends a smaller, valid prompt and keeps the serv
   const stats = await client.getSessionStats({ sessionId: request.sessionId });
   const parts = built.contents.reduce((n, c) => n + (c.parts?.length ?? 0), 0);
   assert.equal(stats.chunkCount, parts + 2, "system instruction + memory + one chunk per part");
+  // one tokens_after: the summary line, the plan the server logs, the session it now holds
+  assert.equal(built.summary.tokensAfter, built.plan?.tokensAfter);
+  assert.equal(built.summary.tokensAfter, stats.tokens);
 });
 
 test("the next build sends only the new turns", async () => {

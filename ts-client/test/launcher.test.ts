@@ -78,6 +78,15 @@ test("ctxopt-gemini --help works offline: no Gemini CLI, no server, exit 0", asy
   assert.equal(await listening(port), false);
 });
 
+test("ctxopt-gemini --version prints its own version offline, starting nothing", async () => {
+  const port = await closedPort();
+  const result = await run(["--version"], { PATH: "", CTXOPT_ADDR: `127.0.0.1:${port}` });
+  assert.equal(result.code, 0, result.stderr);
+  const manifest = JSON.parse(readFileSync(`${packageRoot}package.json`, "utf8")) as { version: string };
+  assert.equal(result.stdout, `ctxopt-gemini ${manifest.version}\n`);
+  assert.equal(await listening(port), false);
+});
+
 test("ctxopt-gemini says clearly when Gemini CLI is not installed", async () => {
   const result = await run(["-p", "hi"], { PATH: "" });
   assert.equal(result.code, 1);
@@ -96,6 +105,9 @@ test("ctxopt-gemini runs the installed Gemini CLI with the adapter (through its 
   assert.match(lines[0]!, /server \d/, "the adapter talked to the service the launcher started");
   assert.equal(await listening(port), false, "the server the launcher started is stopped");
   assert.ok(existsSync(join(env["CTXOPT_DATA_DIR"]!, "ctxopt.db")), "the server used the default data directory");
+  const serverLog = join(env["CTXOPT_DATA_DIR"]!, "server.log");
+  assert.ok(result.stderr.includes(`its log: ${serverLog}`), result.stderr);
+  assert.match(readFileSync(serverLog, "utf8"), /"method": "AppendChunks"/, "the server's log is in the file the launcher named");
 });
 
 test("ctxopt-gemini --ctxopt-no-serve starts no server: Gemini CLI runs on the local fallback and the summary says so", async () => {

@@ -40,6 +40,18 @@ class StoredSession:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """One stored session as `ListSessions` shows it."""
+
+    session_id: str
+    chunk_count: int
+    tokens: int
+    stashed_count: int
+    stashed_tokens: int
+    last_used_ms: int  # the latest chunk touch or stash write
+
+
+@dataclass(frozen=True, slots=True)
 class StashEntry:
     """An original moved out of the window; `stash_id` is `shrink.stash_id`
     (the chunk id and a hash of its text, so a placeholder naming it is stable)."""

@@ -67,6 +67,7 @@ from ctxopt.store.rows import (
     STASH_NAMES,
     STASH_SELECT,
     Restash,
+    SessionSummary,
     StashEntry,
     StoredChunk,
     StoredSession,
@@ -98,6 +99,23 @@ Fsync = Literal["full", "normal"]
 
 _UPSERT_LIVE = upsert_sql("chunks", LIVE_NAMES, ("session_id", "chunk_id"))
 _UPSERT_STASH = upsert_sql("stash", STASH_NAMES, ("session_id", "stash_id"))
+
+
+_LIST_SESSIONS = """
+SELECT s.session_id,
+  (SELECT count(*) FROM chunks c WHERE c.session_id = s.session_id),
+  (SELECT coalesce(sum(c.tokens), 0) FROM chunks c WHERE c.session_id = s.session_id),
+  coalesce(t.entries, 0),
+  coalesce(t.tokens, 0),
+  max(
+    coalesce((SELECT max(c.last_touched_ms) FROM chunks c WHERE c.session_id = s.session_id), 0),
+    coalesce((SELECT max(st.stashed_at_ms) FROM stash st WHERE st.session_id = s.session_id), 0)
+  ) AS last_used
+FROM sessions s LEFT JOIN stash_totals t ON t.session_id = s.session_id
+WHERE s.owner = ?
+ORDER BY last_used DESC, s.session_id
+LIMIT ?
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +375,15 @@ class Store:
                 )
             }
         return sorted(members)
+
+    def list_sessions(self, owner: str, limit: int) -> tuple[list[SessionSummary], int]:
+        """The owner's live sessions, most recently used first, and how many it holds."""
+        with self._reading() as cur:
+            rows = cur.execute(_LIST_SESSIONS, (owner, limit)).fetchall()
+            (total,) = cur.execute(
+                "SELECT count(*) FROM sessions WHERE owner = ?", (owner,)
+            ).fetchone()
+        return [SessionSummary(*row) for row in rows], int(total)
 
     def stash_stats(self, session_id: str) -> tuple[int, int]:
         """(entries, tokens) in a session's stash (one owner per session id: see `commit`)."""

@@ -22,7 +22,6 @@ from grpc_reflection.v1alpha import reflection
 
 from ctxopt.api.grpc.interceptors import AuthInterceptor, DecodeInterceptor, Tokens
 from ctxopt.api.grpc.service import ContextOptimizerService
-from ctxopt.api.mcp.server import serve_http
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.errors import FailedPrecondition
@@ -41,8 +40,14 @@ class Server:
         self.tokens = Tokens(config.auth_token)
         credentials = _credentials(config)
         self.engine = Engine(config)
+        self._mcp = None
+        self.mcp_url = ""
         try:
-            self._mcp = serve_http(self.engine, config) if config.mcp_addr else None
+            if config.mcp_addr:
+                # imported only when asked for: the MCP SDK takes a second to import
+                from ctxopt.api.mcp.server import serve_http
+
+                self._mcp, self.mcp_url = serve_http(self.engine, config)
         except BaseException:
             self.engine.close()
             raise
@@ -71,9 +76,11 @@ class Server:
                 port = self._grpc.add_insecure_port(config.addr)
             else:
                 port = self._grpc.add_secure_port(config.addr, credentials)
-        except RuntimeError as e:
+        except RuntimeError:  # gRPC's text names GRPC_VERBOSITY, not the cause
             self.engine.close()
-            raise FailedPrecondition("addr", config.addr, f"cannot bind: {e}") from None
+            raise FailedPrecondition(
+                "addr", config.addr, "cannot bind: the address is in use or not on this machine"
+            ) from None
         self.address = f"{host}:{port}"
         self._stopped = threading.Event()
 
@@ -124,6 +131,8 @@ def serve(config: Config) -> None:
         signal.signal(sig, lambda *_: requested.set())
     # the one stdout line: scripts and tests read the bound address from it
     print(f"ctxopt listening on {server.address}", flush=True)
+    if server.mcp_url:
+        print(f"ctxopt mcp listening on {server.mcp_url}", flush=True)
     log.info(
         "serving %s (data dir %s, %d workers, auth %s) in %.0f ms",
         SERVICE_NAME,
