@@ -6,7 +6,7 @@ from __future__ import annotations
 import doctest
 
 from ctxopt import plan_report, preflight
-from ctxopt.model import Action, Chunk, ChunkKind, Decisions, Plan, Role
+from ctxopt.model import Action, Chunk, ChunkKind, Decisions, Plan, PlanOutcome, Role
 from ctxopt.plan_report import LastPlans, RecordedPlan, build_report
 from ctxopt.store import StashEntry
 
@@ -34,7 +34,15 @@ def test_report_counts_kept_trimmed_stashed_and_deleted_chunks() -> None:
     decisions.reasons += [("trimmed_to_relevant_lines",), ("unreachable",), ("ephemeral",)]
     decisions.replacement_texts += ["[...] kept lines", "", ""]
     decisions.stash_ids += ["code@1", "log@1", ""]
-    plan = Plan(["msg", "code"], decisions, 480, 50, 60, True, True, [])
+    plan = Plan(
+        kept_ids=["msg", "code"],
+        decisions=decisions,
+        tokens_before=480,
+        tokens_after=50,
+        target_tokens=60,
+        outcome=PlanOutcome.LANDED,
+        repairs=[],
+    )
     stashed = {
         "code@1": StashEntry("code@1", "s", "", original_code, Action.TRIM, (), 0.5, 1, "p"),
         "log@1": StashEntry("log@1", "s", "", log, Action.STASH, (), 0.1, 1, "p"),
@@ -60,7 +68,18 @@ def test_report_counts_kept_trimmed_stashed_and_deleted_chunks() -> None:
 
 def test_last_plans_keep_the_latest_per_session_and_forget_the_oldest() -> None:
     plans = LastPlans(capacity=2)
-    first, second = (Plan([], Decisions.of([]), n, n, n, True, True, []) for n in (1, 2))
+    first, second = (
+        Plan(
+            kept_ids=[],
+            decisions=Decisions.of([]),
+            tokens_before=n,
+            tokens_after=n,
+            target_tokens=n,
+            outcome=PlanOutcome.LANDED,
+            repairs=[],
+        )
+        for n in (1, 2)
+    )
     plans.record("", "a", first, dry_run=True)
     plans.record("", "a", second, dry_run=False)
     recorded = plans.get("", "a")

@@ -45,8 +45,8 @@ from ctxopt.model import (
     UpsertStatus,
     Weights,
 )
-from ctxopt.planner.knobs import Tuning
 from ctxopt.plan_report import LastPlans, PlanReport, build_report, stash_ids_of
+from ctxopt.planner.knobs import Tuning
 from ctxopt.planning import Planning
 from ctxopt.roots import mark
 from ctxopt.session import Session

@@ -105,8 +105,9 @@ def build_report(
     of the plan's originals (by stash id). A kept chunk the session has since
     dropped is left out; a deleted one has no original left (kind UNSPECIFIED).
 
-    >>> from ctxopt.model import Decisions
-    >>> plan = Plan(["a"], Decisions(), 10, 10, 8, True, True, [])
+    >>> from ctxopt.model import Decisions, PlanOutcome
+    >>> plan = Plan(kept_ids=["a"], decisions=Decisions(), tokens_before=10, tokens_after=10,
+    ...             target_tokens=8, outcome=PlanOutcome.OVER_TARGET, repairs=[])
     >>> chunk = Chunk("a", Role.USER, ChunkKind.MESSAGE, "hello", tokens=10)
     >>> report = build_report(RecordedPlan(plan, False, 0), {"a": chunk}, {})
     >>> [(k.kind.name, k.tokens) for k in report.kinds], report.largest[0].action.name
