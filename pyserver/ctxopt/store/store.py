@@ -62,6 +62,7 @@ from ctxopt.store.export import Exported, export_document
 from ctxopt.store.files import DB_FILE, Directory, classify, damaged
 from ctxopt.store.owners import owners_of, require_owner
 from ctxopt.store.rows import (
+    LIST_SESSIONS_SQL,
     LIVE_NAMES,
     LIVE_SELECT,
     STASH_NAMES,
@@ -99,23 +100,6 @@ Fsync = Literal["full", "normal"]
 
 _UPSERT_LIVE = upsert_sql("chunks", LIVE_NAMES, ("session_id", "chunk_id"))
 _UPSERT_STASH = upsert_sql("stash", STASH_NAMES, ("session_id", "stash_id"))
-
-
-_LIST_SESSIONS = """
-SELECT s.session_id,
-  (SELECT count(*) FROM chunks c WHERE c.session_id = s.session_id),
-  (SELECT coalesce(sum(c.tokens), 0) FROM chunks c WHERE c.session_id = s.session_id),
-  coalesce(t.entries, 0),
-  coalesce(t.tokens, 0),
-  max(
-    coalesce((SELECT max(c.last_touched_ms) FROM chunks c WHERE c.session_id = s.session_id), 0),
-    coalesce((SELECT max(st.stashed_at_ms) FROM stash st WHERE st.session_id = s.session_id), 0)
-  ) AS last_used
-FROM sessions s LEFT JOIN stash_totals t ON t.session_id = s.session_id
-WHERE s.owner = ?
-ORDER BY last_used DESC, s.session_id
-LIMIT ?
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,7 +363,7 @@ class Store:
     def list_sessions(self, owner: str, limit: int) -> tuple[list[SessionSummary], int]:
         """The owner's live sessions, most recently used first, and how many it holds."""
         with self._reading() as cur:
-            rows = cur.execute(_LIST_SESSIONS, (owner, limit)).fetchall()
+            rows = cur.execute(LIST_SESSIONS_SQL, (owner, limit)).fetchall()
             (total,) = cur.execute(
                 "SELECT count(*) FROM sessions WHERE owner = ?", (owner,)
             ).fetchone()
