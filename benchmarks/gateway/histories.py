@@ -28,7 +28,7 @@ MODELS = {
     "openai-responses": "gpt-5",
     "gemini": "gemini-2.5-pro",
 }
-BASH_TOOL = {
+BASH_TOOL: dict[str, Any] = {
     "name": "bash",
     "description": "Run one bash command in the repository and return its output.",
     "parameters": {
@@ -77,7 +77,9 @@ def trajectory_of(instance_id: str, messages: list[JsonObject]) -> Trajectory:
         command = found.group(1).strip() if found else text.strip()[-200:]
         thought = _COMMAND.sub("", text).strip() or "(no thought)"
         steps.append(Step(thought, command or "true", str(answer["content"]) or "(no output)"))
-    return Trajectory(instance_id, str(messages[0]["content"]), str(messages[1]["content"]), tuple(steps))
+    return Trajectory(
+        instance_id, str(messages[0]["content"]), str(messages[1]["content"]), tuple(steps)
+    )
 
 
 def call_id(step: int) -> str:
@@ -100,7 +102,10 @@ def request(fmt: str, trajectory: Trajectory, steps: int) -> JsonObject:
         return {
             "model": model,
             "tools": [{"type": "function", "function": BASH_TOOL}],
-            "messages": [{"role": "system", "content": trajectory.system}, *chat_messages(trajectory.task, shown)],
+            "messages": [
+                {"role": "system", "content": trajectory.system},
+                *chat_messages(trajectory.task, shown),
+            ],
         }
     if fmt == "openai-responses":
         return {
@@ -117,7 +122,11 @@ def request(fmt: str, trajectory: Trajectory, steps: int) -> JsonObject:
 
 
 def _anthropic_tool() -> JsonObject:
-    return {"name": BASH_TOOL["name"], "description": BASH_TOOL["description"], "input_schema": BASH_TOOL["parameters"]}
+    return {
+        "name": BASH_TOOL["name"],
+        "description": BASH_TOOL["description"],
+        "input_schema": BASH_TOOL["parameters"],
+    }
 
 
 def anthropic_messages(task: str, steps: tuple[Step, ...]) -> Iterator[JsonObject]:
@@ -127,10 +136,18 @@ def anthropic_messages(task: str, steps: tuple[Step, ...]) -> Iterator[JsonObjec
             "role": "assistant",
             "content": [
                 {"type": "text", "text": step.thought},
-                {"type": "tool_use", "id": call_id(i), "name": "bash", "input": {"command": step.command}},
+                {
+                    "type": "tool_use",
+                    "id": call_id(i),
+                    "name": "bash",
+                    "input": {"command": step.command},
+                },
             ],
         }
-        yield {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id(i), "content": step.output}]}
+        yield {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": call_id(i), "content": step.output}],
+        }
 
 
 def chat_messages(task: str, steps: tuple[Step, ...]) -> Iterator[JsonObject]:
@@ -140,7 +157,13 @@ def chat_messages(task: str, steps: tuple[Step, ...]) -> Iterator[JsonObject]:
         yield {
             "role": "assistant",
             "content": step.thought,
-            "tool_calls": [{"id": call_id(i), "type": "function", "function": {"name": "bash", "arguments": arguments}}],
+            "tool_calls": [
+                {
+                    "id": call_id(i),
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": arguments},
+                }
+            ],
         }
         yield {"role": "tool", "tool_call_id": call_id(i), "content": step.output}
 
@@ -154,7 +177,12 @@ def responses_items(task: str, steps: tuple[Step, ...]) -> Iterator[JsonObject]:
             "content": [{"type": "output_text", "text": step.thought}],
         }
         arguments = '{"command": ' + _quote(step.command) + "}"
-        yield {"type": "function_call", "call_id": call_id(i), "name": "bash", "arguments": arguments}
+        yield {
+            "type": "function_call",
+            "call_id": call_id(i),
+            "name": "bash",
+            "arguments": arguments,
+        }
         yield {"type": "function_call_output", "call_id": call_id(i), "output": step.output}
 
 
@@ -165,12 +193,26 @@ def gemini_contents(task: str, steps: tuple[Step, ...]) -> Iterator[JsonObject]:
             "role": "model",
             "parts": [
                 {"text": step.thought},
-                {"functionCall": {"id": call_id(i), "name": "bash", "args": {"command": step.command}}},
+                {
+                    "functionCall": {
+                        "id": call_id(i),
+                        "name": "bash",
+                        "args": {"command": step.command},
+                    }
+                },
             ],
         }
         yield {
             "role": "user",
-            "parts": [{"functionResponse": {"id": call_id(i), "name": "bash", "response": {"output": step.output}}}],
+            "parts": [
+                {
+                    "functionResponse": {
+                        "id": call_id(i),
+                        "name": "bash",
+                        "response": {"output": step.output},
+                    }
+                }
+            ],
         }
 
 

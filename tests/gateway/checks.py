@@ -8,7 +8,12 @@ from ctxopt.api.gateway.app import wire_format
 from ctxopt.tokens import TokenCounter
 
 COUNTER = TokenCounter("cl100k")
-LISTS = {"anthropic": "messages", "openai-chat": "messages", "openai-responses": "input", "gemini": "contents"}
+LISTS = {
+    "anthropic": "messages",
+    "openai-chat": "messages",
+    "openai-responses": "input",
+    "gemini": "contents",
+}
 PREFIX_PATHS = {
     "anthropic": ("anthropic", "v1/messages"),
     "openai-chat": ("openai", "v1/chat/completions"),
@@ -28,7 +33,9 @@ def tokens_of(value: Any) -> int:
     return 0
 
 
-def assert_valid(fmt_name: str, original: dict[str, Any], sent: dict[str, Any], window: int) -> None:
+def assert_valid(
+    fmt_name: str, original: dict[str, Any], sent: dict[str, Any], window: int
+) -> None:
     """The provider's rules hold, the request fits the window (JSON overhead
     included), and the latest turn arrived exactly as the client sent it."""
     fmt = wire_format(*PREFIX_PATHS[fmt_name])
@@ -36,7 +43,11 @@ def assert_valid(fmt_name: str, original: dict[str, Any], sent: dict[str, Any], 
     assert fmt.violations(sent) == []
     key = LISTS[fmt_name]
     assert sent[key][-1] == original[key][-1], "the latest turn changed"
-    frame = {k: v for k, v in sent.items() if k in ("system", "tools", "instructions", "systemInstruction")}
+    frame = {
+        k: v
+        for k, v in sent.items()
+        if k in ("system", "tools", "instructions", "systemInstruction")
+    }
     assert tokens_of(sent[key]) + tokens_of(frame) <= window
     for name in set(original) - {key}:
         assert sent[name] == original[name], f"{name} changed"

@@ -26,7 +26,9 @@ def upstream_env(upstream: FakeUpstream) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def gateway(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def gateway(
+    upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     tmp: Path = tmp_path_factory.mktemp("gateway")
     with serving(tmp, "--gateway-addr", "127.0.0.1:0", env=upstream_env(upstream)) as server:
         yield server

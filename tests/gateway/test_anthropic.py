@@ -21,11 +21,17 @@ def trajectory() -> Trajectory:
 
 
 def client(gateway: ServerProcess, key: str = KEY) -> anthropic.Anthropic:
-    return anthropic.Anthropic(api_key=key, base_url=f"{gateway.gateway_url}/anthropic", max_retries=0)
+    return anthropic.Anthropic(
+        api_key=key, base_url=f"{gateway.gateway_url}/anthropic", max_retries=0
+    )
 
 
 def window_for(body: dict[str, Any], share: float) -> int:
-    return int(tokens_of(body["messages"]) * share) + tokens_of(body["system"]) + tokens_of(body["tools"])
+    return (
+        int(tokens_of(body["messages"]) * share)
+        + tokens_of(body["system"])
+        + tokens_of(body["tools"])
+    )
 
 
 def test_a_tool_loop_is_pruned_under_the_window_and_keeps_the_rules(
@@ -49,7 +55,11 @@ def test_a_tool_loop_is_pruned_under_the_window_and_keeps_the_rules(
 
 
 def test_streamed_events_arrive_unchanged(gateway: ServerProcess, upstream: FakeUpstream) -> None:
-    body = {"model": "claude-sonnet-4-6", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]}
+    body: dict[str, Any] = {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 50,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     with client(gateway).messages.stream(**body) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()

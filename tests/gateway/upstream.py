@@ -130,7 +130,12 @@ def _sse(events: list[tuple[str | None, JsonObject | str]]) -> StreamingResponse
 def _anthropic(reply: str | ToolCall, tokens: int, streamed: bool) -> Response:
     usage = {"input_tokens": tokens, "output_tokens": 5}
     if isinstance(reply, ToolCall):
-        block: JsonObject = {"type": "tool_use", "id": reply.call_id, "name": reply.name, "input": reply.arguments}
+        block: JsonObject = {
+            "type": "tool_use",
+            "id": reply.call_id,
+            "name": reply.name,
+            "input": reply.arguments,
+        }
         stop = "tool_use"
     else:
         block = {"type": "text", "text": reply}
@@ -157,12 +162,19 @@ def _anthropic(reply: str | ToolCall, tokens: int, streamed: bool) -> Response:
     return _sse(
         [
             ("message_start", {"type": "message_start", "message": start}),
-            ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": opened}),
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": opened},
+            ),
             ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
             ("content_block_stop", {"type": "content_block_stop", "index": 0}),
             (
                 "message_delta",
-                {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None}, "usage": {"output_tokens": 5}},
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": stop, "stop_sequence": None},
+                    "usage": {"output_tokens": 5},
+                },
             ),
             ("message_stop", {"type": "message_stop"}),
         ]
@@ -171,7 +183,10 @@ def _anthropic(reply: str | ToolCall, tokens: int, streamed: bool) -> Response:
 
 def _chat(reply: str | ToolCall, tokens: int, streamed: bool) -> Response:
     usage = {"prompt_tokens": tokens, "completion_tokens": 5, "total_tokens": tokens + 5}
-    message: JsonObject = {"role": "assistant", "content": None if isinstance(reply, ToolCall) else reply}
+    message: JsonObject = {
+        "role": "assistant",
+        "content": None if isinstance(reply, ToolCall) else reply,
+    }
     if isinstance(reply, ToolCall):
         message["tool_calls"] = [
             {
@@ -184,7 +199,9 @@ def _chat(reply: str | ToolCall, tokens: int, streamed: bool) -> Response:
     base = {"id": "chatcmpl-fake", "created": int(time.time()), "model": "gpt-fake"}
     if not streamed:
         choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
-        return JSONResponse({**base, "object": "chat.completion", "choices": [choice], "usage": usage})
+        return JSONResponse(
+            {**base, "object": "chat.completion", "choices": [choice], "usage": usage}
+        )
     delta = {**message}
     if "tool_calls" in delta:
         delta["tool_calls"] = [{**delta["tool_calls"][0], "index": 0}]
@@ -241,12 +258,23 @@ def _responses(reply: str | ToolCall, tokens: int, streamed: bool) -> Response:
     pending = {**response, "status": "in_progress", "output": [], "usage": None}
     return _sse(
         [
-            ("response.created", {"type": "response.created", "sequence_number": 0, "response": pending}),
+            (
+                "response.created",
+                {"type": "response.created", "sequence_number": 0, "response": pending},
+            ),
             (
                 "response.output_item.done",
-                {"type": "response.output_item.done", "sequence_number": 1, "output_index": 0, "item": item},
+                {
+                    "type": "response.output_item.done",
+                    "sequence_number": 1,
+                    "output_index": 0,
+                    "item": item,
+                },
             ),
-            ("response.completed", {"type": "response.completed", "sequence_number": 2, "response": response}),
+            (
+                "response.completed",
+                {"type": "response.completed", "sequence_number": 2, "response": response},
+            ),
         ]
     )
 
@@ -258,8 +286,14 @@ def _gemini(reply: str | ToolCall, tokens: int, streamed: bool, sse: bool) -> Re
         else {"text": reply}
     )
     answer = {
-        "candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
-        "usageMetadata": {"promptTokenCount": tokens, "candidatesTokenCount": 5, "totalTokenCount": tokens + 5},
+        "candidates": [
+            {"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}
+        ],
+        "usageMetadata": {
+            "promptTokenCount": tokens,
+            "candidatesTokenCount": 5,
+            "totalTokenCount": tokens + 5,
+        },
         "modelVersion": "gemini-fake",
     }
     if not streamed:
@@ -273,13 +307,17 @@ def _gemini(reply: str | ToolCall, tokens: int, streamed: bool, sse: bool) -> Re
 def fake_upstream(**settings: Any) -> Iterator[FakeUpstream]:
     """A FakeUpstream serving on 127.0.0.1 (a free port) for the block."""
     upstream = FakeUpstream(**settings)
-    app = Starlette(routes=[Route("/{path:path}", upstream._handle, methods=["GET", "POST", "PUT", "DELETE"])])
+    app = Starlette(
+        routes=[Route("/{path:path}", upstream._handle, methods=["GET", "POST", "PUT", "DELETE"])]
+    )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
     upstream.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
