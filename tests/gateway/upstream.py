@@ -315,6 +315,7 @@ def fake_upstream(**settings: Any) -> Iterator[FakeUpstream]:
     )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
     upstream.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
