@@ -140,30 +140,36 @@ class Pipeline:
     ) -> Prepared:
         try:
             body = json.loads(raw)
-            conversation = fmt.parse(body, path) if isinstance(body, dict) else None
-        except (ValueError, TypeError, AttributeError) as e:
+            if not isinstance(body, dict):
+                raise ValueError("not a JSON object")
+            opening = fmt.opening(body)
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
             return Prepared(raw, Outcome.PASS_THROUGH, note=f"not parsed: {e}"[:200])
-        if conversation is None or not conversation.turns:
-            return Prepared(raw, Outcome.PASS_THROUGH, note="nothing to prune")
-        window = self._window(conversation.model, headers)
-        if window is None:
-            return Prepared(raw, Outcome.PASS_THROUGH, note=f"unknown model {conversation.model!r}")
-        limit = hosts.ceiling(
-            window,
-            headers.get("user-agent", ""),
-            conversation.model,
-            host_lines=self.config.gateway_host_ceilings,
-        )
         owner = owner_of(headers)
-        opening = (conversation.frame[:1], _opening(conversation.turns))
         session_id = session_of(fmt.name, owner, headers.get(SESSION_HEADER, ""), opening)
         state = self.sessions.get(session_id, owner)
         with state.lock:
+            try:
+                conversation = fmt.parse(body, path, state.conversation)
+            except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
+                return Prepared(raw, Outcome.PASS_THROUGH, note=f"not parsed: {e}"[:200])
+            if conversation is None or not conversation.turns:
+                return Prepared(raw, Outcome.PASS_THROUGH, note="nothing to prune")
+            window = self._window(conversation.model, headers)
+            if window is None:
+                note = f"unknown model {conversation.model!r}"
+                return Prepared(raw, Outcome.PASS_THROUGH, note=note)
+            limit = hosts.ceiling(
+                window,
+                headers.get("user-agent", ""),
+                conversation.model,
+                host_lines=self.config.gateway_host_ceilings,
+            )
             prepared = self._run(fmt, body, raw, conversation, state, limit.tokens)
+            state.last_sent_tokens = prepared.tokens_after
         prepared.session_id = session_id
         prepared.state = state
         prepared.log.update(host=limit.host.value, ceiling=limit.tokens, window=window)
-        state.last_sent_tokens = prepared.tokens_after
         return prepared
 
     def _window(self, model: str, headers: Mapping[str, str]) -> int | None:
@@ -184,7 +190,11 @@ class Pipeline:
         ceiling: int,
     ) -> Prepared:
         turns = conversation.turns
-        ids = _turn_ids(conversation, state)
+        reused = conversation.reused if state.conversation is not None else 0
+        ids = state.turn_ids[:reused] + [
+            [chunk_id(t, b, turns[t].role, block) for b, block in enumerate(turns[t].blocks)]
+            for t in range(reused, len(turns))
+        ]
         protected = set(latest_turns(turns))
         first = first_prompt(turns)
         if first is not None:
@@ -195,49 +205,56 @@ class Pipeline:
         ]
         scaled = int(ceiling / state.token_scale)
         call = _Call(fmt, body, conversation, state, ids, 0, scaled, protected, state.tokens)
-        chunks = _chunks(turns, ids)
+        chunks = _chunks(turns, ids, reused)
         try:
-            self._sync(state, frame, chunks)
+            self._sync(state, frame, chunks, {i for row in ids for i in row})
         except Exception as e:  # never worse: the request goes on without the engine
             log.warning("gateway: engine sync failed for %s: %s", state.session_id, e)
-            call.sizes = {c.id: c.tokens or len(c.text) // 3 + 1 for c in (*frame, *chunks)}
+            state.conversation, state.turn_ids = None, []  # map everything again next time
+            all_chunks = (*frame, *_chunks(turns, ids, 0))
+            call.sizes = {c.id: c.tokens or len(c.text) // 3 + 1 for c in all_chunks}
             call.frame_tokens = sum(call.sizes[c.id] for c in frame)
             return self._fallback(call, raw, f"engine: {e}"[:200])
+        state.conversation, state.turn_ids = conversation, ids
         call.frame_tokens = sum(state.tokens.get(c.id, 0) for c in frame)
         before = call.frame_tokens + _total(turns, ids, state.tokens)
-        edits, after, _ = self._project(call)
+        edits, after, seen = self._project(call)
         note = ""
         if after >= scaled * self.config.gc_threshold_percent / 100:
             try:
-                note = self._collect(call)
+                note, edits, after = self._collect(call, after, seen)
             except Exception as e:  # never worse, as above
                 log.warning("gateway: plan failed for %s: %s", state.session_id, e)
                 return self._fallback(call, raw, f"engine: {e}"[:200])
-            edits, after, _ = self._project(call)
         if not edits:
             if before > scaled:
                 return self._fallback(call, raw, "over the ceiling with nothing to prune")
             return Prepared(raw, Outcome.BELOW_THRESHOLD, before, before)
-        rendered = fmt.render(body, conversation, edits, frozenset())
-        broken = _new_violations(fmt, body, rendered)
-        if broken:
-            return self._fallback(call, raw, "rewrite breaks: " + "; ".join(broken)[:200])
         if after > scaled:
             return self._truncate(call, edits, f"{note} plan over the ceiling".strip())
+        # Edits only replace the content of text and result blocks and drop signed
+        # blocks whole, never a call, an id, a role or a turn: the format's rules
+        # hold by construction here; a truncation that drops turns is checked.
+        rendered = fmt.render(body, conversation, edits, frozenset())
         return Prepared(_dump(rendered), Outcome.OPTIMIZED, before, after, note=note)
 
-    def _sync(self, state: SessionState, frame: list[Chunk], chunks: list[Chunk]) -> None:
-        """The engine session holds what the host sends: new chunks appended,
-        chunks it no longer sends removed (decided ones are not sent again)."""
-        present = {c.id for c in frame} | {c.id for c in chunks}
+    def _sync(
+        self, state: SessionState, frame: list[Chunk], chunks: list[Chunk], present: set[str]
+    ) -> None:
+        """The engine session holds what the host sends: `chunks` (the turns not
+        reused from the last call) appended when new, chunks the host no longer
+        sends removed (decided ones are not sent again)."""
+        present = present | {c.id for c in frame}
         stale = sorted(state.live - present)
         owner, session = state.owner, state.session_id
         if stale:
             self.engine.remove(owner, session, stale, False)
             state.live.difference_update(stale)
-        for gone in [i for i in state.tokens if i not in present]:
-            del state.tokens[gone]
-            state.decisions.pop(gone, None)
+        if len(state.tokens) > len(present):
+            for gone in [i for i in state.tokens if i not in present]:
+                del state.tokens[gone]
+                state.decisions.pop(gone, None)
+                state.replacements.pop(gone, None)
         new = [c for c in (*frame, *chunks) if c.id not in state.tokens]
         if new:
             result = self.engine.append(owner, session, new)
@@ -245,7 +262,9 @@ class Pipeline:
                 state.tokens[counted.id] = counted.tokens
                 state.live.add(counted.id)
 
-    def _collect(self, call: _Call) -> str:
+    def _collect(
+        self, call: _Call, projected: int, seen: int
+    ) -> tuple[str, dict[tuple[int, int], Edit], int]:
         """Run collections until the prompt lands at the target; their decisions
         replace the ones that stuck. The engine sees its own view of the chunks
         (a stashed chunk costs it nothing), so each pass restates the ceiling
@@ -255,8 +274,8 @@ class Pipeline:
         roots = tuple(i for t in sorted(call.protected) for i in call.ids[t] if i in state.live)
         target = call.ceiling * self.config.gc_target_percent / 100
         note = ""
+        edits: dict[tuple[int, int], Edit] = {}
         for attempt in range(MAX_PASSES):
-            _, projected, seen = self._project(call)
             options = OptimizeOptions(
                 budget=Budget(
                     max(1, call.ceiling - max(0, projected - seen)),
@@ -273,9 +292,10 @@ class Pipeline:
             plan = self.engine.optimize(state.owner, state.session_id, options)
             self._remember(state, plan)
             note = "" if plan.feasible or not plan.triggered else "plan infeasible"
-            if not plan.triggered or not plan.decisions or self._project(call)[1] <= target:
+            edits, projected, seen = self._project(call)
+            if not plan.triggered or not plan.decisions or projected <= target:
                 break
-        return note
+        return note, edits, projected
 
     @staticmethod
     def _remember(state: SessionState, plan: Plan) -> None:
@@ -312,9 +332,13 @@ class Pipeline:
                 elif block.rewrite == Rewrite.NEVER:
                     total += tokens
                 else:
-                    text = _replacement(decision, state.session_id)
-                    edits[block.ref] = Edit(text)
-                    total += _estimate(decision, text)
+                    shown = state.replacements.get(cid)
+                    if shown is None or shown[0] is not decision:
+                        text = _replacement(decision, state.session_id)
+                        shown = (decision, text, _estimate(decision, text))
+                        state.replacements[cid] = shown
+                    edits[block.ref] = Edit(shown[1])
+                    total += shown[2]
         return edits, total, seen
 
     def _fallback(self, call: _Call, raw: bytes, reason: str) -> Prepared:
@@ -343,6 +367,11 @@ class Pipeline:
         rendered = call.fmt.render(
             call.body, call.conversation, kept_edits, frozenset(_raw_indices(turns, dropped))
         )
+        broken = _new_violations(call.fmt, call.body, rendered)
+        if broken:
+            tokens = before
+            note = f"{reason}; truncation would break: {'; '.join(broken)}"[:300]
+            return Prepared(_dump(call.body), Outcome.FALLBACK, tokens, tokens, note=note)
         over = "; still over the ceiling" if total > call.ceiling else ""
         return Prepared(
             _dump(rendered),
@@ -353,27 +382,11 @@ class Pipeline:
         )
 
 
-def _turn_ids(conversation: Conversation, state: SessionState) -> list[list[str]]:
-    """Chunk ids per turn; the turns equal to the last call's keep theirs unhashed."""
-    raw, previous = conversation.raw_turns, state.raw_turns
-    same = 0
-    limit = min(len(raw), len(previous), len(state.turn_ids))
-    while same < limit and raw[same] == previous[same]:
-        same += 1
-    ids = state.turn_ids[:same]
-    for t in range(same, len(conversation.turns)):
-        role = conversation.turns[t].role
-        ids.append(
-            [chunk_id(t, b, role, block) for b, block in enumerate(conversation.turns[t].blocks)]
-        )
-    state.raw_turns = list(raw)
-    state.turn_ids = ids
-    return ids
-
-
-def _chunks(turns: Sequence[Turn], ids: list[list[str]]) -> list[Chunk]:
+def _chunks(turns: Sequence[Turn], ids: list[list[str]], start: int) -> list[Chunk]:
+    """The chunks of the turns from `start` on."""
     chunks: list[Chunk] = []
-    for t, turn in enumerate(turns):
+    for t in range(start, len(turns)):
+        turn = turns[t]
         steps = any(b.call_id for b in turn.blocks)
         for block, cid in zip(turn.blocks, ids[t], strict=True):
             kind = ChunkKind.SYSTEM if turn.locked else block.kind
@@ -395,11 +408,6 @@ def _chunks(turns: Sequence[Turn], ids: list[list[str]]) -> list[Chunk]:
                 )
             )
     return chunks
-
-
-def _opening(turns: Sequence[Turn]) -> str:
-    first = first_prompt(turns)
-    return "" if first is None else "\n".join(b.text for b in turns[first].blocks)
 
 
 def _query(turns: Sequence[Turn]) -> str:

@@ -22,6 +22,7 @@ from ctxopt.api.gateway.formats.conversation import (
     JsonObject,
     Rewrite,
     Turn,
+    build,
     digest,
 )
 from ctxopt.model import ChunkKind, Role
@@ -33,19 +34,19 @@ _ROLES = {"user": Role.USER, "model": Role.MODEL, "function": Role.USER}
 class GeminiContents:
     name = "gemini"
 
-    def parse(self, body: JsonObject, path: str) -> Conversation | None:
+    def opening(self, body: JsonObject) -> Any:
+        contents = body["contents"]
+        return (_system(body), contents[0] if contents else None)
+
+    def parse(
+        self, body: JsonObject, path: str, previous: Conversation | None
+    ) -> Conversation | None:
         contents = body.get("contents")
         if not isinstance(contents, list):
             raise ValueError("contents: not a list")
-        frame: list[tuple[ChunkKind, str]] = []
-        system = body.get("systemInstruction", body.get("system_instruction"))
-        if system:
-            frame.append((ChunkKind.SYSTEM, _dump(system)))
-        if body.get("tools"):
-            frame.append((ChunkKind.TOOL_SCHEMA, _dump(body["tools"])))
+        frame = [(ChunkKind.SYSTEM, _system(body)), (ChunkKind.TOOL_SCHEMA, body.get("tools"))]
         model = path.rsplit("/", 1)[-1].split(":", 1)[0]
-        turns = [_turn(i, c) for i, c in enumerate(contents)]
-        return Conversation(model, frame, turns, contents)
+        return build(model, frame, contents, _turn, previous)
 
     def render(
         self,
@@ -96,6 +97,10 @@ class GeminiContents:
         if isinstance(usage, dict) and isinstance(usage.get("promptTokenCount"), int):
             return int(usage["promptTokenCount"])
         return None
+
+
+def _system(body: JsonObject) -> Any:
+    return body.get("systemInstruction", body.get("system_instruction"))
 
 
 def _turn(index: int, content: Any) -> Turn:

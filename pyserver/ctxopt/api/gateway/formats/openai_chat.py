@@ -19,6 +19,7 @@ from ctxopt.api.gateway.formats.conversation import (
     JsonObject,
     Rewrite,
     Turn,
+    build,
     digest,
     text_of,
 )
@@ -33,16 +34,17 @@ _LOCKED = ("system", "developer")
 class OpenAIChat:
     name = "openai-chat"
 
-    def parse(self, body: JsonObject, path: str) -> Conversation | None:
+    def opening(self, body: JsonObject) -> Any:
+        return body["messages"][:2]
+
+    def parse(
+        self, body: JsonObject, path: str, previous: Conversation | None
+    ) -> Conversation | None:
         messages = body.get("messages")
         if not isinstance(messages, list):
             raise ValueError("messages: not a list")
-        frame: list[tuple[ChunkKind, str]] = []
-        for key in ("tools", "functions"):
-            if body.get(key):
-                frame.append((ChunkKind.TOOL_SCHEMA, _dump(body[key])))
-        turns = [_turn(i, m) for i, m in enumerate(messages)]
-        return Conversation(str(body.get("model", "")), frame, turns, messages)
+        frame = [(ChunkKind.TOOL_SCHEMA, body.get(key)) for key in ("tools", "functions")]
+        return build(str(body.get("model", "")), frame, messages, _turn, previous)
 
     def render(
         self,

@@ -24,6 +24,7 @@ from ctxopt.api.gateway.formats.conversation import (
     JsonObject,
     Rewrite,
     Turn,
+    build,
     digest,
     text_of,
 )
@@ -38,7 +39,13 @@ _LOCKED = ("system", "developer")
 class OpenAIResponses:
     name = "openai-responses"
 
-    def parse(self, body: JsonObject, path: str) -> Conversation | None:
+    def opening(self, body: JsonObject) -> Any:
+        items = body.get("input")
+        return (body.get("instructions"), items[:2] if isinstance(items, list) else items)
+
+    def parse(
+        self, body: JsonObject, path: str, previous: Conversation | None
+    ) -> Conversation | None:
         if body.get("previous_response_id"):
             return None  # the provider holds the history
         items = body.get("input")
@@ -46,23 +53,11 @@ class OpenAIResponses:
             return None  # one prompt, no history
         if not isinstance(items, list):
             raise ValueError("input: neither text nor a list")
-        frame: list[tuple[ChunkKind, str]] = []
-        if body.get("instructions"):
-            frame.append((ChunkKind.SYSTEM, _dump(body["instructions"])))
-        if body.get("tools"):
-            frame.append((ChunkKind.TOOL_SCHEMA, _dump(body["tools"])))
-        turns: list[Turn] = []
-        raw: list[list[Any]] = []
-        for index, item in enumerate(items):
-            role, locked, blocks = _item(index, item)
-            if turns and not locked and not turns[-1].locked and turns[-1].role == role:
-                turns[-1].blocks.extend(blocks)
-                turns[-1].items = (*turns[-1].items, index)
-                raw[-1].append(item)
-            else:
-                turns.append(Turn(role, blocks, locked, (index,)))
-                raw.append([item])
-        return Conversation(str(body.get("model", "")), frame, turns, raw)
+        frame = [
+            (ChunkKind.SYSTEM, body.get("instructions")),
+            (ChunkKind.TOOL_SCHEMA, body.get("tools")),
+        ]
+        return build(str(body.get("model", "")), frame, _groups(items), _turn, previous)
 
     def render(
         self,
@@ -128,6 +123,30 @@ class OpenAIResponses:
         if isinstance(usage, dict) and isinstance(usage.get("input_tokens"), int):
             return int(usage["input_tokens"])
         return None
+
+
+def _groups(items: list[Any]) -> list[list[tuple[int, Any]]]:
+    """Consecutive items of one side, each with its index: one turn each."""
+    groups: list[list[tuple[int, Any]]] = []
+    last: tuple[Role, bool] | None = None
+    for index, item in enumerate(items):
+        locked = isinstance(item, dict) and item.get("role") in _LOCKED
+        side = (_side(item), locked)
+        if groups and not locked and side == last:
+            groups[-1].append((index, item))
+        else:
+            groups.append([(index, item)])
+        last = side
+    return groups
+
+
+def _turn(position: int, group: list[tuple[int, Any]]) -> Turn:
+    blocks: list[Block] = []
+    role, locked = Role.USER, False
+    for index, item in group:
+        role, locked, found = _item(index, item)
+        blocks.extend(found)
+    return Turn(role, blocks, locked, tuple(index for index, _ in group))
 
 
 def _side(item: Any) -> Role:
