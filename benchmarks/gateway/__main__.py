@@ -95,28 +95,31 @@ def report(results: dict[str, Any]) -> None:
     )
     for row in results["latency"]:
         print(
-            f"{row['format']:17} {row['messages']:>5} {row['regime']:16} {row['added_p50_ms']:7.2f} "
-            f"{row['added_p99_ms']:7.2f} {row['ttfb_added_p50_ms']:9.2f} {row['cold_ms']:7.1f}"
+            f"{row['format']:17} {row['messages']:>5} {row['regime']:16} "
+            f"{row['added_p50_ms']:7.2f} {row['added_p99_ms']:7.2f} {row['ttfb_added_p50_ms']:9.2f} {row['cold_ms']:7.1f}"
         )
     worst = max(
         (r["added_p50_ms"] for r in results["latency"] if r["messages"] == max(SIZES)), default=0.0
     )
     if worst:
         print(
-            f"worst p50 added at {max(SIZES):,} messages: {worst:.2f} ms (goal <= {GOAL_ADDED_P50_MS} ms)"
+            f"worst p50 added at {max(SIZES):,} messages: {worst:.2f} ms "
+            f"(goal <= {GOAL_ADDED_P50_MS} ms)"
         )
     share = int(results["window_share"] * 100)
     print(
-        f"\nbilled input tokens, {results['trajectories']} trajectories, window {share}% of the final size"
+        f"\nbilled input tokens, {results['trajectories']} trajectories, "
+        f"window {share}% of the final size"
     )
     print(
-        f"{'format':17} {'method':16} {'calls':>6} {'input':>11} {'billed':>11} {'vs none':>8} {'over':>5}"
+        f"{'format':17} {'method':16} {'calls':>6} {'input':>11} {'billed':>11} "
+        f"{'vs none':>8} {'over':>5}"
     )
     for fmt, methods in results["billing"].items():
         for method, row in methods.items():
             print(
-                f"{fmt:17} {method:16} {row['calls']:6} {row['input_tokens']:11,} {row['billed_tokens']:11,} "
-                f"{row['billed_vs_none']:8.3f} {row['over_window_calls']:5}"
+                f"{fmt:17} {method:16} {row['calls']:6} {row['input_tokens']:11,} "
+                f"{row['billed_tokens']:11,} {row['billed_vs_none']:8.3f} {row['over_window_calls']:5}"
             )
 
 
