@@ -96,7 +96,8 @@ def report(results: dict[str, Any]) -> None:
     for row in results["latency"]:
         print(
             f"{row['format']:17} {row['messages']:>5} {row['regime']:16} "
-            f"{row['added_p50_ms']:7.2f} {row['added_p99_ms']:7.2f} {row['ttfb_added_p50_ms']:9.2f} {row['cold_ms']:7.1f}"
+            f"{row['added_p50_ms']:7.2f} {row['added_p99_ms']:7.2f} "
+            f"{row['ttfb_added_p50_ms']:9.2f} {row['cold_ms']:7.1f}"
         )
     worst = max(
         (r["added_p50_ms"] for r in results["latency"] if r["messages"] == max(SIZES)), default=0.0
@@ -119,7 +120,8 @@ def report(results: dict[str, Any]) -> None:
         for method, row in methods.items():
             print(
                 f"{fmt:17} {method:16} {row['calls']:6} {row['input_tokens']:11,} "
-                f"{row['billed_tokens']:11,} {row['billed_vs_none']:8.3f} {row['over_window_calls']:5}"
+                f"{row['billed_tokens']:11,} {row['billed_vs_none']:8.3f} "
+                f"{row['over_window_calls']:5}"
             )
 
 
