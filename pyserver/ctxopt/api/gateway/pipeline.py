@@ -15,12 +15,13 @@ truncation that drops whole exchanges (oldest first) and keeps the rules.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+
+import orjson
 
 from ctxopt.api.gateway import hosts, windows
 from ctxopt.api.gateway.formats.conversation import (
@@ -36,6 +37,7 @@ from ctxopt.api.gateway.formats.conversation import (
     first_prompt,
     latest_turns,
 )
+from ctxopt.api.gateway.placeholders import estimate, replacement
 from ctxopt.api.gateway.sessions import SESSION_HEADER, Sessions, SessionState, owner_of, session_of
 from ctxopt.config import Config
 from ctxopt.engine import Engine
@@ -44,7 +46,6 @@ from ctxopt.model import (
     Budget,
     Chunk,
     ChunkKind,
-    Decision,
     GcPolicy,
     OptimizeOptions,
     Plan,
@@ -64,7 +65,6 @@ QUERY_CHARS = 4000  # the query's tail that matters (a pasted log can be huge)
 # error (cached or multimodal accounting) rather than a tokenizer counting more.
 MAX_TOKEN_SCALE = 2.0
 MAX_PASSES = 3  # collections per call at most (see `_collect`)
-RESTORE_HINT = 'context_stash_restore(session_id="{session}", ids=["{id}"])'
 
 
 class Outcome(Enum):
@@ -139,7 +139,7 @@ class Pipeline:
         self, fmt: WireFormat, path: str, raw: bytes, headers: Mapping[str, str]
     ) -> Prepared:
         try:
-            body = json.loads(raw)
+            body = orjson.loads(raw)
             if not isinstance(body, dict):
                 raise ValueError("not a JSON object")
             opening = fmt.opening(body)
@@ -253,7 +253,8 @@ class Pipeline:
         if len(state.tokens) > len(present):
             for gone in [i for i in state.tokens if i not in present]:
                 del state.tokens[gone]
-                state.decisions.pop(gone, None)
+                if state.decisions.pop(gone, None) is not None:
+                    state.version += 1
                 state.replacements.pop(gone, None)
         new = [c for c in (*frame, *chunks) if c.id not in state.tokens]
         if new:
@@ -299,6 +300,7 @@ class Pipeline:
 
     @staticmethod
     def _remember(state: SessionState, plan: Plan) -> None:
+        state.version += 1
         for kept in plan.kept_ids:
             earlier = state.decisions.get(kept)
             if earlier is not None and earlier.action in (Action.STASH, Action.DELETE):
@@ -313,33 +315,51 @@ class Pipeline:
 
     def _project(self, call: _Call) -> tuple[dict[tuple[int, int], Edit], int, int]:
         """The decisions that stuck as edits, the prompt's size with them, and the
-        size the engine sees (its chunks after the decisions)."""
+        size the engine sees (its chunks after the decisions). A turn unchanged
+        since the last projection, under the same decisions, is not walked again."""
         edits: dict[tuple[int, int], Edit] = {}
         state = call.state
         total = seen = call.frame_tokens
+        cache = state.projection
+        projection: list[_TurnProjection] = []
         for t, turn in enumerate(call.conversation.turns):
-            for block, cid in zip(turn.blocks, call.ids[t], strict=True):
-                tokens = state.tokens.get(cid, 0)
-                decision = state.decisions.get(cid)
-                if decision is None or turn.locked or t in call.protected:
-                    total += tokens
-                    seen += tokens
-                    continue
-                if decision.action in (Action.TRIM, Action.MASK):
-                    seen += decision.tokens_after
-                if block.rewrite == Rewrite.DROP:
-                    edits[block.ref] = Edit(None)
-                elif block.rewrite == Rewrite.NEVER:
-                    total += tokens
-                else:
-                    shown = state.replacements.get(cid)
-                    if shown is None or shown[0] is not decision:
-                        text = _replacement(decision, state.session_id)
-                        shown = (decision, text, _estimate(decision, text))
-                        state.replacements[cid] = shown
-                    edits[block.ref] = Edit(shown[1])
-                    total += shown[2]
+            protected = turn.locked or t in call.protected
+            entry = cache[t] if t < call.conversation.reused and t < len(cache) else None
+            if entry is None or entry.version != state.version or entry.protected != protected:
+                entry = self._project_turn(call, t, protected)
+            projection.append(entry)
+            edits.update(entry.edits)
+            total += entry.total
+            seen += entry.seen
+        state.projection = projection
         return edits, total, seen
+
+    @staticmethod
+    def _project_turn(call: _Call, t: int, protected: bool) -> _TurnProjection:
+        state = call.state
+        entry = _TurnProjection(state.version, protected)
+        for block, cid in zip(call.conversation.turns[t].blocks, call.ids[t], strict=True):
+            tokens = state.tokens.get(cid, 0)
+            decision = state.decisions.get(cid)
+            if decision is None or protected:
+                entry.total += tokens
+                entry.seen += tokens
+                continue
+            if decision.action in (Action.TRIM, Action.MASK):
+                entry.seen += decision.tokens_after
+            if block.rewrite == Rewrite.DROP:
+                entry.edits.append((block.ref, Edit(None)))
+            elif block.rewrite == Rewrite.NEVER:
+                entry.total += tokens
+            else:
+                shown = state.replacements.get(cid)
+                if shown is None or shown[0] is not decision:
+                    text = replacement(decision, state.session_id)
+                    shown = (decision, text, estimate(decision, text))
+                    state.replacements[cid] = shown
+                entry.edits.append((block.ref, Edit(shown[1])))
+                entry.total += shown[2]
+        return entry
 
     def _fallback(self, call: _Call, raw: bytes, reason: str) -> Prepared:
         """No usable plan: the original when it fits, else local truncation."""
@@ -419,21 +439,15 @@ def _query(turns: Sequence[Turn]) -> str:
     return ""
 
 
-def _replacement(decision: Decision, session_id: str) -> str:
-    """A shrunk block's text, or a removed one's placeholder: both name the chunk
-    and how to get the original back (the ctxopt MCP tool)."""
-    hint = RESTORE_HINT.format(session=session_id, id=decision.chunk_id)
-    if decision.action in (Action.TRIM, Action.MASK) and decision.replacement_text:
-        return f"{decision.replacement_text}\n[ctxopt restore: {hint}]"
-    return f"[ctxopt: stashed; restore: {hint}]"
+@dataclass
+class _TurnProjection:
+    """One turn under the decisions of `version`: its edits and sizes."""
 
-
-def _estimate(decision: Decision, text: str) -> int:
-    """A replacement's size without counting it: the engine's count of its part
-    plus a generous bound on the hint (about 3 characters a token)."""
-    base = decision.tokens_after if decision.action in (Action.TRIM, Action.MASK) else 0
-    extra = len(text) - len(decision.replacement_text) if base else len(text)
-    return base + extra // 3 + 1
+    version: int
+    protected: bool
+    edits: list[tuple[tuple[int, int], Edit]] = field(default_factory=list)
+    total: int = 0
+    seen: int = 0
 
 
 def _total(turns: Sequence[Turn], ids: list[list[str]], tokens: Mapping[str, int]) -> int:
@@ -465,4 +479,4 @@ def _new_violations(fmt: WireFormat, original: JsonObject, rendered: JsonObject)
 
 
 def _dump(body: JsonObject) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    return orjson.dumps(body)

@@ -61,6 +61,8 @@ class SessionState:
     decisions: dict[str, Decision] = field(default_factory=dict)  # sticky between collections
     # each rewritten chunk's text and size for its decision (made once per decision)
     replacements: dict[str, tuple[Decision, str, int]] = field(default_factory=dict)
+    version: int = 0  # bumped whenever `decisions` change
+    projection: list[Any] = field(default_factory=list)  # the last call's, turn by turn
     token_scale: float = 1.0  # provider's count / ours, from the last reported usage
     last_sent_tokens: int = 0
 

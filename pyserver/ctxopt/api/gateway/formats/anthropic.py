@@ -10,7 +10,6 @@ and one on a block that goes moves to the nearest kept block before it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +22,7 @@ from ctxopt.api.gateway.formats.conversation import (
     Turn,
     build,
     digest,
+    dump_text,
     text_of,
 )
 from ctxopt.model import ChunkKind, Role
@@ -167,7 +167,7 @@ def _block(block: Any, ref: tuple[int, int]) -> Block:
             ChunkKind.ENRICHMENT, "[redacted thinking]", Rewrite.DROP, tokens=size, ref=ref
         )
     if kind == "tool_use":
-        text = f"{block.get('name')} {_dump(block.get('input'))}"
+        text = f"{block.get('name')} {dump_text(block.get('input'))}"
         return Block(
             ChunkKind.TOOL_CALL, text, Rewrite.NEVER, call_id=str(block.get("id")), ref=ref
         )
@@ -177,9 +177,9 @@ def _block(block: Any, ref: tuple[int, int]) -> Block:
             text = f"[error] {text}"
         return Block(ChunkKind.TOOL_RESULT, text, answers=str(block.get("tool_use_id")), ref=ref)
     if kind in ("image", "document"):
-        text = f"[{kind} {digest(_dump(block.get('source')))}]"
+        text = f"[{kind} {digest(dump_text(block.get('source')))}]"
         return Block(ChunkKind.MESSAGE, text, tokens=IMAGE_TOKENS, ref=ref)
-    return Block(ChunkKind.MESSAGE, _dump(block), Rewrite.NEVER, ref=ref)
+    return Block(ChunkKind.MESSAGE, dump_text(block), Rewrite.NEVER, ref=ref)
 
 
 def _result_text(content: Any) -> str:
@@ -239,7 +239,3 @@ def _markers(body: JsonObject) -> int:
         if isinstance(content, list):
             count += sum(1 for b in content if isinstance(b, dict) and "cache_control" in b)
     return count
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)

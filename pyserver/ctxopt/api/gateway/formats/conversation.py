@@ -10,11 +10,12 @@ engine never sees a format, and a format never sees the engine.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
+
+import orjson
 
 from ctxopt.model import ChunkKind, Role
 
@@ -75,7 +76,7 @@ def build(
     frame = [
         previous.frame[i]
         if previous is not None and i < len(old_frame) and old_frame[i] == item
-        else (item[0], json.dumps(item[1], ensure_ascii=False, sort_keys=True))
+        else (item[0], dump_text(item[1]))
         for i, item in enumerate(frame_raw)
     ]
     same = 0
@@ -132,6 +133,11 @@ class WireFormat(Protocol):
     def prompt_tokens(self, payload: JsonObject) -> int | None:
         """The prompt size the provider reported in a response or stream event."""
         ...
+
+
+def dump_text(value: Any) -> str:
+    """A JSON value as stable text (keys sorted): what the engine sees of structure."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def digest(*parts: str) -> str:

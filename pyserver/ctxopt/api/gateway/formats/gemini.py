@@ -10,7 +10,6 @@ the latest turn and a pending call stay intact.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -24,6 +23,7 @@ from ctxopt.api.gateway.formats.conversation import (
     Turn,
     build,
     digest,
+    dump_text,
 )
 from ctxopt.model import ChunkKind, Role
 
@@ -130,21 +130,21 @@ def _pair_key(value: Any, seen: Counter[str]) -> str:
 
 def _part(part: Any, ref: tuple[int, int], seen: Counter[str]) -> Block:
     if not isinstance(part, dict):
-        return Block(ChunkKind.MESSAGE, _dump(part), Rewrite.NEVER, ref=ref)
+        return Block(ChunkKind.MESSAGE, dump_text(part), Rewrite.NEVER, ref=ref)
     signed = "thoughtSignature" in part or "thought_signature" in part
     if "functionCall" in part:
         call = part["functionCall"]
         text = (
-            f"{call.get('name')} {_dump(call.get('args'))}"
+            f"{call.get('name')} {dump_text(call.get('args'))}"
             if isinstance(call, dict)
-            else _dump(call)
+            else dump_text(call)
         )
         return Block(
             ChunkKind.TOOL_CALL, text, Rewrite.NEVER, call_id=_pair_key(call, seen), ref=ref
         )
     if "functionResponse" in part:
         response = part["functionResponse"]
-        text = _dump(response.get("response") if isinstance(response, dict) else response)
+        text = dump_text(response.get("response") if isinstance(response, dict) else response)
         rewrite = Rewrite.NEVER if signed else Rewrite.TEXT
         return Block(
             ChunkKind.TOOL_RESULT, text, rewrite, answers=_pair_key(response, seen), ref=ref
@@ -157,7 +157,7 @@ def _part(part: Any, ref: tuple[int, int], seen: Counter[str]) -> Block:
             ChunkKind.MESSAGE, part["text"], Rewrite.NEVER if signed else Rewrite.TEXT, ref=ref
         )
     if "inlineData" in part or "fileData" in part:
-        text = f"[media {digest(_dump(part))}]"
+        text = f"[media {digest(dump_text(part))}]"
         return Block(
             ChunkKind.MESSAGE,
             text,
@@ -165,7 +165,7 @@ def _part(part: Any, ref: tuple[int, int], seen: Counter[str]) -> Block:
             tokens=IMAGE_TOKENS,
             ref=ref,
         )
-    return Block(ChunkKind.MESSAGE, _dump(part), Rewrite.NEVER, ref=ref)
+    return Block(ChunkKind.MESSAGE, dump_text(part), Rewrite.NEVER, ref=ref)
 
 
 def _rewritten(part: JsonObject, text: str) -> JsonObject:
@@ -181,7 +181,3 @@ def _keys(content: Any, kind: str) -> list[str]:
     return sorted(
         _pair_key(p[kind], seen) for p in parts or [] if isinstance(p, dict) and kind in p
     )
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)

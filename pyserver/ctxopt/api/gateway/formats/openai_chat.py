@@ -8,7 +8,6 @@ they are, are never changed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +20,7 @@ from ctxopt.api.gateway.formats.conversation import (
     Turn,
     build,
     digest,
+    dump_text,
     text_of,
 )
 from ctxopt.model import ChunkKind, Role
@@ -106,7 +106,7 @@ class OpenAIChat:
 def _turn(index: int, message: Any) -> Turn:
     role = message.get("role") if isinstance(message, dict) else None
     if role in _LOCKED:
-        text = _dump(message.get("content"))
+        text = dump_text(message.get("content"))
         return Turn(
             Role.SYSTEM,
             [Block(ChunkKind.SYSTEM, text, Rewrite.NEVER, ref=(index, -1))],
@@ -134,7 +134,7 @@ def _turn(index: int, message: Any) -> Turn:
             Block(ChunkKind.TOOL_CALL, text, Rewrite.NEVER, call_id=call_id, ref=(index, -2))
         )
     if not blocks:
-        blocks.append(Block(ChunkKind.MESSAGE, _dump(message), Rewrite.NEVER, ref=(index, -2)))
+        blocks.append(Block(ChunkKind.MESSAGE, dump_text(message), Rewrite.NEVER, ref=(index, -2)))
     return Turn(_ROLES[role], blocks, items=(index,))
 
 
@@ -144,9 +144,9 @@ def _part(part: Any, ref: tuple[int, int]) -> Block:
         return Block(ChunkKind.MESSAGE, part["text"], ref=ref)
     if kind in ("image_url", "input_audio", "file"):
         return Block(
-            ChunkKind.MESSAGE, f"[{kind} {digest(_dump(part))}]", tokens=IMAGE_TOKENS, ref=ref
+            ChunkKind.MESSAGE, f"[{kind} {digest(dump_text(part))}]", tokens=IMAGE_TOKENS, ref=ref
         )
-    return Block(ChunkKind.MESSAGE, _dump(part), Rewrite.NEVER, ref=ref)
+    return Block(ChunkKind.MESSAGE, dump_text(part), Rewrite.NEVER, ref=ref)
 
 
 def _content_text(content: Any) -> str:
@@ -155,7 +155,3 @@ def _content_text(content: Any) -> str:
     if isinstance(content, list):
         return text_of(p.get("text", "") for p in content if isinstance(p, dict))
     return ""
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)

@@ -13,7 +13,6 @@ drop together.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +25,7 @@ from ctxopt.api.gateway.formats.conversation import (
     Turn,
     build,
     digest,
+    dump_text,
     text_of,
 )
 from ctxopt.model import ChunkKind, Role
@@ -166,7 +166,7 @@ def _item(index: int, item: Any) -> tuple[Role, bool, list[Block]]:
     kind = item.get("type")
     ref = (index, -1)
     if item.get("role") in _LOCKED:
-        return Role.SYSTEM, True, [Block(ChunkKind.SYSTEM, _dump(item), Rewrite.NEVER, ref=ref)]
+        return Role.SYSTEM, True, [Block(ChunkKind.SYSTEM, dump_text(item), Rewrite.NEVER, ref=ref)]
     side = _side(item)
     if kind in _CALLS:
         text = f"{item.get('name')} {item.get('arguments', item.get('input', item.get('action')))}"
@@ -174,7 +174,7 @@ def _item(index: int, item: Any) -> tuple[Role, bool, list[Block]]:
         return side, False, [Block(ChunkKind.TOOL_CALL, text, Rewrite.NEVER, call_id=call, ref=ref)]
     if kind in _OUTPUTS:
         output = item.get("output")
-        text = (output if isinstance(output, str) else _dump(output)) or "[empty output]"
+        text = (output if isinstance(output, str) else dump_text(output)) or "[empty output]"
         call = str(item.get("call_id"))
         return side, False, [Block(ChunkKind.TOOL_RESULT, text, answers=call, ref=ref)]
     if kind == "reasoning":
@@ -196,7 +196,7 @@ def _item(index: int, item: Any) -> tuple[Role, bool, list[Block]]:
             [_part(p, (index, i)) for i, p in enumerate(content)]
             or [Block(ChunkKind.MESSAGE, "[empty message]", Rewrite.NEVER, ref=ref)],
         )
-    return side, False, [Block(ChunkKind.MESSAGE, _dump(item), Rewrite.NEVER, ref=ref)]
+    return side, False, [Block(ChunkKind.MESSAGE, dump_text(item), Rewrite.NEVER, ref=ref)]
 
 
 def _part(part: Any, ref: tuple[int, int]) -> Block:
@@ -206,10 +206,6 @@ def _part(part: Any, ref: tuple[int, int]) -> Block:
         return Block(ChunkKind.MESSAGE, text, ref=ref)
     if kind in ("input_image", "input_file"):
         return Block(
-            ChunkKind.MESSAGE, f"[{kind} {digest(_dump(part))}]", tokens=IMAGE_TOKENS, ref=ref
+            ChunkKind.MESSAGE, f"[{kind} {digest(dump_text(part))}]", tokens=IMAGE_TOKENS, ref=ref
         )
-    return Block(ChunkKind.MESSAGE, _dump(part), Rewrite.NEVER, ref=ref)
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return Block(ChunkKind.MESSAGE, dump_text(part), Rewrite.NEVER, ref=ref)
