@@ -59,7 +59,7 @@ def test_anthropic_blocks_map_to_chunks_with_their_pairing() -> None:
     assert kinds == [
         (ChunkKind.ENRICHMENT, Rewrite.DROP),
         (ChunkKind.MESSAGE, Rewrite.TEXT),
-        (ChunkKind.TOOL_CALL, Rewrite.NEVER),
+        (ChunkKind.TOOL_CALL, Rewrite.CALL),
     ]
     assert (
         conversation.turns[2].blocks[0].answers == conversation.turns[1].blocks[2].call_id == "t1"
@@ -122,6 +122,33 @@ def test_the_latest_turn_of_a_tool_loop_includes_the_calling_turn() -> None:
     assert conversation is not None
     assert latest_turns(conversation.turns) == [1, 2]
     assert droppable_units(conversation.turns, {1, 2}) == []
+
+
+def test_a_removed_steps_call_keeps_its_id_and_name_with_empty_arguments() -> None:
+    calls = [
+        {"id": f"c{k}", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
+        for k in range(2)
+    ]
+    body = {
+        "model": "gpt-4o",
+        "messages": [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": "thinking aloud", "tool_calls": calls},
+            {"role": "tool", "tool_call_id": "c0", "content": "r0"},
+            {"role": "tool", "tool_call_id": "c1", "content": "r1"},
+        ],
+    }
+    chat = OpenAIChat()
+    conversation = chat.parse(body, "v1/chat/completions", None)
+    assert conversation is not None
+    refs = [b.ref for b in conversation.turns[1].blocks]
+    edits = {refs[0]: Edit(None), refs[2]: Edit("")}
+    rendered = chat.render(body, conversation, edits, frozenset())
+    message = rendered["messages"][1]
+    assert message["content"] is None
+    assert [c["function"]["arguments"] for c in message["tool_calls"]] == ['{"x": 1}', "{}"]
+    assert [c["id"] for c in message["tool_calls"]] == ["c0", "c1"]
+    assert chat.violations(rendered) == []
 
 
 def test_chat_rules_need_every_call_answered_right_after() -> None:

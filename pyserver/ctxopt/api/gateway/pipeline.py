@@ -65,6 +65,7 @@ QUERY_CHARS = 4000  # the query's tail that matters (a pasted log can be huge)
 # error (cached or multimodal accounting) rather than a tokenizer counting more.
 MAX_TOKEN_SCALE = 2.0
 MAX_PASSES = 3  # collections per call at most (see `_collect`)
+EMPTIED_CALL_TOKENS = 12  # a call's id, name and empty arguments, generously
 
 
 class Outcome(Enum):
@@ -336,21 +337,30 @@ class Pipeline:
 
     @staticmethod
     def _project_turn(call: _Call, t: int, protected: bool) -> _TurnProjection:
+        """A removed step keeps only its skeleton: the call with empty arguments
+        and the result's placeholder (which restores the whole group); the model's
+        narration beside its calls goes without one."""
         state = call.state
+        turn = call.conversation.turns[t]
+        steps = any(b.call_id for b in turn.blocks)
         entry = _TurnProjection(state.version, protected)
-        for block, cid in zip(call.conversation.turns[t].blocks, call.ids[t], strict=True):
+        for block, cid in zip(turn.blocks, call.ids[t], strict=True):
             tokens = state.tokens.get(cid, 0)
             decision = state.decisions.get(cid)
             if decision is None or protected:
                 entry.total += tokens
                 entry.seen += tokens
                 continue
-            if decision.action in (Action.TRIM, Action.MASK):
+            shrunk = decision.action in (Action.TRIM, Action.MASK)
+            if shrunk:
                 entry.seen += decision.tokens_after
-            if block.rewrite == Rewrite.DROP:
-                entry.edits.append((block.ref, Edit(None)))
-            elif block.rewrite == Rewrite.NEVER:
+            if block.rewrite == Rewrite.NEVER:
                 entry.total += tokens
+            elif block.rewrite == Rewrite.DROP or (steps and not shrunk and not block.call_id):
+                entry.edits.append((block.ref, Edit(None)))
+            elif block.rewrite == Rewrite.CALL:
+                entry.edits.append((block.ref, Edit("")))
+                entry.total += EMPTIED_CALL_TOKENS
             else:
                 shown = state.replacements.get(cid)
                 if shown is None or shown[0] is not decision:
@@ -407,14 +417,15 @@ def _chunks(turns: Sequence[Turn], ids: list[list[str]], start: int) -> list[Chu
     chunks: list[Chunk] = []
     for t in range(start, len(turns)):
         turn = turns[t]
-        steps = any(b.call_id for b in turn.blocks)
+        step = next((b.call_id for b in turn.blocks if b.call_id), "")
         for block, cid in zip(turn.blocks, ids[t], strict=True):
             kind = ChunkKind.SYSTEM if turn.locked else block.kind
             policy = GcPolicy.UNSPECIFIED
-            if steps and kind == ChunkKind.MESSAGE:
-                policy = (
-                    GcPolicy.EPHEMERAL
-                )  # a step's narration: its facts come back in the results
+            group = block.call_id or block.answers
+            if step and kind == ChunkKind.MESSAGE:
+                # a step's narration: its facts come back in the results, and it
+                # goes with its first call, whose result's placeholder restores it
+                policy, group = GcPolicy.EPHEMERAL, step
             chunks.append(
                 Chunk(
                     cid,
@@ -424,7 +435,7 @@ def _chunks(turns: Sequence[Turn], ids: list[list[str]], start: int) -> list[Chu
                     tokens=block.tokens,
                     turn=t + 1,
                     policy=policy,
-                    group_id=block.call_id or block.answers,
+                    group_id=group,
                 )
             )
     return chunks

@@ -168,9 +168,7 @@ def _block(block: Any, ref: tuple[int, int]) -> Block:
         )
     if kind == "tool_use":
         text = f"{block.get('name')} {dump_text(block.get('input'))}"
-        return Block(
-            ChunkKind.TOOL_CALL, text, Rewrite.NEVER, call_id=str(block.get("id")), ref=ref
-        )
+        return Block(ChunkKind.TOOL_CALL, text, Rewrite.CALL, call_id=str(block.get("id")), ref=ref)
     if kind == "tool_result":
         text = _result_text(block.get("content")) or "[empty result]"
         if block.get("is_error"):
@@ -199,6 +197,8 @@ def _rewritten(block: JsonObject, text: str) -> JsonObject:
     kind = block.get("type")
     if kind == "tool_result":
         return {**block, "content": text}
+    if kind == "tool_use":
+        return {**block, "input": {}}
     if kind == "text":
         return {**block, "text": text}
     out: JsonObject = {"type": "text", "text": text}

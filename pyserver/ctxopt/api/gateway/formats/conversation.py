@@ -27,6 +27,7 @@ class Rewrite(Enum):
 
     TEXT = "text"  # its content may become an excerpt or a placeholder
     DROP = "drop"  # signed content (thinking): kept byte for byte, or dropped whole
+    CALL = "call"  # a tool call: its id and name stay, its arguments may be emptied
     NEVER = "never"  # structure the provider checks (a call's arguments): as sent
 
 
@@ -91,7 +92,8 @@ def build(
 
 @dataclass(frozen=True, slots=True)
 class Edit:
-    """A block's new content; `text` None drops the block."""
+    """A block's new content; `text` None drops the block; on a call block any
+    text empties its arguments (the step's result placeholder restores it)."""
 
     text: str | None
 

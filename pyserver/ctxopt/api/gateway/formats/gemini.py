@@ -140,7 +140,11 @@ def _part(part: Any, ref: tuple[int, int], seen: Counter[str]) -> Block:
             else dump_text(call)
         )
         return Block(
-            ChunkKind.TOOL_CALL, text, Rewrite.NEVER, call_id=_pair_key(call, seen), ref=ref
+            ChunkKind.TOOL_CALL,
+            text,
+            Rewrite.NEVER if signed else Rewrite.CALL,
+            call_id=_pair_key(call, seen),
+            ref=ref,
         )
     if "functionResponse" in part:
         response = part["functionResponse"]
@@ -169,6 +173,8 @@ def _part(part: Any, ref: tuple[int, int], seen: Counter[str]) -> Block:
 
 
 def _rewritten(part: JsonObject, text: str) -> JsonObject:
+    if "functionCall" in part:
+        return {**part, "functionCall": {**part["functionCall"], "args": {}}}
     if "functionResponse" in part:
         response = part["functionResponse"]
         return {"functionResponse": {**response, "response": {"output": text}}}

@@ -29,6 +29,7 @@ from ctxopt.model import ChunkKind, Role
 IMAGE_TOKENS = 1105
 _ROLES = {"user": Role.USER, "assistant": Role.MODEL, "tool": Role.TOOL, "function": Role.TOOL}
 _LOCKED = ("system", "developer")
+CALL_REF = -10  # the k-th tool call of a message has ref (message, CALL_REF - k)
 
 
 class OpenAIChat:
@@ -57,8 +58,17 @@ class OpenAIChat:
         for index, message in enumerate(body["messages"]):
             if index in dropped:
                 continue
+            calls = message.get("tool_calls") or []
+            if any((index, CALL_REF - k) in edits for k in range(len(calls))):
+                message = {
+                    **message,
+                    "tool_calls": [
+                        _emptied(c) if (index, CALL_REF - k) in edits else c
+                        for k, c in enumerate(calls)
+                    ],
+                }
             whole = edits.get((index, -1))
-            if whole is not None and whole.text is not None:
+            if whole is not None:
                 messages.append({**message, "content": whole.text})
                 continue
             content = message.get("content")
@@ -70,7 +80,7 @@ class OpenAIChat:
                         parts.append(part)
                     elif edit.text is not None:
                         parts.append({"type": "text", "text": edit.text})
-                message = {**message, "content": parts}
+                message = {**message, "content": parts or None}
             messages.append(message)
         return {**body, "messages": messages}
 
@@ -126,16 +136,23 @@ def _turn(index: int, message: Any) -> Turn:
         blocks.append(Block(ChunkKind.MESSAGE, content, ref=(index, -1)))
     elif isinstance(content, list):
         blocks.extend(_part(p, (index, i)) for i, p in enumerate(content))
-    for call in message.get("tool_calls") or []:
+    for k, call in enumerate(message.get("tool_calls") or []):
         function = call.get("function", {}) if isinstance(call, dict) else {}
         text = f"{function.get('name')} {function.get('arguments')}"
         call_id = str(call.get("id")) if isinstance(call, dict) else ""
-        blocks.append(
-            Block(ChunkKind.TOOL_CALL, text, Rewrite.NEVER, call_id=call_id, ref=(index, -2))
-        )
+        ref = (index, CALL_REF - k)
+        blocks.append(Block(ChunkKind.TOOL_CALL, text, Rewrite.CALL, call_id=call_id, ref=ref))
     if not blocks:
         blocks.append(Block(ChunkKind.MESSAGE, dump_text(message), Rewrite.NEVER, ref=(index, -2)))
     return Turn(_ROLES[role], blocks, items=(index,))
+
+
+def _emptied(call: Any) -> Any:
+    """A tool call with empty arguments (its id, type and name kept)."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict):
+        return call
+    return {**call, "function": {**function, "arguments": "{}"}}
 
 
 def _part(part: Any, ref: tuple[int, int]) -> Block:

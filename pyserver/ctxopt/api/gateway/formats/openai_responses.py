@@ -71,9 +71,15 @@ class OpenAIResponses:
             if index in dropped:
                 continue
             whole = edits.get((index, -1))
+            if whole is not None and item.get("type") in _CALLS:
+                key = "arguments" if item.get("type") == "function_call" else "input"
+                items.append({**item, key: "{}" if key == "arguments" else ""})
+                continue
             if whole is not None and whole.text is not None:
                 key = "output" if item.get("type") in _OUTPUTS else "content"
                 items.append({**item, key: whole.text})
+                continue
+            if whole is not None and _droppable(items):
                 continue
             content = item.get("content")
             if isinstance(content, list) and any((index, p) in edits for p in range(len(content))):
@@ -85,7 +91,12 @@ class OpenAIResponses:
                     elif edit.text is not None:
                         kind = "output_text" if item.get("role") == "assistant" else "input_text"
                         parts.append({"type": kind, "text": edit.text})
-                item = {**item, "content": parts}
+                if not parts and _droppable(items):
+                    continue
+                item = {
+                    **item,
+                    "content": parts or [{"type": "output_text", "text": "[ctxopt: removed]"}],
+                }
             items.append(item)
         return {**body, "input": items}
 
@@ -149,6 +160,12 @@ def _turn(position: int, group: list[tuple[int, Any]]) -> Turn:
     return Turn(role, blocks, locked, tuple(index for index, _ in group))
 
 
+def _droppable(kept: list[Any]) -> bool:
+    """Whether an item whose content all went can go whole: not when it follows a
+    reasoning item, which must stay with the item it precedes."""
+    return not kept or not isinstance(kept[-1], dict) or kept[-1].get("type") != "reasoning"
+
+
 def _side(item: Any) -> Role:
     if not isinstance(item, dict):
         return Role.USER
@@ -171,7 +188,8 @@ def _item(index: int, item: Any) -> tuple[Role, bool, list[Block]]:
     if kind in _CALLS:
         text = f"{item.get('name')} {item.get('arguments', item.get('input', item.get('action')))}"
         call = str(item.get("call_id"))
-        return side, False, [Block(ChunkKind.TOOL_CALL, text, Rewrite.NEVER, call_id=call, ref=ref)]
+        rewrite = Rewrite.NEVER if kind == "local_shell_call" else Rewrite.CALL
+        return side, False, [Block(ChunkKind.TOOL_CALL, text, rewrite, call_id=call, ref=ref)]
     if kind in _OUTPUTS:
         output = item.get("output")
         text = (output if isinstance(output, str) else dump_text(output)) or "[empty output]"
