@@ -233,9 +233,10 @@ class Pipeline:
             return Prepared(raw, Outcome.BELOW_THRESHOLD, before, before)
         if after > scaled:
             return self._truncate(call, edits, f"{note} plan over the ceiling".strip())
-        # Edits only replace the content of text and result blocks and drop signed
-        # blocks whole, never a call, an id, a role or a turn: the format's rules
-        # hold by construction here; a truncation that drops turns is checked.
+        # Edits replace the content of text and result blocks, empty a removed
+        # step's call arguments and drop narration and signed blocks whole; no
+        # call, id, role or turn goes, so the format's rules hold by
+        # construction here; a truncation that drops turns is checked.
         rendered = fmt.render(body, conversation, edits, frozenset())
         return Prepared(_dump(rendered), Outcome.OPTIMIZED, before, after, note=note)
 
