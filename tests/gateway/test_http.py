@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import anthropic
 import httpx
 import pytest
+from ctxopt.api.gateway.formats.anthropic import AnthropicMessages
 
 from tests.gateway.conftest import upstream_env
 from tests.gateway.upstream import FakeUpstream
@@ -202,3 +204,26 @@ def test_the_providers_prompt_size_is_read_from_the_response(
     ]
     assert lines[-1]["provider_prompt_tokens"] == 4321
     assert lines[-1]["status"] == 200
+
+
+def test_concurrent_calls_of_one_session_and_of_many_all_keep_the_rules(
+    gateway: ServerProcess, upstream: FakeUpstream
+) -> None:
+    def call(i: int) -> str:
+        session = f"concurrent-{i % 3}"
+        body = HELLO | {"messages": long_history(10 + i % 4, 100)}
+        answer = httpx.post(
+            f"{gateway.gateway_url}/anthropic/v1/messages",
+            json=body,
+            headers={"x-ctxopt-session": session, "x-ctxopt-window-tokens": "5000"},
+            timeout=60,
+        )
+        assert answer.status_code == 200
+        return answer.headers["x-ctxopt-outcome"]
+
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(call, range(24)))
+    assert set(outcomes) <= {"optimized", "fallback"} and "optimized" in outcomes
+    for recorded in upstream.calls("/v1/messages"):
+        assert AnthropicMessages().violations(recorded.body) == []
+        assert recorded.body["messages"][-1] == {"role": "user", "content": "what did you find?"}
