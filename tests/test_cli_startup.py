@@ -70,6 +70,8 @@ def busy_port() -> Iterator[int]:
         (["--addr", "127.0.0.1:http"], {}, "--addr: the port must be a number from 0 to 65535"),
         ([], {"CTXOPT_ADDR": "garbage"}, "CTXOPT_ADDR: no port: expected HOST:PORT"),
         (["--mcp-addr", "127.0.0.1:70000"], {}, "--mcp-addr: port 70000 is above 65535"),
+        (["--gateway-addr", "127.0.0.1:70000"], {}, "--gateway-addr: port 70000 is above 65535"),
+        ([], {"CTXOPT_GATEWAY_ADDR": "garbage"}, "CTXOPT_GATEWAY_ADDR: no port"),
         ([], {"CTXOPT_WORKERS": "x"}, "CTXOPT_WORKERS: expected a whole number (got 'x')"),
         ([], {"CTXOPT_WORKERS": "0"}, "CTXOPT_WORKERS: must be at least 1"),
         ([], {"CTXOPT_GRACE_SECONDS": "soon"}, "CTXOPT_GRACE_SECONDS: expected a number"),
@@ -96,11 +98,12 @@ def test_a_port_in_use_is_said_in_our_words(tmp_path: Path, busy_port: int) -> N
     assert not (tmp_path / "d").exists()
 
 
-def test_an_mcp_port_in_use_is_named_too(tmp_path: Path, busy_port: int) -> None:
-    run = ctxopt(
-        "serve", "--addr", "127.0.0.1:0", "--mcp-addr", f"127.0.0.1:{busy_port}", cwd=tmp_path
-    )
-    assert "--mcp-addr: address already in use" in one_line_error(run)
+@pytest.mark.parametrize("flag", ["--mcp-addr", "--gateway-addr"])
+def test_a_second_listeners_port_in_use_is_named_too(
+    tmp_path: Path, busy_port: int, flag: str
+) -> None:
+    run = ctxopt("serve", "--addr", "127.0.0.1:0", flag, f"127.0.0.1:{busy_port}", cwd=tmp_path)
+    assert f"{flag}: address already in use" in one_line_error(run)
 
 
 def test_a_data_dir_that_is_a_file(tmp_path: Path) -> None:

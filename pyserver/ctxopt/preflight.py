@@ -100,15 +100,19 @@ def check_settings(config: Config, name: Names) -> None:
 def check_serve(config: Config, name: Names) -> None:
     """What `ctxopt serve` needs before it binds or creates anything."""
     check_settings(config, name)
-    host, port = parse_address(name("addr"), config.addr)
-    mcp: tuple[str, int] | None = None
-    if config.mcp_addr:
-        mcp = parse_address(name("mcp_addr"), config.mcp_addr)
+    listeners = {
+        field: parse_address(name(field), value)
+        for field, value in (
+            ("addr", config.addr),
+            ("mcp_addr", config.mcp_addr),
+            ("gateway_addr", config.gateway_addr),
+        )
+        if field == "addr" or value
+    }
     check_data_dir(config, name)
     _check_tls(config, name)
-    _check_free(name("addr"), config.addr, host, port)
-    if mcp is not None:
-        _check_free(name("mcp_addr"), config.mcp_addr, *mcp)
+    for field, (host, port) in listeners.items():
+        _check_free(name(field), getattr(config, field), host, port)
 
 
 def check_data_dir(config: Config, name: Names) -> None:
