@@ -38,6 +38,22 @@ def _parser() -> argparse.ArgumentParser:
         help="also serve the MCP tools over HTTP at HOST:PORT/mcp, loopback only (CTXOPT_MCP_ADDR)",
     )
     serve.add_argument(
+        "--gateway-addr",
+        help="also serve the model-API gateway over HTTP at HOST:PORT (CTXOPT_GATEWAY_ADDR)",
+    )
+    serve.add_argument(
+        "--gateway-window-tokens",
+        type=int,
+        help="the window of every gateway request, 0: by model (CTXOPT_GATEWAY_WINDOW_TOKENS)",
+    )
+    serve.add_argument(
+        "--gateway-host-ceilings",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="cap the prompt at a recognised agent's own compaction line "
+        "(CTXOPT_GATEWAY_HOST_CEILINGS, default on)",
+    )
+    serve.add_argument(
         "--insecure",
         action="store_true",
         default=None,

@@ -37,6 +37,16 @@ class Config:
     # The MCP tools over streamable HTTP in the same process, sharing sessions and
     # stash with gRPC clients (a Gemini CLI adapter and its agent); "" is off
     mcp_addr: str = ""
+    # The model-API gateway over HTTP in the same process ("" is off), the
+    # providers it forwards to (base URLs without a version path), the window
+    # for every request (0: the model table's) and whether a recognised agent's
+    # own compaction line caps the prompt (api/gateway/hosts.py)
+    gateway_addr: str = ""
+    upstream_anthropic: str = "https://api.anthropic.com"
+    upstream_openai: str = "https://api.openai.com"
+    upstream_gemini: str = "https://generativelanguage.googleapis.com"
+    gateway_window_tokens: int = 0
+    gateway_host_ceilings: bool = True
     # Storage
     data_dir: str = ""  # empty: default_data_dir(); ":memory:" for tests only
     fsync: Literal["full", "normal"] = "normal"

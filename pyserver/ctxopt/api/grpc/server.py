@@ -20,6 +20,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from ctxopt.api.gateway.server import GatewayServer
 from ctxopt.api.grpc.interceptors import AuthInterceptor, DecodeInterceptor, Tokens
 from ctxopt.api.grpc.service import ContextOptimizerService
 from ctxopt.api.mcp.server import serve_http
@@ -75,10 +76,19 @@ class Server:
             self.engine.close()
             raise FailedPrecondition("addr", config.addr, f"cannot bind: {e}") from None
         self.address = f"{host}:{port}"
+        try:
+            self.gateway = (
+                GatewayServer(self.engine, config, self.tokens) if config.gateway_addr else None
+            )
+        except BaseException:
+            self.engine.close()
+            raise
         self._stopped = threading.Event()
 
     def start(self) -> None:
         self._grpc.start()
+        if self.gateway is not None:
+            self.gateway.start()
         for service in ("", SERVICE_NAME):
             self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
 
@@ -90,6 +100,8 @@ class Server:
         self.health.enter_graceful_shutdown()  # every service NOT_SERVING
         time.sleep(self.config.drain_notice_seconds)
         self._grpc.stop(self.config.grace_seconds).wait()
+        if self.gateway is not None:
+            self.gateway.stop()
         if self._mcp is None:
             self.engine.close()
         else:
@@ -124,6 +136,8 @@ def serve(config: Config) -> None:
         signal.signal(sig, lambda *_: requested.set())
     # the one stdout line: scripts and tests read the bound address from it
     print(f"ctxopt listening on {server.address}", flush=True)
+    if server.gateway is not None:
+        print(f"ctxopt gateway listening on {server.gateway.url}", flush=True)
     log.info(
         "serving %s (data dir %s, %d workers, auth %s) in %.0f ms",
         SERVICE_NAME,
