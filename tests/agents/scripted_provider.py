@@ -1,12 +1,12 @@
-"""A scripted model provider on loopback that drives a real agent CLI through a tool loop.
+"""A scripted mode for the recording fake provider: it drives a real agent CLI through a tool loop.
 
-Every turn of the agent (a request that declares the host's shell tool) gets
-the next step of the script: a shell command to run in the agent's scratch
-workspace (`cat` of a large generated file, `wc`, `ls`), then a final answer
-once the script is spent. Side calls (Gemini CLI's router, a title or
-next-speaker check) get a minimal valid answer and do not advance the script.
-Every request is recorded byte for byte with its headers, for the tests to
-check what reached the provider.
+`AgentScript` is a `FakeUpstream` script (tests/gateway/upstream.py records
+every request and serves them). Every turn of the agent (a request that
+declares the host's shell tool) gets the next step: a shell command to run in
+the agent's scratch workspace (`cat` of a large generated file, `wc`), then a
+final answer once the script is spent. The host's own compaction request gets
+a summary, and side calls (Gemini CLI's router, a next-speaker check) a minimal
+valid answer; neither advances the script.
 """
 
 from __future__ import annotations
@@ -14,14 +14,15 @@ from __future__ import annotations
 import json
 import random
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Literal
+
+from starlette.responses import Response
 
 from tests.agents.wire import (
+    COMPACTION_SUMMARY,
     AnthropicWire,
     FinalText,
     GeminiWire,
@@ -30,10 +31,16 @@ from tests.agents.wire import (
     ResponsesWire,
     ToolCall,
     Wire,
+    is_compaction,
+    prompt_tokens,
 )
+from tests.gateway.upstream import FakeUpstream, Recorded, fake_upstream
 
 FINAL_ANSWER = "Scripted run finished."
-_WORDS = [
+# agent: a turn of the agent's loop; compaction: the host summarising its own history;
+# side: another model call (router, checks); other: not a model call
+RequestKind = Literal["agent", "compaction", "side", "other"]
+_WORDS = (
     "alpha",
     "beta",
     "gamma",
@@ -66,32 +73,32 @@ _WORDS = [
     "branch",
     "merge",
     "review",
-]
+)
 
 
-def write_workspace(directory: Path, *, files: int, tokens_per_file: int) -> list[str]:
-    """Fill `directory` with `files` large text files (about `tokens_per_file` cl100k each).
+def write_workspace(directory: Path, *, files: int, lines_per_file: int) -> list[str]:
+    """Fill `directory` with `files` large text files, `lines_per_file` lines each.
 
-    The text is seeded, so a run is reproducible; each line is numbered and
-    names its file, so a test can tell which output it is looking at.
+    A line is about 18 cl100k tokens. The text is seeded, so a run is
+    reproducible; each line names its file and number, so a test can tell
+    which output it is looking at.
     """
     directory.mkdir(parents=True, exist_ok=True)
     names = []
     for index in range(files):
         rng = random.Random(index)
         name = f"big_{index:02d}.txt"
-        lines = []
-        # about 12 cl100k tokens a line: a label, a number and eight common words
-        for line in range(tokens_per_file // 12):
-            words = " ".join(rng.choice(_WORDS) for _ in range(8))
-            lines.append(f"{name}:{line:05d} {words}")
+        lines = [
+            f"{name}:{line:05d} " + " ".join(rng.choice(_WORDS) for _ in range(8))
+            for line in range(lines_per_file)
+        ]
         (directory / name).write_text("\n".join(lines) + "\n")
         names.append(name)
     return names
 
 
 def read_and_inspect(names: Sequence[str]) -> list[Reply]:
-    """The default script: read each file whole, then a small command on it; then finish."""
+    """The default script: read each file whole, then count its lines; then finish."""
     steps: list[Reply] = []
     for name in names:
         steps.append(ToolCall(f"cat {name}"))
@@ -100,114 +107,82 @@ def read_and_inspect(names: Sequence[str]) -> list[Reply]:
     return steps
 
 
-@dataclass(frozen=True)
-class RecordedRequest:
-    method: str
-    path: str
-    headers: Mapping[str, str]  # lower-case names
-    body: bytes
-    agent_turn: bool
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-@dataclass
-class ScriptedProvider:
-    """The provider's state: the script, how far it got, and what reached it."""
-
-    script: Sequence[Reply]
-    requests: list[RecordedRequest] = field(default_factory=list)
-    step: int = 0
-    url: str = ""
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def agent_turns(self) -> list[RecordedRequest]:
-        with self._lock:
-            return [r for r in self.requests if r.agent_turn]
-
-    def finished(self) -> bool:
-        return self.step >= len(self.script)
-
-    def answer(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Rendered:
-        wire = _wire_for(path)
-        if method != "POST" or wire is None:
-            self._record(RecordedRequest(method, path, headers, body, agent_turn=False))
-            return Rendered(200 if method in ("GET", "HEAD") else 404, "application/json", b"{}")
-        try:
-            parsed = json.loads(body)
-        except ValueError:
-            self._record(RecordedRequest(method, path, headers, body, agent_turn=False))
-            message = b'{"error":{"message":"body is not JSON"}}'
-            return Rendered(400, "application/json", message)
-        with self._lock:
-            agent_turn = wire.is_agent_turn(parsed)
-            self.requests.append(RecordedRequest(method, path, headers, body, agent_turn))
-            if not agent_turn:
-                return wire.render_side_call(path, parsed)
-            # a host that keeps asking after the script ends gets the final answer again
-            step = min(self.step, len(self.script) - 1)
-            self.step += 1
-            return wire.render(self.script[step], parsed, step)
-
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self.requests.append(request)
-
-
-def _wire_for(path: str) -> Wire | None:
-    route = path.split("?", 1)[0]
-    if route.endswith("/v1/messages"):
+def wire_of(path: str) -> Wire | None:
+    """The wire format of a model call on `path` (any prefix), None for any other path."""
+    if path.endswith("/v1/messages"):
         return AnthropicWire()
-    if route.endswith("/v1/responses"):
+    if path.endswith("/v1/responses"):
         return ResponsesWire()
-    if route.endswith((":generateContent", ":streamGenerateContent")):
+    if path.endswith((":generateContent", ":streamGenerateContent")):
         return GeminiWire()
     return None
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _ProviderServer
-
-    def _serve(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        body = self.rfile.read(length) if length else b""
-        headers = {name.lower(): value for name, value in self.headers.items()}
-        rendered = self.server.provider.answer(self.command, self.path, headers, body)
-        self.send_response(rendered.status)
-        self.send_header("content-type", rendered.content_type)
-        self.send_header("content-length", str(len(rendered.body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(rendered.body)
-
-    do_GET = do_POST = do_HEAD = _serve
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the recorded requests are the log."""
+def kind_of(request: Recorded) -> RequestKind:
+    wire = wire_of(request.path)
+    if request.method != "POST" or wire is None or not isinstance(request.body, dict):
+        return "other"
+    if is_compaction(request.body):
+        return "compaction"
+    return "agent" if wire.is_agent_turn(request.body) else "side"
 
 
-class _ProviderServer(ThreadingHTTPServer):
-    daemon_threads = True
+class AgentScript:
+    """Answers each agent turn with the next step of `steps`.
 
-    def __init__(self, provider: ScriptedProvider) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.provider = provider
+    `reported_prompt_tokens`, when given, is the prompt size every answer
+    reports instead of the request's own count: a host compacts by itself
+    once that passes its line, which is how that line is measured.
+    """
+
+    def __init__(self, steps: Sequence[Reply], *, reported_prompt_tokens: int | None = None):
+        if not steps:
+            raise ValueError("steps: a script needs at least one reply")
+        self.steps = list(steps)
+        self.reported_prompt_tokens = reported_prompt_tokens
+        self.step = 0
+        self._lock = threading.Lock()
+
+    def finished(self) -> bool:
+        return self.step >= len(self.steps)
+
+    def __call__(self, request: Recorded) -> Response:
+        wire = wire_of(request.path)
+        kind = kind_of(request)
+        if wire is None or not isinstance(request.body, dict):
+            return Response(b"{}", media_type="application/json")
+        body = request.body
+        usage = self.reported_prompt_tokens or prompt_tokens(body)
+        if kind == "compaction":
+            return _response(wire.render_side_call(request.path, body, usage, COMPACTION_SUMMARY))
+        if kind != "agent":
+            return _response(wire.render_side_call(request.path, body, usage))
+        with self._lock:
+            # a host that asks again after the script ends gets the final answer again
+            step = min(self.step, len(self.steps) - 1)
+            self.step += 1
+        return _response(wire.render(self.steps[step], body, step, usage))
+
+
+def _response(rendered: Rendered) -> Response:
+    return Response(rendered.body, status_code=rendered.status, media_type=rendered.content_type)
+
+
+def requests_of(upstream: FakeUpstream, kind: RequestKind) -> list[Recorded]:
+    with upstream.lock:
+        return [r for r in upstream.requests if kind_of(r) == kind]
 
 
 @contextmanager
-def serving(script: Sequence[Reply]) -> Iterator[ScriptedProvider]:
-    """A scripted provider on a free loopback port for the block; `url` has no path."""
-    provider = ScriptedProvider(script)
-    server = _ProviderServer(provider)
-    host, port = server.server_address[:2]
-    provider.url = f"http://{host!s}:{port}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield provider
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+def scripted_upstream(script: AgentScript) -> Iterator[FakeUpstream]:
+    """The recording fake provider on a free loopback port, answering by `script`."""
+    with fake_upstream(script=script) as upstream:
+        yield upstream
+
+
+def dump_requests(upstream: FakeUpstream, path: Path) -> None:
+    """Every recorded request as JSON lines (for a failing test's report)."""
+    with upstream.lock, path.open("w") as out:
+        for r in upstream.requests:
+            record = {"method": r.method, "path": r.path, "query": r.query, "kind": kind_of(r)}
+            out.write(json.dumps({**record, "body": r.raw.decode(errors="replace")}) + "\n")

@@ -34,6 +34,15 @@ class FinalText:
 
 Reply = ToolCall | FinalText
 
+# The hosts' own compaction prompts, in the newest message of the request that asks the
+# model for a summary of the history (Claude Code 2.1.332, Codex 0.169.0, Gemini CLI 0.61.0)
+COMPACTION_MARKERS = (
+    "Your task is to create a detailed summary of the conversation so far",
+    "You are performing a CONTEXT CHECKPOINT COMPACTION",
+    "<state_snapshot>",
+)
+COMPACTION_SUMMARY = "<analysis>Scripted.</analysis>\n<summary>Scripted summary.</summary>"
+
 
 @dataclass(frozen=True)
 class Rendered:
@@ -49,9 +58,15 @@ class Wire(Protocol):
 
     def is_agent_turn(self, body: Mapping[str, Any]) -> bool: ...
 
-    def render(self, reply: Reply, body: Mapping[str, Any], step: int) -> Rendered: ...
+    def render(self, reply: Reply, body: Mapping[str, Any], step: int, usage: int) -> Rendered:
+        """The scripted `reply`, reporting `usage` prompt tokens."""
+        ...
 
-    def render_side_call(self, path: str, body: Mapping[str, Any]) -> Rendered: ...
+    def render_side_call(
+        self, path: str, body: Mapping[str, Any], usage: int, text: str = "ok"
+    ) -> Rendered:
+        """A one-part text answer (or, where the request names a JSON schema, a value of it)."""
+        ...
 
 
 _COUNTER = TokenCounter()
@@ -60,6 +75,13 @@ _COUNTER = TokenCounter()
 def prompt_tokens(body: Mapping[str, Any]) -> int:
     """What the fake reports as the prompt's size: cl100k over every string in the body."""
     return sum(_COUNTER.count(text) for text in _strings(body))
+
+
+def is_compaction(body: Mapping[str, Any]) -> bool:
+    """Whether the request is the host's own compaction: its newest message asks for a summary."""
+    history = body.get("messages") or body.get("input") or body.get("contents") or []
+    newest = json.dumps(history[-1]) if isinstance(history, list) and history else ""
+    return any(marker in newest for marker in COMPACTION_MARKERS)
 
 
 def _strings(value: object) -> Iterator[str]:
@@ -105,7 +127,7 @@ class AnthropicWire:
     def is_agent_turn(self, body: Mapping[str, Any]) -> bool:
         return self.shell_tool in _declared_tools(body)
 
-    def render(self, reply: Reply, body: Mapping[str, Any], step: int) -> Rendered:
+    def render(self, reply: Reply, body: Mapping[str, Any], step: int, usage: int) -> Rendered:
         thinking = {
             "type": "thinking",
             "thinking": f"Step {step}: next.",
@@ -122,15 +144,22 @@ class AnthropicWire:
         else:
             block = {"type": "text", "text": reply.text}
             stop_reason = "end_turn"
-        return self._message([thinking, block], stop_reason, body, step)
+        return self._message([thinking, block], stop_reason, body, step, usage)
 
-    def render_side_call(self, path: str, body: Mapping[str, Any]) -> Rendered:
-        return self._message([{"type": "text", "text": "ok"}], "end_turn", body, 0)
-
-    def _message(
-        self, blocks: list[dict[str, Any]], stop_reason: str, body: Mapping[str, Any], step: int
+    def render_side_call(
+        self, path: str, body: Mapping[str, Any], usage: int, text: str = "ok"
     ) -> Rendered:
-        usage = {"input_tokens": prompt_tokens(body), "output_tokens": 20}
+        return self._message([{"type": "text", "text": text}], "end_turn", body, 0, usage)
+
+    @staticmethod
+    def _message(
+        blocks: list[dict[str, Any]],
+        stop_reason: str,
+        body: Mapping[str, Any],
+        step: int,
+        usage: int,
+    ) -> Rendered:
+        counts = {"input_tokens": usage, "output_tokens": 20}
         message = {
             "id": f"msg_{step:04d}",
             "type": "message",
@@ -139,7 +168,7 @@ class AnthropicWire:
             "content": blocks,
             "stop_reason": stop_reason,
             "stop_sequence": None,
-            "usage": usage,
+            "usage": counts,
         }
         if not body.get("stream"):
             return _json(message)
@@ -147,20 +176,20 @@ class AnthropicWire:
             **message,
             "content": [],
             "stop_reason": None,
-            "usage": {**usage, "output_tokens": 1},
+            "usage": {**counts, "output_tokens": 1},
         }
         events: list[tuple[str | None, Mapping[str, Any]]] = [
             ("message_start", {"type": "message_start", "message": start})
         ]
         for index, block in enumerate(blocks):
-            events += self._block_events(index, block)
+            events += AnthropicWire._block_events(index, block)
         events += [
             (
                 "message_delta",
                 {
                     "type": "message_delta",
                     "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                    "usage": {"output_tokens": usage["output_tokens"]},
+                    "usage": {"output_tokens": counts["output_tokens"]},
                 },
             ),
             ("message_stop", {"type": "message_stop"}),
@@ -205,7 +234,7 @@ class ResponsesWire:
     def is_agent_turn(self, body: Mapping[str, Any]) -> bool:
         return self.shell_tool in _declared_tools(body)
 
-    def render(self, reply: Reply, body: Mapping[str, Any], step: int) -> Rendered:
+    def render(self, reply: Reply, body: Mapping[str, Any], step: int, usage: int) -> Rendered:
         reasoning = {
             "type": "reasoning",
             "id": f"rs_{step:04d}",
@@ -223,10 +252,12 @@ class ResponsesWire:
             }
         else:
             item = self._message(reply.text, step)
-        return self._stream([reasoning, item], body, step)
+        return self._stream([reasoning, item], body, step, usage)
 
-    def render_side_call(self, path: str, body: Mapping[str, Any]) -> Rendered:
-        return self._stream([self._message("ok", 0)], body, 0)
+    def render_side_call(
+        self, path: str, body: Mapping[str, Any], usage: int, text: str = "ok"
+    ) -> Rendered:
+        return self._stream([self._message(text, 0)], body, 0, usage)
 
     @staticmethod
     def _message(text: str, step: int) -> dict[str, Any]:
@@ -239,8 +270,9 @@ class ResponsesWire:
         }
 
     @staticmethod
-    def _stream(items: list[dict[str, Any]], body: Mapping[str, Any], step: int) -> Rendered:
-        input_tokens = prompt_tokens(body)
+    def _stream(
+        items: list[dict[str, Any]], body: Mapping[str, Any], step: int, input_tokens: int
+    ) -> Rendered:
         response: dict[str, Any] = {
             "id": f"resp_{step:04d}",
             "object": "response",
@@ -299,7 +331,7 @@ class GeminiWire:
     def is_agent_turn(self, body: Mapping[str, Any]) -> bool:
         return self.shell_tool in _declared_tools(body)
 
-    def render(self, reply: Reply, body: Mapping[str, Any], step: int) -> Rendered:
+    def render(self, reply: Reply, body: Mapping[str, Any], step: int, usage: int) -> Rendered:
         part: dict[str, Any]
         if isinstance(reply, ToolCall):
             call = {"name": self.shell_tool, "args": {"command": reply.command}}
@@ -307,17 +339,19 @@ class GeminiWire:
         else:
             part = {"text": reply.text, "thoughtSignature": f"sig-{step}"}
         thought = {"text": f"Step {step}: next.", "thought": True}
-        return self._answer([thought, part], body, stream=True)
+        return self._answer([thought, part], usage, stream=True)
 
-    def render_side_call(self, path: str, body: Mapping[str, Any]) -> Rendered:
+    def render_side_call(
+        self, path: str, body: Mapping[str, Any], usage: int, text: str = "ok"
+    ) -> Rendered:
         config = body.get("generationConfig") or {}
         schema = config.get("responseJsonSchema") or config.get("responseSchema")
-        text = json.dumps(_fill(schema)) if schema else "ok"
-        return self._answer([{"text": text}], body, stream=":streamGenerateContent" in path)
+        if schema:
+            text = json.dumps(_fill(schema))
+        return self._answer([{"text": text}], usage, stream=":streamGenerateContent" in path)
 
     @staticmethod
-    def _answer(parts: list[dict[str, Any]], body: Mapping[str, Any], *, stream: bool) -> Rendered:
-        prompt = prompt_tokens(body)
+    def _answer(parts: list[dict[str, Any]], prompt: int, *, stream: bool) -> Rendered:
         response = {
             "candidates": [
                 {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
