@@ -99,9 +99,14 @@ class FakeUpstream:
         if self.failure is not None:
             status, error = self.failure
             return JSONResponse(error, status_code=status, headers={"x-provider": "fake"})
-        if not isinstance(body, dict):
-            return JSONResponse({"error": {"message": "body is not JSON"}}, status_code=400)
         path = recorded.path
+        calls = ("/v1/messages", "/v1/chat/completions", "/v1/responses", "enerateContent")
+        if not path.endswith(calls):
+            return JSONResponse({"object": "fake", "path": path})
+        if not isinstance(body, dict):
+            return JSONResponse(
+                {"error": {"message": "body is not a JSON object"}}, status_code=400
+            )
         reply = self.script(recorded)
         if isinstance(reply, Response):
             return reply
@@ -112,9 +117,7 @@ class FakeUpstream:
             return _chat(reply, tokens, recorded.streamed)
         if path.endswith("/v1/responses"):
             return _responses(reply, tokens, recorded.streamed)
-        if ":generateContent" in path or ":streamGenerateContent" in path:
-            return _gemini(reply, tokens, recorded.streamed, "alt=sse" in recorded.query)
-        return JSONResponse({"object": "fake", "path": path})
+        return _gemini(reply, tokens, recorded.streamed, "alt=sse" in recorded.query)
 
 
 def _sse(events: list[tuple[str | None, JsonObject | str]]) -> StreamingResponse:
@@ -312,6 +315,7 @@ def fake_upstream(**settings: Any) -> Iterator[FakeUpstream]:
     )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
     upstream.url = f"http://127.0.0.1:{sock.getsockname()[1]}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -76,7 +77,10 @@ def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         timeout = httpx.Timeout(connect=30.0, read=READ_TIMEOUT_S, write=60.0, pool=30.0)
-        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+        # no Nagle delay between a request's head and body on the way up either
+        nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+        transport = httpx.AsyncHTTPTransport(socket_options=nodelay)
+        async with httpx.AsyncClient(timeout=timeout, trust_env=False, transport=transport) as client:
             holder["client"] = client
             yield
 

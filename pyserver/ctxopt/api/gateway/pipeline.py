@@ -98,6 +98,7 @@ class _Call:
     frame_tokens: int
     ceiling: int  # tokens the request may carry, at our counts
     protected: set[int]
+    sizes: Mapping[str, int]  # chunk id -> tokens (the engine's counts, or estimates without it)
 
 
 class Pipeline:
@@ -193,12 +194,15 @@ class Pipeline:
             for i, (kind, text) in enumerate(conversation.frame)
         ]
         scaled = int(ceiling / state.token_scale)
-        call = _Call(fmt, body, conversation, state, ids, 0, scaled, protected)
+        call = _Call(fmt, body, conversation, state, ids, 0, scaled, protected, state.tokens)
+        chunks = _chunks(turns, ids)
         try:
-            self._sync(state, frame, _chunks(turns, ids))
+            self._sync(state, frame, chunks)
         except Exception as e:  # never worse: the request goes on without the engine
             log.warning("gateway: engine sync failed for %s: %s", state.session_id, e)
-            return self._fallback(call, raw, f"engine: {e}"[:200], counted=False)
+            call.sizes = {c.id: c.tokens or len(c.text) // 3 + 1 for c in (*frame, *chunks)}
+            call.frame_tokens = sum(call.sizes[c.id] for c in frame)
+            return self._fallback(call, raw, f"engine: {e}"[:200])
         call.frame_tokens = sum(state.tokens.get(c.id, 0) for c in frame)
         before = call.frame_tokens + _total(turns, ids, state.tokens)
         edits, after, _ = self._project(call)
@@ -208,20 +212,16 @@ class Pipeline:
                 note = self._collect(call)
             except Exception as e:  # never worse, as above
                 log.warning("gateway: plan failed for %s: %s", state.session_id, e)
-                return self._fallback(call, raw, f"engine: {e}"[:200], counted=True)
+                return self._fallback(call, raw, f"engine: {e}"[:200])
             edits, after, _ = self._project(call)
         if not edits:
             if before > scaled:
-                return self._fallback(
-                    call, raw, "over the ceiling with nothing to prune", counted=True
-                )
+                return self._fallback(call, raw, "over the ceiling with nothing to prune")
             return Prepared(raw, Outcome.BELOW_THRESHOLD, before, before)
         rendered = fmt.render(body, conversation, edits, frozenset())
         broken = _new_violations(fmt, body, rendered)
         if broken:
-            return self._fallback(
-                call, raw, "rewrite breaks: " + "; ".join(broken)[:200], counted=True
-            )
+            return self._fallback(call, raw, "rewrite breaks: " + "; ".join(broken)[:200])
         if after > scaled:
             return self._truncate(call, edits, f"{note} plan over the ceiling".strip())
         return Prepared(_dump(rendered), Outcome.OPTIMIZED, before, after, note=note)
@@ -317,10 +317,10 @@ class Pipeline:
                     total += _estimate(decision, text)
         return edits, total, seen
 
-    def _fallback(self, call: _Call, raw: bytes, reason: str, *, counted: bool) -> Prepared:
+    def _fallback(self, call: _Call, raw: bytes, reason: str) -> Prepared:
         """No usable plan: the original when it fits, else local truncation."""
-        tokens = call.frame_tokens + _total(call.conversation.turns, call.ids, call.state.tokens)
-        if not counted or tokens <= call.ceiling:
+        tokens = call.frame_tokens + _total(call.conversation.turns, call.ids, call.sizes)
+        if tokens <= call.ceiling:
             return Prepared(raw, Outcome.FALLBACK, tokens, tokens, note=reason)
         return self._truncate(call, {}, reason)
 
@@ -329,7 +329,7 @@ class Pipeline:
         turns = call.conversation.turns
         sizes = [_turn_tokens(call, t, edits) for t in range(len(turns))]
         total = call.frame_tokens + sum(sizes)
-        before = call.frame_tokens + _total(turns, call.ids, call.state.tokens)
+        before = call.frame_tokens + _total(turns, call.ids, call.sizes)
         target = call.ceiling * self.config.gc_target_percent / 100
         dropped: set[int] = set()
         for unit in droppable_units(turns, call.protected):
@@ -437,7 +437,7 @@ def _turn_tokens(call: _Call, t: int, edits: Mapping[tuple[int, int], Edit]) -> 
     for block, cid in zip(call.conversation.turns[t].blocks, call.ids[t], strict=True):
         edit = edits.get(block.ref)
         if edit is None:
-            total += call.state.tokens.get(cid, 0)
+            total += call.sizes.get(cid, 0)
         elif edit.text is not None:
             total += len(edit.text) // 3 + 1
     return total

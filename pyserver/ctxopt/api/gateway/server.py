@@ -43,6 +43,9 @@ class GatewayServer:
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         try:
             self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            # accepted sockets inherit it: uvicorn writes a response's head and body
+            # apart, and without it the body waits for the client's delayed ACK (40 ms)
+            self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._socket.bind((bare, int(port)))
             self._socket.listen(128)
         except OSError as e:
