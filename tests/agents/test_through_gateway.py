@@ -36,6 +36,8 @@ FILES = 8
 LINES_PER_FILE = 400
 NO_PRUNING_WINDOW = 100_000_000
 HOSTS = sorted(HOST_FORMATS)
+# How the gateway names each host it recognises from the User-Agent (api/gateway/hosts.py)
+RECOGNISED_AS = {"claude": "claude-code", "codex": "codex", "gemini": "gemini-cli"}
 
 
 @pytest.fixture(autouse=True)
@@ -88,6 +90,7 @@ def test_pruned_requests_keep_the_rules_and_fit_the_window(host: str, tmp_path: 
         # every model call of a real host is one the gateway can read
         assert call.log["outcome"] != "pass-through", call.log.get("note")
         assert call.log["window"] == WINDOW
+        assert call.log["host"] == RECOGNISED_AS[host]
         assert call.log["tokens_after"] <= call.log["ceiling"] <= WINDOW
     turns = agent_turns(run)
     last = json.loads(turns[-1].sent_by_host.raw)
