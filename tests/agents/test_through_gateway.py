@@ -101,9 +101,7 @@ def test_pruned_requests_keep_the_rules_and_fit_the_window(host: str, tmp_path: 
 
 @pytest.mark.parametrize("host", HOSTS)
 def test_without_pruning_requests_arrive_byte_identical(host: str, tmp_path: Path) -> None:
-    run = run_through_gateway(
-        host, tmp_path, window=NO_PRUNING_WINDOW, files=2, lines_per_file=100
-    )
+    run = run_through_gateway(host, tmp_path, window=NO_PRUNING_WINDOW, files=2, lines_per_file=100)
     _assert_ran_to_the_end(run)
     assert run.calls
     for call in run.calls:
