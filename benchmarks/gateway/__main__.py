@@ -29,7 +29,7 @@ from tests.serverproc import serving
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 SIZES = (100, 1000)
-REGIMES = ("below-threshold", "pruned")
+REGIMES = ("model-window", "half-window")
 GOAL_ADDED_P50_MS = 5.0
 
 
@@ -38,9 +38,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sizes = (20, 100) if args.smoke else SIZES
     calls = 3 if args.smoke else args.calls
     results: dict[str, Any] = {"latency": [], "billing": {}, "smoke": args.smoke}
-    with fake_upstream() as upstream, tempfile.TemporaryDirectory() as tmp, serving(
-        Path(tmp), "--gateway-addr", "127.0.0.1:0", env=upstream_env(upstream)
-    ) as server, httpx.Client(timeout=120) as client:
+    with (
+        fake_upstream() as upstream,
+        tempfile.TemporaryDirectory() as tmp,
+        serving(Path(tmp), "--gateway-addr", "127.0.0.1:0", env=upstream_env(upstream)) as server,
+        httpx.Client(timeout=120) as client,
+    ):
         for fmt in FORMATS:
             for size in sizes:
                 session = latency.synthetic(trajectories, size // 2 + calls + 1)
@@ -57,9 +60,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for fmt in FORMATS:
             totals: dict[str, billing.Ledger] = {}
             for trajectory in trajectories:
-                steps = (
-                    min(len(trajectory.steps), 12) if args.smoke else len(trajectory.steps)
-                )
+                steps = min(len(trajectory.steps), 12) if args.smoke else len(trajectory.steps)
                 ledgers = billing.replay(
                     client, server.gateway_url, upstream, fmt, trajectory, steps
                 )
@@ -94,28 +95,33 @@ def report(results: dict[str, Any]) -> None:
     )
     for row in results["latency"]:
         print(
-            f"{row['format']:17} {row['messages']:>5} {row['regime']:16} {row['added_p50_ms']:7.2f} "
-            f"{row['added_p99_ms']:7.2f} {row['ttfb_added_p50_ms']:9.2f} {row['cold_ms']:7.1f}"
+            f"{row['format']:17} {row['messages']:>5} {row['regime']:16} "
+            f"{row['added_p50_ms']:7.2f} {row['added_p99_ms']:7.2f} "
+            f"{row['ttfb_added_p50_ms']:9.2f} {row['cold_ms']:7.1f}"
         )
     worst = max(
         (r["added_p50_ms"] for r in results["latency"] if r["messages"] == max(SIZES)), default=0.0
     )
     if worst:
         print(
-            f"worst p50 added at {max(SIZES):,} messages: {worst:.2f} ms (goal <= {GOAL_ADDED_P50_MS} ms)"
+            f"worst p50 added at {max(SIZES):,} messages: {worst:.2f} ms "
+            f"(goal <= {GOAL_ADDED_P50_MS} ms)"
         )
     share = int(results["window_share"] * 100)
     print(
-        f"\nbilled input tokens, {results['trajectories']} trajectories, window {share}% of the final size"
+        f"\nbilled input tokens, {results['trajectories']} trajectories, "
+        f"window {share}% of the final size"
     )
     print(
-        f"{'format':17} {'method':16} {'calls':>6} {'input':>11} {'billed':>11} {'vs none':>8} {'over':>5}"
+        f"{'format':17} {'method':16} {'calls':>6} {'input':>11} {'billed':>11} "
+        f"{'vs none':>8} {'over':>5}"
     )
     for fmt, methods in results["billing"].items():
         for method, row in methods.items():
             print(
-                f"{fmt:17} {method:16} {row['calls']:6} {row['input_tokens']:11,} {row['billed_tokens']:11,} "
-                f"{row['billed_vs_none']:8.3f} {row['over_window_calls']:5}"
+                f"{fmt:17} {method:16} {row['calls']:6} {row['input_tokens']:11,} "
+                f"{row['billed_tokens']:11,} {row['billed_vs_none']:8.3f} "
+                f"{row['over_window_calls']:5}"
             )
 
 
@@ -126,7 +132,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    rows = [r for r in results["latency"] if r["regime"] == "pruned"]
+    rows = [r for r in results["latency"] if r["regime"] == "half-window"]
     labels = [f"{r['format']}\n{r['messages']}" for r in rows]
     left.bar(range(len(rows)), [r["added_p50_ms"] for r in rows], label="p50 added")
     left.bar(
@@ -137,7 +143,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     )
     left.axhline(GOAL_ADDED_P50_MS, color="k", linestyle="--")
     left.set_xticks(range(len(rows)), labels, fontsize=7)
-    left.set_ylabel("ms added (pruned regime; dashed: goal)")
+    left.set_ylabel("ms added (half-window regime; dashed: goal)")
     left.legend(fontsize=7)
     methods = ["none", "gateway", "context-editing"]
     formats = list(results["billing"])

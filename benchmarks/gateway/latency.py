@@ -5,8 +5,9 @@ call (as an agent's does); each call goes once straight to the fake provider
 and once through the gateway, alternately, and the difference of the two
 distributions' percentiles is what the gateway adds. The first gateway call
 of a session (every chunk new to the engine) is reported apart as `cold`.
-Two regimes: the model's own window (below the threshold: the original bytes
-go up) and a window at half the history (collections, sticky rewrites).
+Two regimes: the model's own window (at 100 messages below the threshold, so
+the original bytes go up; 1,000 messages pass Claude's 200k and are pruned)
+and a window at half the history (collections, sticky rewrites).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ LISTS = {
 class Case:
     fmt: str
     messages: int
-    regime: str  # "below-threshold" or "pruned"
+    regime: str  # "model-window" or "half-window"
 
 
 def synthetic(trajectories: list[Trajectory], exchanges: int) -> Trajectory:
@@ -81,7 +82,7 @@ def measure(
         "x-api-key": "bench",
         "x-ctxopt-session": f"bench-{case.fmt}-{case.messages}-{case.regime}",
     }
-    if case.regime == "pruned":
+    if case.regime == "half-window":
         headers["x-ctxopt-window-tokens"] = str(tokens_of(base) // 2)
     cold, _ = _post(client, gateway_url, base, headers)
     direct: list[float] = []

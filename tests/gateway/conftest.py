@@ -41,3 +41,4 @@ def fresh_upstream(upstream: FakeUpstream) -> None:
         upstream.requests.clear()
     upstream.failure = None
     upstream.script = lambda _request: "ok"
+    upstream.usage = lambda request: len(request.raw) // 4

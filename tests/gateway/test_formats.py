@@ -53,23 +53,48 @@ def anthropic_body() -> dict[str, Any]:
 
 
 def test_anthropic_blocks_map_to_chunks_with_their_pairing() -> None:
-    conversation = ANTHROPIC.parse(anthropic_body(), "v1/messages")
+    conversation = ANTHROPIC.parse(anthropic_body(), "v1/messages", None)
     assert conversation is not None
     kinds = [(b.kind, b.rewrite) for b in conversation.turns[1].blocks]
     assert kinds == [
         (ChunkKind.ENRICHMENT, Rewrite.DROP),
         (ChunkKind.MESSAGE, Rewrite.TEXT),
-        (ChunkKind.TOOL_CALL, Rewrite.NEVER),
+        (ChunkKind.TOOL_CALL, Rewrite.CALL),
     ]
     assert (
         conversation.turns[2].blocks[0].answers == conversation.turns[1].blocks[2].call_id == "t1"
     )
 
 
+def test_a_dropped_thinking_blocks_marker_moves_within_its_message() -> None:
+    body = anthropic_body()
+    body["messages"][1]["content"][1].pop("cache_control")
+    body["messages"][1]["content"].insert(
+        2,
+        {
+            "type": "thinking",
+            "thinking": "again",
+            "signature": "t",
+            "cache_control": {"type": "ephemeral"},
+        },
+    )
+    original = copy.deepcopy(body)
+    conversation = ANTHROPIC.parse(body, "v1/messages", None)
+    assert conversation is not None
+    rendered = ANTHROPIC.render(body, conversation, {(1, 2): Edit(None)}, frozenset())
+    assert body == original
+    assert [b["type"] for b in rendered["messages"][1]["content"]] == [
+        "thinking",
+        "text",
+        "tool_use",
+    ]
+    assert rendered["messages"][1]["content"][1]["cache_control"] == {"type": "ephemeral"}
+
+
 def test_a_removed_blocks_cache_marker_moves_to_the_nearest_kept_block_before_it() -> None:
     body = anthropic_body()
     original = copy.deepcopy(body)
-    conversation = ANTHROPIC.parse(body, "v1/messages")
+    conversation = ANTHROPIC.parse(body, "v1/messages", None)
     assert conversation is not None
     rendered = ANTHROPIC.render(body, conversation, {(1, 0): Edit(None)}, frozenset({2, 3}))
     assert body == original, "the input is never mutated"
@@ -92,11 +117,38 @@ def test_anthropic_rules_find_orphans_order_and_too_many_markers() -> None:
 
 def test_the_latest_turn_of_a_tool_loop_includes_the_calling_turn() -> None:
     conversation = ANTHROPIC.parse(
-        anthropic_body() | {"messages": anthropic_body()["messages"][:3]}, ""
+        anthropic_body() | {"messages": anthropic_body()["messages"][:3]}, "", None
     )
     assert conversation is not None
     assert latest_turns(conversation.turns) == [1, 2]
     assert droppable_units(conversation.turns, {1, 2}) == []
+
+
+def test_a_removed_steps_call_keeps_its_id_and_name_with_empty_arguments() -> None:
+    calls = [
+        {"id": f"c{k}", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
+        for k in range(2)
+    ]
+    body = {
+        "model": "gpt-4o",
+        "messages": [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": "thinking aloud", "tool_calls": calls},
+            {"role": "tool", "tool_call_id": "c0", "content": "r0"},
+            {"role": "tool", "tool_call_id": "c1", "content": "r1"},
+        ],
+    }
+    chat = OpenAIChat()
+    conversation = chat.parse(body, "v1/chat/completions", None)
+    assert conversation is not None
+    refs = [b.ref for b in conversation.turns[1].blocks]
+    edits = {refs[0]: Edit(None), refs[2]: Edit("")}
+    rendered = chat.render(body, conversation, edits, frozenset())
+    message = rendered["messages"][1]
+    assert message["content"] is None
+    assert [c["function"]["arguments"] for c in message["tool_calls"]] == ['{"x": 1}', "{}"]
+    assert [c["id"] for c in message["tool_calls"]] == ["c0", "c1"]
+    assert chat.violations(rendered) == []
 
 
 def test_chat_rules_need_every_call_answered_right_after() -> None:
@@ -125,14 +177,14 @@ def test_responses_pairs_by_call_id_and_keeps_reasoning_with_its_item() -> None:
         {"type": "function_call_output", "call_id": "c1", "output": "out"},
     ]
     responses = OpenAIResponses()
-    conversation = responses.parse({"model": "gpt-5", "input": items}, "v1/responses")
+    conversation = responses.parse({"model": "gpt-5", "input": items}, "v1/responses", None)
     assert conversation is not None
     assert [t.role.name for t in conversation.turns] == ["SYSTEM", "USER", "MODEL", "TOOL"]
     assert conversation.turns[0].locked and conversation.turns[2].items == (2, 3)
     assert responses.violations({"input": items}) == []
     assert responses.violations({"input": items[:2] + items[3:]}) == []
     assert responses.violations({"input": items[:3] + items[4:]})
-    assert responses.parse({"input": items, "previous_response_id": "r"}, "") is None
+    assert responses.parse({"input": items, "previous_response_id": "r"}, "", None) is None
 
 
 def test_gemini_pairs_by_name_in_order_without_ids() -> None:
@@ -152,7 +204,7 @@ def test_gemini_pairs_by_name_in_order_without_ids() -> None:
     contents[2]["parts"].append({"functionResponse": {"name": "f", "response": {}}})
     assert gemini.violations({"contents": contents}) == []
     conversation = gemini.parse(
-        {"contents": contents}, "v1beta/models/gemini-2.5-pro:generateContent"
+        {"contents": contents}, "v1beta/models/gemini-2.5-pro:generateContent", None
     )
     assert conversation is not None and conversation.model == "gemini-2.5-pro"
 

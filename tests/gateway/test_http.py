@@ -181,3 +181,24 @@ def test_an_unknown_model_passes_through_unless_a_window_is_given(
     assert answer.headers["x-ctxopt-outcome"] in ("optimized", "fallback")
     bad = httpx.post(url, json=body, headers={"x-ctxopt-window-tokens": "lots"})
     assert bad.status_code == 400 and "x-ctxopt-window-tokens" in bad.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_the_providers_prompt_size_is_read_from_the_response(
+    gateway: ServerProcess, upstream: FakeUpstream, streamed: bool
+) -> None:
+    upstream.usage = lambda _request: 4321
+    body = HELLO | {"messages": long_history(3, 20), "stream": streamed}
+    answer = httpx.post(
+        f"{gateway.gateway_url}/anthropic/v1/messages",
+        json=body,
+        headers={"x-ctxopt-session": f"usage-{streamed}"},
+    )
+    assert answer.status_code == 200
+    lines = [
+        json.loads(line)["gateway"]
+        for line in gateway.log_text().splitlines()
+        if '"gateway"' in line and f"usage-{streamed}" in line
+    ]
+    assert lines[-1]["provider_prompt_tokens"] == 4321
+    assert lines[-1]["status"] == 200

@@ -80,7 +80,9 @@ def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
         # no Nagle delay between a request's head and body on the way up either
         nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
         transport = httpx.AsyncHTTPTransport(socket_options=nodelay)
-        async with httpx.AsyncClient(timeout=timeout, trust_env=False, transport=transport) as client:
+        async with httpx.AsyncClient(
+            timeout=timeout, trust_env=False, transport=transport
+        ) as client:
             holder["client"] = client
             yield
 

@@ -15,12 +15,13 @@ truncation that drops whole exchanges (oldest first) and keeps the rules.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+
+import orjson
 
 from ctxopt.api.gateway import hosts, windows
 from ctxopt.api.gateway.formats.conversation import (
@@ -36,6 +37,7 @@ from ctxopt.api.gateway.formats.conversation import (
     first_prompt,
     latest_turns,
 )
+from ctxopt.api.gateway.placeholders import estimate, replacement
 from ctxopt.api.gateway.sessions import SESSION_HEADER, Sessions, SessionState, owner_of, session_of
 from ctxopt.config import Config
 from ctxopt.engine import Engine
@@ -44,7 +46,6 @@ from ctxopt.model import (
     Budget,
     Chunk,
     ChunkKind,
-    Decision,
     GcPolicy,
     OptimizeOptions,
     Plan,
@@ -64,7 +65,7 @@ QUERY_CHARS = 4000  # the query's tail that matters (a pasted log can be huge)
 # error (cached or multimodal accounting) rather than a tokenizer counting more.
 MAX_TOKEN_SCALE = 2.0
 MAX_PASSES = 3  # collections per call at most (see `_collect`)
-RESTORE_HINT = 'context_stash_restore(session_id="{session}", ids=["{id}"])'
+EMPTIED_CALL_TOKENS = 12  # a call's id, name and empty arguments, generously
 
 
 class Outcome(Enum):
@@ -139,31 +140,37 @@ class Pipeline:
         self, fmt: WireFormat, path: str, raw: bytes, headers: Mapping[str, str]
     ) -> Prepared:
         try:
-            body = json.loads(raw)
-            conversation = fmt.parse(body, path) if isinstance(body, dict) else None
-        except (ValueError, TypeError, AttributeError) as e:
+            body = orjson.loads(raw)
+            if not isinstance(body, dict):
+                raise ValueError("not a JSON object")
+            opening = fmt.opening(body)
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
             return Prepared(raw, Outcome.PASS_THROUGH, note=f"not parsed: {e}"[:200])
-        if conversation is None or not conversation.turns:
-            return Prepared(raw, Outcome.PASS_THROUGH, note="nothing to prune")
-        window = self._window(conversation.model, headers)
-        if window is None:
-            return Prepared(raw, Outcome.PASS_THROUGH, note=f"unknown model {conversation.model!r}")
-        limit = hosts.ceiling(
-            window,
-            headers.get("user-agent", ""),
-            conversation.model,
-            host_lines=self.config.gateway_host_ceilings,
-        )
         owner = owner_of(headers)
-        opening = (conversation.frame[:1], _opening(conversation.turns))
         session_id = session_of(fmt.name, owner, headers.get(SESSION_HEADER, ""), opening)
         state = self.sessions.get(session_id, owner)
         with state.lock:
+            try:
+                conversation = fmt.parse(body, path, state.conversation)
+            except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
+                return Prepared(raw, Outcome.PASS_THROUGH, note=f"not parsed: {e}"[:200])
+            if conversation is None or not conversation.turns:
+                return Prepared(raw, Outcome.PASS_THROUGH, note="nothing to prune")
+            window = self._window(conversation.model, headers)
+            if window is None:
+                note = f"unknown model {conversation.model!r}"
+                return Prepared(raw, Outcome.PASS_THROUGH, note=note)
+            limit = hosts.ceiling(
+                window,
+                headers.get("user-agent", ""),
+                conversation.model,
+                host_lines=self.config.gateway_host_ceilings,
+            )
             prepared = self._run(fmt, body, raw, conversation, state, limit.tokens)
+            state.last_sent_tokens = prepared.tokens_after
         prepared.session_id = session_id
         prepared.state = state
         prepared.log.update(host=limit.host.value, ceiling=limit.tokens, window=window)
-        state.last_sent_tokens = prepared.tokens_after
         return prepared
 
     def _window(self, model: str, headers: Mapping[str, str]) -> int | None:
@@ -184,7 +191,11 @@ class Pipeline:
         ceiling: int,
     ) -> Prepared:
         turns = conversation.turns
-        ids = _turn_ids(conversation, state)
+        reused = conversation.reused if state.conversation is not None else 0
+        ids = state.turn_ids[:reused] + [
+            [chunk_id(t, b, turns[t].role, block) for b, block in enumerate(turns[t].blocks)]
+            for t in range(reused, len(turns))
+        ]
         protected = set(latest_turns(turns))
         first = first_prompt(turns)
         if first is not None:
@@ -195,49 +206,58 @@ class Pipeline:
         ]
         scaled = int(ceiling / state.token_scale)
         call = _Call(fmt, body, conversation, state, ids, 0, scaled, protected, state.tokens)
-        chunks = _chunks(turns, ids)
+        chunks = _chunks(turns, ids, reused)
         try:
-            self._sync(state, frame, chunks)
+            self._sync(state, frame, chunks, {i for row in ids for i in row})
         except Exception as e:  # never worse: the request goes on without the engine
             log.warning("gateway: engine sync failed for %s: %s", state.session_id, e)
-            call.sizes = {c.id: c.tokens or len(c.text) // 3 + 1 for c in (*frame, *chunks)}
+            state.conversation, state.turn_ids = None, []  # map everything again next time
+            all_chunks = (*frame, *_chunks(turns, ids, 0))
+            call.sizes = {c.id: c.tokens or len(c.text) // 3 + 1 for c in all_chunks}
             call.frame_tokens = sum(call.sizes[c.id] for c in frame)
             return self._fallback(call, raw, f"engine: {e}"[:200])
+        state.conversation, state.turn_ids = conversation, ids
         call.frame_tokens = sum(state.tokens.get(c.id, 0) for c in frame)
         before = call.frame_tokens + _total(turns, ids, state.tokens)
-        edits, after, _ = self._project(call)
+        edits, after, seen = self._project(call)
         note = ""
         if after >= scaled * self.config.gc_threshold_percent / 100:
             try:
-                note = self._collect(call)
+                note, edits, after = self._collect(call, after, seen)
             except Exception as e:  # never worse, as above
                 log.warning("gateway: plan failed for %s: %s", state.session_id, e)
                 return self._fallback(call, raw, f"engine: {e}"[:200])
-            edits, after, _ = self._project(call)
         if not edits:
             if before > scaled:
                 return self._fallback(call, raw, "over the ceiling with nothing to prune")
             return Prepared(raw, Outcome.BELOW_THRESHOLD, before, before)
-        rendered = fmt.render(body, conversation, edits, frozenset())
-        broken = _new_violations(fmt, body, rendered)
-        if broken:
-            return self._fallback(call, raw, "rewrite breaks: " + "; ".join(broken)[:200])
         if after > scaled:
             return self._truncate(call, edits, f"{note} plan over the ceiling".strip())
+        # Edits replace the content of text and result blocks, empty a removed
+        # step's call arguments and drop narration and signed blocks whole; no
+        # call, id, role or turn goes, so the format's rules hold by
+        # construction here; a truncation that drops turns is checked.
+        rendered = fmt.render(body, conversation, edits, frozenset())
         return Prepared(_dump(rendered), Outcome.OPTIMIZED, before, after, note=note)
 
-    def _sync(self, state: SessionState, frame: list[Chunk], chunks: list[Chunk]) -> None:
-        """The engine session holds what the host sends: new chunks appended,
-        chunks it no longer sends removed (decided ones are not sent again)."""
-        present = {c.id for c in frame} | {c.id for c in chunks}
+    def _sync(
+        self, state: SessionState, frame: list[Chunk], chunks: list[Chunk], present: set[str]
+    ) -> None:
+        """The engine session holds what the host sends: `chunks` (the turns not
+        reused from the last call) appended when new, chunks the host no longer
+        sends removed (decided ones are not sent again)."""
+        present = present | {c.id for c in frame}
         stale = sorted(state.live - present)
         owner, session = state.owner, state.session_id
         if stale:
             self.engine.remove(owner, session, stale, False)
             state.live.difference_update(stale)
-        for gone in [i for i in state.tokens if i not in present]:
-            del state.tokens[gone]
-            state.decisions.pop(gone, None)
+        if len(state.tokens) > len(present):
+            for gone in [i for i in state.tokens if i not in present]:
+                del state.tokens[gone]
+                if state.decisions.pop(gone, None) is not None:
+                    state.version += 1
+                state.replacements.pop(gone, None)
         new = [c for c in (*frame, *chunks) if c.id not in state.tokens]
         if new:
             result = self.engine.append(owner, session, new)
@@ -245,7 +265,9 @@ class Pipeline:
                 state.tokens[counted.id] = counted.tokens
                 state.live.add(counted.id)
 
-    def _collect(self, call: _Call) -> str:
+    def _collect(
+        self, call: _Call, projected: int, seen: int
+    ) -> tuple[str, dict[tuple[int, int], Edit], int]:
         """Run collections until the prompt lands at the target; their decisions
         replace the ones that stuck. The engine sees its own view of the chunks
         (a stashed chunk costs it nothing), so each pass restates the ceiling
@@ -255,8 +277,8 @@ class Pipeline:
         roots = tuple(i for t in sorted(call.protected) for i in call.ids[t] if i in state.live)
         target = call.ceiling * self.config.gc_target_percent / 100
         note = ""
+        edits: dict[tuple[int, int], Edit] = {}
         for attempt in range(MAX_PASSES):
-            _, projected, seen = self._project(call)
             options = OptimizeOptions(
                 budget=Budget(
                     max(1, call.ceiling - max(0, projected - seen)),
@@ -273,12 +295,14 @@ class Pipeline:
             plan = self.engine.optimize(state.owner, state.session_id, options)
             self._remember(state, plan)
             note = "" if plan.feasible or not plan.triggered else "plan infeasible"
-            if not plan.triggered or not plan.decisions or self._project(call)[1] <= target:
+            edits, projected, seen = self._project(call)
+            if not plan.triggered or not plan.decisions or projected <= target:
                 break
-        return note
+        return note, edits, projected
 
     @staticmethod
     def _remember(state: SessionState, plan: Plan) -> None:
+        state.version += 1
         for kept in plan.kept_ids:
             earlier = state.decisions.get(kept)
             if earlier is not None and earlier.action in (Action.STASH, Action.DELETE):
@@ -293,29 +317,60 @@ class Pipeline:
 
     def _project(self, call: _Call) -> tuple[dict[tuple[int, int], Edit], int, int]:
         """The decisions that stuck as edits, the prompt's size with them, and the
-        size the engine sees (its chunks after the decisions)."""
+        size the engine sees (its chunks after the decisions). A turn unchanged
+        since the last projection, under the same decisions, is not walked again."""
         edits: dict[tuple[int, int], Edit] = {}
         state = call.state
         total = seen = call.frame_tokens
+        cache = state.projection
+        projection: list[_TurnProjection] = []
         for t, turn in enumerate(call.conversation.turns):
-            for block, cid in zip(turn.blocks, call.ids[t], strict=True):
-                tokens = state.tokens.get(cid, 0)
-                decision = state.decisions.get(cid)
-                if decision is None or turn.locked or t in call.protected:
-                    total += tokens
-                    seen += tokens
-                    continue
-                if decision.action in (Action.TRIM, Action.MASK):
-                    seen += decision.tokens_after
-                if block.rewrite == Rewrite.DROP:
-                    edits[block.ref] = Edit(None)
-                elif block.rewrite == Rewrite.NEVER:
-                    total += tokens
-                else:
-                    text = _replacement(decision, state.session_id)
-                    edits[block.ref] = Edit(text)
-                    total += _estimate(decision, text)
+            protected = turn.locked or t in call.protected
+            entry = cache[t] if t < call.conversation.reused and t < len(cache) else None
+            if entry is None or entry.version != state.version or entry.protected != protected:
+                entry = self._project_turn(call, t, protected)
+            projection.append(entry)
+            edits.update(entry.edits)
+            total += entry.total
+            seen += entry.seen
+        state.projection = projection
         return edits, total, seen
+
+    @staticmethod
+    def _project_turn(call: _Call, t: int, protected: bool) -> _TurnProjection:
+        """A removed step keeps only its skeleton: the call with empty arguments
+        and the result's placeholder (which restores the whole group); the model's
+        narration beside its calls goes without one."""
+        state = call.state
+        turn = call.conversation.turns[t]
+        steps = any(b.call_id for b in turn.blocks)
+        entry = _TurnProjection(state.version, protected)
+        for block, cid in zip(turn.blocks, call.ids[t], strict=True):
+            tokens = state.tokens.get(cid, 0)
+            decision = state.decisions.get(cid)
+            if decision is None or protected:
+                entry.total += tokens
+                entry.seen += tokens
+                continue
+            shrunk = decision.action in (Action.TRIM, Action.MASK)
+            if shrunk:
+                entry.seen += decision.tokens_after
+            if block.rewrite == Rewrite.NEVER:
+                entry.total += tokens
+            elif block.rewrite == Rewrite.DROP or (steps and not shrunk and not block.call_id):
+                entry.edits.append((block.ref, Edit(None)))
+            elif block.rewrite == Rewrite.CALL:
+                entry.edits.append((block.ref, Edit("")))
+                entry.total += EMPTIED_CALL_TOKENS
+            else:
+                shown = state.replacements.get(cid)
+                if shown is None or shown[0] is not decision:
+                    text = replacement(decision, state.session_id)
+                    shown = (decision, text, estimate(decision, text))
+                    state.replacements[cid] = shown
+                entry.edits.append((block.ref, Edit(shown[1])))
+                entry.total += shown[2]
+        return entry
 
     def _fallback(self, call: _Call, raw: bytes, reason: str) -> Prepared:
         """No usable plan: the original when it fits, else local truncation."""
@@ -343,6 +398,11 @@ class Pipeline:
         rendered = call.fmt.render(
             call.body, call.conversation, kept_edits, frozenset(_raw_indices(turns, dropped))
         )
+        broken = _new_violations(call.fmt, call.body, rendered)
+        if broken:
+            tokens = before
+            note = f"{reason}; truncation would break: {'; '.join(broken)}"[:300]
+            return Prepared(_dump(call.body), Outcome.FALLBACK, tokens, tokens, note=note)
         over = "; still over the ceiling" if total > call.ceiling else ""
         return Prepared(
             _dump(rendered),
@@ -353,35 +413,20 @@ class Pipeline:
         )
 
 
-def _turn_ids(conversation: Conversation, state: SessionState) -> list[list[str]]:
-    """Chunk ids per turn; the turns equal to the last call's keep theirs unhashed."""
-    raw, previous = conversation.raw_turns, state.raw_turns
-    same = 0
-    limit = min(len(raw), len(previous), len(state.turn_ids))
-    while same < limit and raw[same] == previous[same]:
-        same += 1
-    ids = state.turn_ids[:same]
-    for t in range(same, len(conversation.turns)):
-        role = conversation.turns[t].role
-        ids.append(
-            [chunk_id(t, b, role, block) for b, block in enumerate(conversation.turns[t].blocks)]
-        )
-    state.raw_turns = list(raw)
-    state.turn_ids = ids
-    return ids
-
-
-def _chunks(turns: Sequence[Turn], ids: list[list[str]]) -> list[Chunk]:
+def _chunks(turns: Sequence[Turn], ids: list[list[str]], start: int) -> list[Chunk]:
+    """The chunks of the turns from `start` on."""
     chunks: list[Chunk] = []
-    for t, turn in enumerate(turns):
-        steps = any(b.call_id for b in turn.blocks)
+    for t in range(start, len(turns)):
+        turn = turns[t]
+        step = next((b.call_id for b in turn.blocks if b.call_id), "")
         for block, cid in zip(turn.blocks, ids[t], strict=True):
             kind = ChunkKind.SYSTEM if turn.locked else block.kind
             policy = GcPolicy.UNSPECIFIED
-            if steps and kind == ChunkKind.MESSAGE:
-                policy = (
-                    GcPolicy.EPHEMERAL
-                )  # a step's narration: its facts come back in the results
+            group = block.call_id or block.answers
+            if step and kind == ChunkKind.MESSAGE:
+                # a step's narration: its facts come back in the results, and it
+                # goes with its first call, whose result's placeholder restores it
+                policy, group = GcPolicy.EPHEMERAL, step
             chunks.append(
                 Chunk(
                     cid,
@@ -391,15 +436,10 @@ def _chunks(turns: Sequence[Turn], ids: list[list[str]]) -> list[Chunk]:
                     tokens=block.tokens,
                     turn=t + 1,
                     policy=policy,
-                    group_id=block.call_id or block.answers,
+                    group_id=group,
                 )
             )
     return chunks
-
-
-def _opening(turns: Sequence[Turn]) -> str:
-    first = first_prompt(turns)
-    return "" if first is None else "\n".join(b.text for b in turns[first].blocks)
 
 
 def _query(turns: Sequence[Turn]) -> str:
@@ -411,21 +451,15 @@ def _query(turns: Sequence[Turn]) -> str:
     return ""
 
 
-def _replacement(decision: Decision, session_id: str) -> str:
-    """A shrunk block's text, or a removed one's placeholder: both name the chunk
-    and how to get the original back (the ctxopt MCP tool)."""
-    hint = RESTORE_HINT.format(session=session_id, id=decision.chunk_id)
-    if decision.action in (Action.TRIM, Action.MASK) and decision.replacement_text:
-        return f"{decision.replacement_text}\n[ctxopt restore: {hint}]"
-    return f"[ctxopt: stashed; restore: {hint}]"
+@dataclass
+class _TurnProjection:
+    """One turn under the decisions of `version`: its edits and sizes."""
 
-
-def _estimate(decision: Decision, text: str) -> int:
-    """A replacement's size without counting it: the engine's count of its part
-    plus a generous bound on the hint (about 3 characters a token)."""
-    base = decision.tokens_after if decision.action in (Action.TRIM, Action.MASK) else 0
-    extra = len(text) - len(decision.replacement_text) if base else len(text)
-    return base + extra // 3 + 1
+    version: int
+    protected: bool
+    edits: list[tuple[tuple[int, int], Edit]] = field(default_factory=list)
+    total: int = 0
+    seen: int = 0
 
 
 def _total(turns: Sequence[Turn], ids: list[list[str]], tokens: Mapping[str, int]) -> int:
@@ -457,4 +491,4 @@ def _new_violations(fmt: WireFormat, original: JsonObject, rendered: JsonObject)
 
 
 def _dump(body: JsonObject) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    return orjson.dumps(body)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxopt.api.gateway.formats.conversation import Conversation
 from ctxopt.model import Decision
 
 SESSION_HEADER = "x-ctxopt-session"
@@ -53,12 +54,15 @@ class SessionState:
     session_id: str
     owner: str
     lock: threading.Lock = field(default_factory=threading.Lock)
-    raw_turns: list[Any] = field(default_factory=list)  # the last call's messages, turn by turn
-    turn_ids: list[list[str]] = field(default_factory=list)  # their chunk ids
-    turn_blocks: list[Any] = field(default_factory=list)  # their parsed turns
+    conversation: Conversation | None = None  # the last call's, for its unchanged prefix
+    turn_ids: list[list[str]] = field(default_factory=list)  # its chunk ids, turn by turn
     live: set[str] = field(default_factory=set)  # chunk ids the engine session holds
     tokens: dict[str, int] = field(default_factory=dict)  # chunk id -> count as sent
     decisions: dict[str, Decision] = field(default_factory=dict)  # sticky between collections
+    # each rewritten chunk's text and size for its decision (made once per decision)
+    replacements: dict[str, tuple[Decision, str, int]] = field(default_factory=dict)
+    version: int = 0  # bumped whenever `decisions` change
+    projection: list[Any] = field(default_factory=list)  # the last call's, turn by turn
     token_scale: float = 1.0  # provider's count / ours, from the last reported usage
     last_sent_tokens: int = 0
 

@@ -10,7 +10,6 @@ and one on a block that goes moves to the nearest kept block before it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +20,9 @@ from ctxopt.api.gateway.formats.conversation import (
     JsonObject,
     Rewrite,
     Turn,
+    build,
     digest,
+    dump_text,
     text_of,
 )
 from ctxopt.model import ChunkKind, Role
@@ -32,24 +33,25 @@ IMAGE_TOKENS = 1600
 SYSTEM_REMINDER = "<system-reminder>"
 _ROLES = {"user": Role.USER, "assistant": Role.MODEL}
 _SIGNED = ("thinking", "redacted_thinking")
-_Slot = tuple[list[JsonObject], int]  # a block in an output list
+# a block: output messages, message, block, and whether that content list is ours
+_Slot = tuple[list[JsonObject], int, int, bool]
 
 
 class AnthropicMessages:
     name = "anthropic"
 
-    def parse(self, body: JsonObject, path: str) -> Conversation | None:
+    def opening(self, body: JsonObject) -> Any:
+        messages = body["messages"]
+        return (body.get("system"), messages[0] if messages else None)
+
+    def parse(
+        self, body: JsonObject, path: str, previous: Conversation | None
+    ) -> Conversation | None:
         messages = body.get("messages")
         if not isinstance(messages, list):
             raise ValueError("messages: not a list")
-        frame: list[tuple[ChunkKind, str]] = []
-        system = body.get("system")
-        if system:
-            frame.append((ChunkKind.SYSTEM, _dump(system)))
-        if body.get("tools"):
-            frame.append((ChunkKind.TOOL_SCHEMA, _dump(body["tools"])))
-        turns = [_turn(i, message) for i, message in enumerate(messages)]
-        return Conversation(str(body.get("model", "")), frame, turns, messages)
+        frame = [(ChunkKind.SYSTEM, body.get("system")), (ChunkKind.TOOL_SCHEMA, body.get("tools"))]
+        return build(str(body.get("model", "")), frame, messages, _turn, previous)
 
     def render(
         self,
@@ -59,9 +61,15 @@ class AnthropicMessages:
         dropped: frozenset[int],
     ) -> JsonObject:
         messages: list[JsonObject] = []
+        touched = {ref[0] for ref in edits} | dropped
         last_kept: _Slot | None = None  # where a removed block's cache marker moves to
         for index, message in enumerate(body["messages"]):
             content = message.get("content")
+            if index not in touched:
+                messages.append(message)
+                if isinstance(content, list) and content:
+                    last_kept = (messages, len(messages) - 1, len(content) - 1, False)
+                continue
             if index in dropped:
                 for block in content if isinstance(content, list) else []:
                     _move_marker(block, last_kept)
@@ -74,14 +82,14 @@ class AnthropicMessages:
                 messages.append(out)
                 continue
             blocks: list[JsonObject] = []
+            messages.append({**message, "content": blocks})
             for position, block in enumerate(content):
                 edit = edits.get((index, position))
                 if edit is not None and edit.text is None:
                     _move_marker(block, last_kept)
                     continue
                 blocks.append(block if edit is None else _rewritten(block, edit.text or ""))
-                last_kept = (blocks, len(blocks) - 1)
-            messages.append({**message, "content": blocks})
+                last_kept = (messages, len(messages) - 1, len(blocks) - 1, True)
         return {**body, "messages": messages}
 
     def violations(self, body: JsonObject) -> list[str]:
@@ -159,19 +167,17 @@ def _block(block: Any, ref: tuple[int, int]) -> Block:
             ChunkKind.ENRICHMENT, "[redacted thinking]", Rewrite.DROP, tokens=size, ref=ref
         )
     if kind == "tool_use":
-        text = f"{block.get('name')} {_dump(block.get('input'))}"
-        return Block(
-            ChunkKind.TOOL_CALL, text, Rewrite.NEVER, call_id=str(block.get("id")), ref=ref
-        )
+        text = f"{block.get('name')} {dump_text(block.get('input'))}"
+        return Block(ChunkKind.TOOL_CALL, text, Rewrite.CALL, call_id=str(block.get("id")), ref=ref)
     if kind == "tool_result":
         text = _result_text(block.get("content")) or "[empty result]"
         if block.get("is_error"):
             text = f"[error] {text}"
         return Block(ChunkKind.TOOL_RESULT, text, answers=str(block.get("tool_use_id")), ref=ref)
     if kind in ("image", "document"):
-        text = f"[{kind} {digest(_dump(block.get('source')))}]"
+        text = f"[{kind} {digest(dump_text(block.get('source')))}]"
         return Block(ChunkKind.MESSAGE, text, tokens=IMAGE_TOKENS, ref=ref)
-    return Block(ChunkKind.MESSAGE, _dump(block), Rewrite.NEVER, ref=ref)
+    return Block(ChunkKind.MESSAGE, dump_text(block), Rewrite.NEVER, ref=ref)
 
 
 def _result_text(content: Any) -> str:
@@ -191,6 +197,8 @@ def _rewritten(block: JsonObject, text: str) -> JsonObject:
     kind = block.get("type")
     if kind == "tool_result":
         return {**block, "content": text}
+    if kind == "tool_use":
+        return {**block, "input": {}}
     if kind == "text":
         return {**block, "text": text}
     out: JsonObject = {"type": "text", "text": text}
@@ -201,13 +209,17 @@ def _rewritten(block: JsonObject, text: str) -> JsonObject:
 
 def _move_marker(removed: Any, last_kept: _Slot | None) -> None:
     """A removed block's cache breakpoint goes to the nearest kept block before it
-    (the prefix up to there is what was cached); the input is never mutated."""
+    (the prefix up to there is what was cached); the input is never mutated: the
+    message and block that get it are copies."""
     if not isinstance(removed, dict) or "cache_control" not in removed or last_kept is None:
         return
-    blocks, position = last_kept
-    target = blocks[position]
+    messages, index, position, owned = last_kept
+    content = messages[index]["content"] if owned else list(messages[index]["content"])
+    target = content[position]
     if "cache_control" not in target and target.get("type") not in _SIGNED:
-        blocks[position] = {**target, "cache_control": removed["cache_control"]}
+        content[position] = {**target, "cache_control": removed["cache_control"]}
+        if not owned:
+            messages[index] = {**messages[index], "content": content}
 
 
 def _ids(message: Any, kind: str, key: str) -> set[str]:
@@ -227,7 +239,3 @@ def _markers(body: JsonObject) -> int:
         if isinstance(content, list):
             count += sum(1 for b in content if isinstance(b, dict) and "cache_control" in b)
     return count
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)

@@ -10,10 +10,12 @@ engine never sees a format, and a format never sees the engine.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
+
+import orjson
 
 from ctxopt.model import ChunkKind, Role
 
@@ -25,6 +27,7 @@ class Rewrite(Enum):
 
     TEXT = "text"  # its content may become an excerpt or a placeholder
     DROP = "drop"  # signed content (thinking): kept byte for byte, or dropped whole
+    CALL = "call"  # a tool call: its id and name stay, its arguments may be emptied
     NEVER = "never"  # structure the provider checks (a call's arguments): as sent
 
 
@@ -52,14 +55,45 @@ class Conversation:
     model: str
     frame: list[tuple[ChunkKind, str]]  # system prompt and tool declarations, never changed
     turns: list[Turn]
-    # the raw message objects turn by turn, compared to the last call's to map
-    # only the turns that changed
+    # the raw turns and frame values, compared to the next call's so that only
+    # what changed is mapped again; `reused` leading turns came from the last call
     raw_turns: list[Any] = field(default_factory=list)
+    frame_raw: list[tuple[ChunkKind, Any]] = field(default_factory=list)
+    reused: int = 0
+
+
+def build(
+    model: str,
+    frame_values: Sequence[tuple[ChunkKind, Any]],
+    raw_turns: list[Any],
+    make_turn: Callable[[int, Any], Turn],
+    previous: Conversation | None,
+) -> Conversation:
+    """The conversation of `raw_turns`, reusing the previous call's mapping of
+    the unchanged prefix: the host resends its whole history on every call, and
+    comparing the parsed JSON is far cheaper than mapping it again."""
+    frame_raw = [(kind, value) for kind, value in frame_values if value]
+    old_frame = previous.frame_raw if previous is not None else []
+    frame = [
+        previous.frame[i]
+        if previous is not None and i < len(old_frame) and old_frame[i] == item
+        else (item[0], dump_text(item[1]))
+        for i, item in enumerate(frame_raw)
+    ]
+    same = 0
+    if previous is not None:
+        limit = min(len(raw_turns), len(previous.raw_turns))
+        while same < limit and raw_turns[same] == previous.raw_turns[same]:
+            same += 1
+    old = previous.turns[:same] if previous is not None else []
+    turns = old + [make_turn(i, raw_turns[i]) for i in range(same, len(raw_turns))]
+    return Conversation(model, frame, turns, raw_turns, frame_raw, same)
 
 
 @dataclass(frozen=True, slots=True)
 class Edit:
-    """A block's new content; `text` None drops the block."""
+    """A block's new content; `text` None drops the block; on a call block any
+    text empties its arguments (the step's result placeholder restores it)."""
 
     text: str | None
 
@@ -69,9 +103,18 @@ class WireFormat(Protocol):
 
     name: str
 
-    def parse(self, body: JsonObject, path: str) -> Conversation | None:
-        """The conversation, or None when the request must pass untouched
-        (history held by the provider). Raises ValueError on a shape it cannot read."""
+    def opening(self, body: JsonObject) -> Any:
+        """What starts the conversation (system prompt, first message): the
+        session key when the client names none. Raises ValueError on a shape it
+        cannot read."""
+        ...
+
+    def parse(
+        self, body: JsonObject, path: str, previous: Conversation | None
+    ) -> Conversation | None:
+        """The conversation (the unchanged prefix of `previous` reused), or None
+        when the request must pass untouched (history held by the provider).
+        Raises ValueError on a shape it cannot read."""
         ...
 
     def render(
@@ -92,6 +135,11 @@ class WireFormat(Protocol):
     def prompt_tokens(self, payload: JsonObject) -> int | None:
         """The prompt size the provider reported in a response or stream event."""
         ...
+
+
+def dump_text(value: Any) -> str:
+    """A JSON value as stable text (keys sorted): what the engine sees of structure."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def digest(*parts: str) -> str:

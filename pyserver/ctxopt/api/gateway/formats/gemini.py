@@ -10,7 +10,6 @@ the latest turn and a pending call stay intact.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -22,7 +21,9 @@ from ctxopt.api.gateway.formats.conversation import (
     JsonObject,
     Rewrite,
     Turn,
+    build,
     digest,
+    dump_text,
 )
 from ctxopt.model import ChunkKind, Role
 
@@ -33,19 +34,19 @@ _ROLES = {"user": Role.USER, "model": Role.MODEL, "function": Role.USER}
 class GeminiContents:
     name = "gemini"
 
-    def parse(self, body: JsonObject, path: str) -> Conversation | None:
+    def opening(self, body: JsonObject) -> Any:
+        contents = body["contents"]
+        return (_system(body), contents[0] if contents else None)
+
+    def parse(
+        self, body: JsonObject, path: str, previous: Conversation | None
+    ) -> Conversation | None:
         contents = body.get("contents")
         if not isinstance(contents, list):
             raise ValueError("contents: not a list")
-        frame: list[tuple[ChunkKind, str]] = []
-        system = body.get("systemInstruction", body.get("system_instruction"))
-        if system:
-            frame.append((ChunkKind.SYSTEM, _dump(system)))
-        if body.get("tools"):
-            frame.append((ChunkKind.TOOL_SCHEMA, _dump(body["tools"])))
+        frame = [(ChunkKind.SYSTEM, _system(body)), (ChunkKind.TOOL_SCHEMA, body.get("tools"))]
         model = path.rsplit("/", 1)[-1].split(":", 1)[0]
-        turns = [_turn(i, c) for i, c in enumerate(contents)]
-        return Conversation(model, frame, turns, contents)
+        return build(model, frame, contents, _turn, previous)
 
     def render(
         self,
@@ -98,6 +99,10 @@ class GeminiContents:
         return None
 
 
+def _system(body: JsonObject) -> Any:
+    return body.get("systemInstruction", body.get("system_instruction"))
+
+
 def _turn(index: int, content: Any) -> Turn:
     if not isinstance(content, dict):
         raise ValueError(f"contents[{index}]: not an object")
@@ -125,21 +130,25 @@ def _pair_key(value: Any, seen: Counter[str]) -> str:
 
 def _part(part: Any, ref: tuple[int, int], seen: Counter[str]) -> Block:
     if not isinstance(part, dict):
-        return Block(ChunkKind.MESSAGE, _dump(part), Rewrite.NEVER, ref=ref)
+        return Block(ChunkKind.MESSAGE, dump_text(part), Rewrite.NEVER, ref=ref)
     signed = "thoughtSignature" in part or "thought_signature" in part
     if "functionCall" in part:
         call = part["functionCall"]
         text = (
-            f"{call.get('name')} {_dump(call.get('args'))}"
+            f"{call.get('name')} {dump_text(call.get('args'))}"
             if isinstance(call, dict)
-            else _dump(call)
+            else dump_text(call)
         )
         return Block(
-            ChunkKind.TOOL_CALL, text, Rewrite.NEVER, call_id=_pair_key(call, seen), ref=ref
+            ChunkKind.TOOL_CALL,
+            text,
+            Rewrite.NEVER if signed else Rewrite.CALL,
+            call_id=_pair_key(call, seen),
+            ref=ref,
         )
     if "functionResponse" in part:
         response = part["functionResponse"]
-        text = _dump(response.get("response") if isinstance(response, dict) else response)
+        text = dump_text(response.get("response") if isinstance(response, dict) else response)
         rewrite = Rewrite.NEVER if signed else Rewrite.TEXT
         return Block(
             ChunkKind.TOOL_RESULT, text, rewrite, answers=_pair_key(response, seen), ref=ref
@@ -152,7 +161,7 @@ def _part(part: Any, ref: tuple[int, int], seen: Counter[str]) -> Block:
             ChunkKind.MESSAGE, part["text"], Rewrite.NEVER if signed else Rewrite.TEXT, ref=ref
         )
     if "inlineData" in part or "fileData" in part:
-        text = f"[media {digest(_dump(part))}]"
+        text = f"[media {digest(dump_text(part))}]"
         return Block(
             ChunkKind.MESSAGE,
             text,
@@ -160,10 +169,12 @@ def _part(part: Any, ref: tuple[int, int], seen: Counter[str]) -> Block:
             tokens=IMAGE_TOKENS,
             ref=ref,
         )
-    return Block(ChunkKind.MESSAGE, _dump(part), Rewrite.NEVER, ref=ref)
+    return Block(ChunkKind.MESSAGE, dump_text(part), Rewrite.NEVER, ref=ref)
 
 
 def _rewritten(part: JsonObject, text: str) -> JsonObject:
+    if "functionCall" in part:
+        return {**part, "functionCall": {**part["functionCall"], "args": {}}}
     if "functionResponse" in part:
         response = part["functionResponse"]
         return {"functionResponse": {**response, "response": {"output": text}}}
@@ -176,7 +187,3 @@ def _keys(content: Any, kind: str) -> list[str]:
     return sorted(
         _pair_key(p[kind], seen) for p in parts or [] if isinstance(p, dict) and kind in p
     )
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)

@@ -8,7 +8,6 @@ they are, are never changed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +18,9 @@ from ctxopt.api.gateway.formats.conversation import (
     JsonObject,
     Rewrite,
     Turn,
+    build,
     digest,
+    dump_text,
     text_of,
 )
 from ctxopt.model import ChunkKind, Role
@@ -28,21 +29,23 @@ from ctxopt.model import ChunkKind, Role
 IMAGE_TOKENS = 1105
 _ROLES = {"user": Role.USER, "assistant": Role.MODEL, "tool": Role.TOOL, "function": Role.TOOL}
 _LOCKED = ("system", "developer")
+CALL_REF = -10  # the k-th tool call of a message has ref (message, CALL_REF - k)
 
 
 class OpenAIChat:
     name = "openai-chat"
 
-    def parse(self, body: JsonObject, path: str) -> Conversation | None:
+    def opening(self, body: JsonObject) -> Any:
+        return body["messages"][:2]
+
+    def parse(
+        self, body: JsonObject, path: str, previous: Conversation | None
+    ) -> Conversation | None:
         messages = body.get("messages")
         if not isinstance(messages, list):
             raise ValueError("messages: not a list")
-        frame: list[tuple[ChunkKind, str]] = []
-        for key in ("tools", "functions"):
-            if body.get(key):
-                frame.append((ChunkKind.TOOL_SCHEMA, _dump(body[key])))
-        turns = [_turn(i, m) for i, m in enumerate(messages)]
-        return Conversation(str(body.get("model", "")), frame, turns, messages)
+        frame = [(ChunkKind.TOOL_SCHEMA, body.get(key)) for key in ("tools", "functions")]
+        return build(str(body.get("model", "")), frame, messages, _turn, previous)
 
     def render(
         self,
@@ -55,8 +58,17 @@ class OpenAIChat:
         for index, message in enumerate(body["messages"]):
             if index in dropped:
                 continue
+            calls = message.get("tool_calls") or []
+            if any((index, CALL_REF - k) in edits for k in range(len(calls))):
+                message = {
+                    **message,
+                    "tool_calls": [
+                        _emptied(c) if (index, CALL_REF - k) in edits else c
+                        for k, c in enumerate(calls)
+                    ],
+                }
             whole = edits.get((index, -1))
-            if whole is not None and whole.text is not None:
+            if whole is not None:
                 messages.append({**message, "content": whole.text})
                 continue
             content = message.get("content")
@@ -68,7 +80,7 @@ class OpenAIChat:
                         parts.append(part)
                     elif edit.text is not None:
                         parts.append({"type": "text", "text": edit.text})
-                message = {**message, "content": parts}
+                message = {**message, "content": parts or None}
             messages.append(message)
         return {**body, "messages": messages}
 
@@ -104,7 +116,7 @@ class OpenAIChat:
 def _turn(index: int, message: Any) -> Turn:
     role = message.get("role") if isinstance(message, dict) else None
     if role in _LOCKED:
-        text = _dump(message.get("content"))
+        text = dump_text(message.get("content"))
         return Turn(
             Role.SYSTEM,
             [Block(ChunkKind.SYSTEM, text, Rewrite.NEVER, ref=(index, -1))],
@@ -124,16 +136,23 @@ def _turn(index: int, message: Any) -> Turn:
         blocks.append(Block(ChunkKind.MESSAGE, content, ref=(index, -1)))
     elif isinstance(content, list):
         blocks.extend(_part(p, (index, i)) for i, p in enumerate(content))
-    for call in message.get("tool_calls") or []:
+    for k, call in enumerate(message.get("tool_calls") or []):
         function = call.get("function", {}) if isinstance(call, dict) else {}
         text = f"{function.get('name')} {function.get('arguments')}"
         call_id = str(call.get("id")) if isinstance(call, dict) else ""
-        blocks.append(
-            Block(ChunkKind.TOOL_CALL, text, Rewrite.NEVER, call_id=call_id, ref=(index, -2))
-        )
+        ref = (index, CALL_REF - k)
+        blocks.append(Block(ChunkKind.TOOL_CALL, text, Rewrite.CALL, call_id=call_id, ref=ref))
     if not blocks:
-        blocks.append(Block(ChunkKind.MESSAGE, _dump(message), Rewrite.NEVER, ref=(index, -2)))
+        blocks.append(Block(ChunkKind.MESSAGE, dump_text(message), Rewrite.NEVER, ref=(index, -2)))
     return Turn(_ROLES[role], blocks, items=(index,))
+
+
+def _emptied(call: Any) -> Any:
+    """A tool call with empty arguments (its id, type and name kept)."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict):
+        return call
+    return {**call, "function": {**function, "arguments": "{}"}}
 
 
 def _part(part: Any, ref: tuple[int, int]) -> Block:
@@ -142,9 +161,9 @@ def _part(part: Any, ref: tuple[int, int]) -> Block:
         return Block(ChunkKind.MESSAGE, part["text"], ref=ref)
     if kind in ("image_url", "input_audio", "file"):
         return Block(
-            ChunkKind.MESSAGE, f"[{kind} {digest(_dump(part))}]", tokens=IMAGE_TOKENS, ref=ref
+            ChunkKind.MESSAGE, f"[{kind} {digest(dump_text(part))}]", tokens=IMAGE_TOKENS, ref=ref
         )
-    return Block(ChunkKind.MESSAGE, _dump(part), Rewrite.NEVER, ref=ref)
+    return Block(ChunkKind.MESSAGE, dump_text(part), Rewrite.NEVER, ref=ref)
 
 
 def _content_text(content: Any) -> str:
@@ -153,7 +172,3 @@ def _content_text(content: Any) -> str:
     if isinstance(content, list):
         return text_of(p.get("text", "") for p in content if isinstance(p, dict))
     return ""
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)

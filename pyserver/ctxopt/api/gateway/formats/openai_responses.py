@@ -13,7 +13,6 @@ drop together.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,7 +23,9 @@ from ctxopt.api.gateway.formats.conversation import (
     JsonObject,
     Rewrite,
     Turn,
+    build,
     digest,
+    dump_text,
     text_of,
 )
 from ctxopt.model import ChunkKind, Role
@@ -38,7 +39,13 @@ _LOCKED = ("system", "developer")
 class OpenAIResponses:
     name = "openai-responses"
 
-    def parse(self, body: JsonObject, path: str) -> Conversation | None:
+    def opening(self, body: JsonObject) -> Any:
+        items = body.get("input")
+        return (body.get("instructions"), items[:2] if isinstance(items, list) else items)
+
+    def parse(
+        self, body: JsonObject, path: str, previous: Conversation | None
+    ) -> Conversation | None:
         if body.get("previous_response_id"):
             return None  # the provider holds the history
         items = body.get("input")
@@ -46,23 +53,11 @@ class OpenAIResponses:
             return None  # one prompt, no history
         if not isinstance(items, list):
             raise ValueError("input: neither text nor a list")
-        frame: list[tuple[ChunkKind, str]] = []
-        if body.get("instructions"):
-            frame.append((ChunkKind.SYSTEM, _dump(body["instructions"])))
-        if body.get("tools"):
-            frame.append((ChunkKind.TOOL_SCHEMA, _dump(body["tools"])))
-        turns: list[Turn] = []
-        raw: list[list[Any]] = []
-        for index, item in enumerate(items):
-            role, locked, blocks = _item(index, item)
-            if turns and not locked and not turns[-1].locked and turns[-1].role == role:
-                turns[-1].blocks.extend(blocks)
-                turns[-1].items = (*turns[-1].items, index)
-                raw[-1].append(item)
-            else:
-                turns.append(Turn(role, blocks, locked, (index,)))
-                raw.append([item])
-        return Conversation(str(body.get("model", "")), frame, turns, raw)
+        frame = [
+            (ChunkKind.SYSTEM, body.get("instructions")),
+            (ChunkKind.TOOL_SCHEMA, body.get("tools")),
+        ]
+        return build(str(body.get("model", "")), frame, _groups(items), _turn, previous)
 
     def render(
         self,
@@ -76,9 +71,15 @@ class OpenAIResponses:
             if index in dropped:
                 continue
             whole = edits.get((index, -1))
+            if whole is not None and item.get("type") in _CALLS:
+                key = "arguments" if item.get("type") == "function_call" else "input"
+                items.append({**item, key: "{}" if key == "arguments" else ""})
+                continue
             if whole is not None and whole.text is not None:
                 key = "output" if item.get("type") in _OUTPUTS else "content"
                 items.append({**item, key: whole.text})
+                continue
+            if whole is not None and _droppable(items):
                 continue
             content = item.get("content")
             if isinstance(content, list) and any((index, p) in edits for p in range(len(content))):
@@ -90,7 +91,12 @@ class OpenAIResponses:
                     elif edit.text is not None:
                         kind = "output_text" if item.get("role") == "assistant" else "input_text"
                         parts.append({"type": kind, "text": edit.text})
-                item = {**item, "content": parts}
+                if not parts and _droppable(items):
+                    continue
+                item = {
+                    **item,
+                    "content": parts or [{"type": "output_text", "text": "[ctxopt: removed]"}],
+                }
             items.append(item)
         return {**body, "input": items}
 
@@ -130,6 +136,36 @@ class OpenAIResponses:
         return None
 
 
+def _groups(items: list[Any]) -> list[list[tuple[int, Any]]]:
+    """Consecutive items of one side, each with its index: one turn each."""
+    groups: list[list[tuple[int, Any]]] = []
+    last: tuple[Role, bool] | None = None
+    for index, item in enumerate(items):
+        locked = isinstance(item, dict) and item.get("role") in _LOCKED
+        side = (_side(item), locked)
+        if groups and not locked and side == last:
+            groups[-1].append((index, item))
+        else:
+            groups.append([(index, item)])
+        last = side
+    return groups
+
+
+def _turn(position: int, group: list[tuple[int, Any]]) -> Turn:
+    blocks: list[Block] = []
+    role, locked = Role.USER, False
+    for index, item in group:
+        role, locked, found = _item(index, item)
+        blocks.extend(found)
+    return Turn(role, blocks, locked, tuple(index for index, _ in group))
+
+
+def _droppable(kept: list[Any]) -> bool:
+    """Whether an item whose content all went can go whole: not when it follows a
+    reasoning item, which must stay with the item it precedes."""
+    return not kept or not isinstance(kept[-1], dict) or kept[-1].get("type") != "reasoning"
+
+
 def _side(item: Any) -> Role:
     if not isinstance(item, dict):
         return Role.USER
@@ -147,15 +183,16 @@ def _item(index: int, item: Any) -> tuple[Role, bool, list[Block]]:
     kind = item.get("type")
     ref = (index, -1)
     if item.get("role") in _LOCKED:
-        return Role.SYSTEM, True, [Block(ChunkKind.SYSTEM, _dump(item), Rewrite.NEVER, ref=ref)]
+        return Role.SYSTEM, True, [Block(ChunkKind.SYSTEM, dump_text(item), Rewrite.NEVER, ref=ref)]
     side = _side(item)
     if kind in _CALLS:
         text = f"{item.get('name')} {item.get('arguments', item.get('input', item.get('action')))}"
         call = str(item.get("call_id"))
-        return side, False, [Block(ChunkKind.TOOL_CALL, text, Rewrite.NEVER, call_id=call, ref=ref)]
+        rewrite = Rewrite.NEVER if kind == "local_shell_call" else Rewrite.CALL
+        return side, False, [Block(ChunkKind.TOOL_CALL, text, rewrite, call_id=call, ref=ref)]
     if kind in _OUTPUTS:
         output = item.get("output")
-        text = (output if isinstance(output, str) else _dump(output)) or "[empty output]"
+        text = (output if isinstance(output, str) else dump_text(output)) or "[empty output]"
         call = str(item.get("call_id"))
         return side, False, [Block(ChunkKind.TOOL_RESULT, text, answers=call, ref=ref)]
     if kind == "reasoning":
@@ -177,7 +214,7 @@ def _item(index: int, item: Any) -> tuple[Role, bool, list[Block]]:
             [_part(p, (index, i)) for i, p in enumerate(content)]
             or [Block(ChunkKind.MESSAGE, "[empty message]", Rewrite.NEVER, ref=ref)],
         )
-    return side, False, [Block(ChunkKind.MESSAGE, _dump(item), Rewrite.NEVER, ref=ref)]
+    return side, False, [Block(ChunkKind.MESSAGE, dump_text(item), Rewrite.NEVER, ref=ref)]
 
 
 def _part(part: Any, ref: tuple[int, int]) -> Block:
@@ -187,10 +224,6 @@ def _part(part: Any, ref: tuple[int, int]) -> Block:
         return Block(ChunkKind.MESSAGE, text, ref=ref)
     if kind in ("input_image", "input_file"):
         return Block(
-            ChunkKind.MESSAGE, f"[{kind} {digest(_dump(part))}]", tokens=IMAGE_TOKENS, ref=ref
+            ChunkKind.MESSAGE, f"[{kind} {digest(dump_text(part))}]", tokens=IMAGE_TOKENS, ref=ref
         )
-    return Block(ChunkKind.MESSAGE, _dump(part), Rewrite.NEVER, ref=ref)
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return Block(ChunkKind.MESSAGE, dump_text(part), Rewrite.NEVER, ref=ref)
