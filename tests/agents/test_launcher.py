@@ -93,7 +93,7 @@ def test_claude_gets_the_gateway_and_every_argument_and_its_exit_code_is_returne
     tmp_path: Path,
 ) -> None:
     address = _free_address()
-    args = ["-p", "fix the bug", "--allowedTools", "Bash", "--", "--not-ours", "a b"]
+    args = ["--help", "-p", "fix the bug", "--allowedTools", "Bash", "--", "--not-ours", "a b"]
     result, recorded = _launch("claude", args, tmp_path, address, FAKE_HOST_EXIT="7")
     assert result.returncode == 7, result.stderr
     assert recorded["argv"] == args
