@@ -24,6 +24,7 @@ from enum import Enum
 import orjson
 
 from ctxopt.api.gateway import hosts, windows
+from ctxopt.api.gateway.chunks import engine_chunks, query_of
 from ctxopt.api.gateway.formats.conversation import (
     Conversation,
     Edit,
@@ -45,8 +46,6 @@ from ctxopt.model import (
     Action,
     Budget,
     Chunk,
-    ChunkKind,
-    GcPolicy,
     OptimizeOptions,
     Plan,
     Role,
@@ -60,12 +59,14 @@ log = logging.getLogger("ctxopt.gateway")
 # the latest exchange stays as roots, and policy tiers with age choose what goes.
 RECENT_TURNS = 2
 STRATEGY = Strategy.BUDGET
-QUERY_CHARS = 4000  # the query's tail that matters (a pasted log can be huge)
 # The most the provider's count may exceed ours before a report is taken for an
 # error (cached or multimodal accounting) rather than a tokenizer counting more.
 MAX_TOKEN_SCALE = 2.0
 MAX_PASSES = 3  # collections per call at most (see `_collect`)
 EMPTIED_CALL_TOKENS = 12  # a call's id, name and empty arguments, generously
+# What the provider counts around a block's text (role, type, ids, separators):
+# the engine counts the text only, and a request must fit by the provider's count.
+BLOCK_FRAMING_TOKENS = 4
 
 
 class Outcome(Enum):
@@ -206,20 +207,19 @@ class Pipeline:
         ]
         scaled = int(ceiling / state.token_scale)
         call = _Call(fmt, body, conversation, state, ids, 0, scaled, protected, state.tokens)
-        chunks = _chunks(turns, ids, reused)
+        chunks = engine_chunks(turns, ids, reused)
         try:
             self._sync(state, frame, chunks, {i for row in ids for i in row})
         except Exception as e:  # never worse: the request goes on without the engine
             log.warning("gateway: engine sync failed for %s: %s", state.session_id, e)
             state.conversation, state.turn_ids = None, []  # map everything again next time
-            all_chunks = (*frame, *_chunks(turns, ids, 0))
+            all_chunks = (*frame, *engine_chunks(turns, ids, 0))
             call.sizes = {c.id: c.tokens or len(c.text) // 3 + 1 for c in all_chunks}
             call.frame_tokens = sum(call.sizes[c.id] for c in frame)
             return self._fallback(call, raw, f"engine: {e}"[:200])
         state.conversation, state.turn_ids = conversation, ids
         call.frame_tokens = sum(state.tokens.get(c.id, 0) for c in frame)
-        before = call.frame_tokens + _total(turns, ids, state.tokens)
-        edits, after, seen = self._project(call)
+        edits, after, seen, before = self._project(call)
         note = ""
         if after >= scaled * self.config.gc_threshold_percent / 100:
             try:
@@ -286,7 +286,7 @@ class Pipeline:
                     self.config.gc_target_percent,
                     self.config.gc_pressure_percent,
                 ),
-                query=_query(call.conversation.turns),
+                query=query_of(call.conversation.turns),
                 roots=Roots(recent_turns=RECENT_TURNS, root_ids=roots),
                 strategy=STRATEGY,
                 force=attempt > 0,
@@ -295,7 +295,7 @@ class Pipeline:
             plan = self.engine.optimize(state.owner, state.session_id, options)
             self._remember(state, plan)
             note = "" if plan.feasible or not plan.triggered else "plan infeasible"
-            edits, projected, seen = self._project(call)
+            edits, projected, seen, _ = self._project(call)
             if not plan.triggered or not plan.decisions or projected <= target:
                 break
         return note, edits, projected
@@ -315,13 +315,14 @@ class Pipeline:
             if decision.action in (Action.STASH, Action.DELETE):
                 state.live.discard(decision.chunk_id)
 
-    def _project(self, call: _Call) -> tuple[dict[tuple[int, int], Edit], int, int]:
-        """The decisions that stuck as edits, the prompt's size with them, and the
-        size the engine sees (its chunks after the decisions). A turn unchanged
-        since the last projection, under the same decisions, is not walked again."""
+    def _project(self, call: _Call) -> tuple[dict[tuple[int, int], Edit], int, int, int]:
+        """The decisions that stuck as edits, the prompt's size with them, the
+        size the engine sees (its chunks after the decisions), and the prompt's
+        size as sent by the host. A turn unchanged since the last projection,
+        under the same decisions, is not walked again."""
         edits: dict[tuple[int, int], Edit] = {}
         state = call.state
-        total = seen = call.frame_tokens
+        total = seen = before = call.frame_tokens
         cache = state.projection
         projection: list[_TurnProjection] = []
         for t, turn in enumerate(call.conversation.turns):
@@ -333,8 +334,9 @@ class Pipeline:
             edits.update(entry.edits)
             total += entry.total
             seen += entry.seen
+            before += entry.before
         state.projection = projection
-        return edits, total, seen
+        return edits, total, seen, before
 
     @staticmethod
     def _project_turn(call: _Call, t: int, protected: bool) -> _TurnProjection:
@@ -348,15 +350,16 @@ class Pipeline:
         for block, cid in zip(turn.blocks, call.ids[t], strict=True):
             tokens = state.tokens.get(cid, 0)
             decision = state.decisions.get(cid)
+            entry.before += tokens + BLOCK_FRAMING_TOKENS
             if decision is None or protected:
-                entry.total += tokens
+                entry.total += tokens + BLOCK_FRAMING_TOKENS
                 entry.seen += tokens
                 continue
             shrunk = decision.action in (Action.TRIM, Action.MASK)
             if shrunk:
                 entry.seen += decision.tokens_after
             if block.rewrite == Rewrite.NEVER:
-                entry.total += tokens
+                entry.total += tokens + BLOCK_FRAMING_TOKENS
             elif block.rewrite == Rewrite.DROP or (steps and not shrunk and not block.call_id):
                 entry.edits.append((block.ref, Edit(None)))
             elif block.rewrite == Rewrite.CALL:
@@ -369,7 +372,7 @@ class Pipeline:
                     shown = (decision, text, estimate(decision, text))
                     state.replacements[cid] = shown
                 entry.edits.append((block.ref, Edit(shown[1])))
-                entry.total += shown[2]
+                entry.total += shown[2] + BLOCK_FRAMING_TOKENS
         return entry
 
     def _fallback(self, call: _Call, raw: bytes, reason: str) -> Prepared:
@@ -413,44 +416,6 @@ class Pipeline:
         )
 
 
-def _chunks(turns: Sequence[Turn], ids: list[list[str]], start: int) -> list[Chunk]:
-    """The chunks of the turns from `start` on."""
-    chunks: list[Chunk] = []
-    for t in range(start, len(turns)):
-        turn = turns[t]
-        step = next((b.call_id for b in turn.blocks if b.call_id), "")
-        for block, cid in zip(turn.blocks, ids[t], strict=True):
-            kind = ChunkKind.SYSTEM if turn.locked else block.kind
-            policy = GcPolicy.UNSPECIFIED
-            group = block.call_id or block.answers
-            if step and kind == ChunkKind.MESSAGE:
-                # a step's narration: its facts come back in the results, and it
-                # goes with its first call, whose result's placeholder restores it
-                policy, group = GcPolicy.EPHEMERAL, step
-            chunks.append(
-                Chunk(
-                    cid,
-                    Role.SYSTEM if turn.locked else turn.role,
-                    kind,
-                    block.text,
-                    tokens=block.tokens,
-                    turn=t + 1,
-                    policy=policy,
-                    group_id=group,
-                )
-            )
-    return chunks
-
-
-def _query(turns: Sequence[Turn]) -> str:
-    for turn in reversed(turns):
-        if turn.role == Role.USER:
-            text = "\n".join(b.text for b in turn.blocks if b.kind == ChunkKind.MESSAGE)
-            if text.strip():
-                return text[-QUERY_CHARS:]
-    return ""
-
-
 @dataclass
 class _TurnProjection:
     """One turn under the decisions of `version`: its edits and sizes."""
@@ -460,10 +425,13 @@ class _TurnProjection:
     edits: list[tuple[tuple[int, int], Edit]] = field(default_factory=list)
     total: int = 0
     seen: int = 0
+    before: int = 0
 
 
 def _total(turns: Sequence[Turn], ids: list[list[str]], tokens: Mapping[str, int]) -> int:
-    return sum(tokens.get(cid, 0) for t in range(len(turns)) for cid in ids[t])
+    return sum(
+        tokens.get(cid, 0) + BLOCK_FRAMING_TOKENS for t in range(len(turns)) for cid in ids[t]
+    )
 
 
 def _turn_tokens(call: _Call, t: int, edits: Mapping[tuple[int, int], Edit]) -> int:
@@ -471,9 +439,11 @@ def _turn_tokens(call: _Call, t: int, edits: Mapping[tuple[int, int], Edit]) -> 
     for block, cid in zip(call.conversation.turns[t].blocks, call.ids[t], strict=True):
         edit = edits.get(block.ref)
         if edit is None:
-            total += call.sizes.get(cid, 0)
+            total += call.sizes.get(cid, 0) + BLOCK_FRAMING_TOKENS
+        elif block.rewrite == Rewrite.CALL:
+            total += EMPTIED_CALL_TOKENS
         elif edit.text is not None:
-            total += len(edit.text) // 3 + 1
+            total += len(edit.text) // 3 + 1 + BLOCK_FRAMING_TOKENS
     return total
 
 
