@@ -19,7 +19,11 @@ TS_SOURCES := $(shell find ts-client/src ts-client/test ts-client/bench -name '*
 	ts-client/tsconfig.json
 TS_BUILT := ts-client/dist/.built
 
-.PHONY: install install-runtime run serve test lint generate check-generated test-py test-ts bench-smoke dist
+# The real agent CLIs (Claude Code, Codex, Gemini CLI) the end-to-end tests drive, pinned by
+# tests/agents/package-lock.json and installed there only, never globally
+AGENTS_STAMP := tests/agents/node_modules/.installed
+
+.PHONY: install install-agents install-runtime run serve test lint generate check-generated test-py test-ts bench-smoke dist
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +64,13 @@ install-runtime: $(PY_RUN_STAMP) $(TS_RUN_STAMP)
 
 install: $(PY_DEV_STAMP) $(TS_DEV_STAMP)
 
+$(AGENTS_STAMP): tests/agents/package.json tests/agents/package-lock.json
+	cd tests/agents && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+
+install-agents: $(AGENTS_STAMP)
+
 generate: install
 	scripts/generate.sh
 
@@ -73,7 +84,7 @@ lint: install
 	$(VENV)/bin/mypy
 	cd ts-client && npm run --silent format:check
 
-test-py: install
+test-py: install install-agents
 	$(VENV)/bin/pytest
 
 test-ts: install
