@@ -10,7 +10,6 @@ in `x-ctxopt-token`. Nothing a client sends crashes the server.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import socket
@@ -132,7 +131,7 @@ def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
                 pipeline.report_usage(prepared.state, prompt_tokens)
             if fmt is not None:
                 line = {**prepared.log, "status": status, "provider_prompt_tokens": prompt_tokens}
-                log.info(json.dumps({"gateway": line}))
+                log.info("gateway call", extra={"fields": {"gateway": line}})
 
         return await relay(
             holder["client"],
