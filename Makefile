@@ -2,26 +2,74 @@
 #   make run    start the server on its embedded store, build a demo prompt
 #               through the TypeScript client, print the summary, stop
 #   make test   every check and test, Python and TypeScript
-# Both install what they need into .venv/ and ts-client/node_modules/.
+# Both install what they need into .venv/ and ts-client/node_modules/: `make run`
+# the runtime packages only, `make test` the development tools as well.
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-PY_STAMP := $(VENV)/.installed
-TS_STAMP := ts-client/node_modules/.installed
+PIP := $(PY) -m pip --disable-pip-version-check
+PY_RUN_STAMP := $(VENV)/.installed-runtime
+PY_DEV_STAMP := $(VENV)/.installed
+TS_RUN_STAMP := ts-client/node_modules/.installed-runtime
+TS_DEV_STAMP := ts-client/node_modules/.installed
+# `make run` transpiles with this TypeScript alone (type checks are `make test`'s)
+TSC_TOOL := ts-client/.tools/node_modules/.bin/tsc
+TS_SOURCES := $(shell find ts-client/src ts-client/test ts-client/bench -name '*.ts' 2>/dev/null) \
+	ts-client/tsconfig.json
+TS_BUILT := ts-client/dist/.built
 
-.PHONY: install run serve test lint generate check-generated test-py test-ts bench-smoke
+# The real agent CLIs (Claude Code, Codex, Gemini CLI) the end-to-end tests drive, pinned by
+# tests/agents/package-lock.json and installed there only, never globally
+AGENTS_STAMP := tests/agents/node_modules/.installed
 
-$(PY_STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,quality]'
+.PHONY: install install-agents install-runtime run serve test lint generate check-generated test-py test-ts bench-smoke dist
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(PY_RUN_STAMP): pyproject.toml | $(VENV)/bin/python
+	@echo "installing the server's runtime packages into $(VENV)/"
+	$(PIP) install --progress-bar off -e .
 	@touch $@
 
-$(TS_STAMP): ts-client/package.json ts-client/package-lock.json
+$(PY_DEV_STAMP): pyproject.toml | $(VENV)/bin/python
+	@echo "installing the server and its development tools into $(VENV)/"
+	$(PIP) install --progress-bar off -e '.[dev,quality,package]'
+	@touch $@ $(PY_RUN_STAMP)
+
+# npm prunes devDependencies under --omit=dev: after a full install there is nothing to do
+$(TS_RUN_STAMP): ts-client/package.json ts-client/package-lock.json
+	@if [ -f $(TS_DEV_STAMP) ] && [ $(TS_DEV_STAMP) -nt ts-client/package-lock.json ]; then \
+		echo "ts-client/node_modules/: development install present"; \
+	else \
+		cd ts-client && npm install --omit=dev --no-audit --no-fund --loglevel=error; \
+	fi
+	@mkdir -p $(@D) && touch $@
+
+$(TSC_TOOL): ts-client/package.json
+	npm install --prefix ts-client/.tools --no-audit --no-fund --loglevel=error --no-save \
+		typescript@$$(node -p 'require("./ts-client/package.json").devDependencies.typescript')
+	@touch $@
+
+$(TS_DEV_STAMP): ts-client/package.json ts-client/package-lock.json
 	cd ts-client && npm install --no-audit --no-fund --loglevel=error
 	@touch $@
 
-install: $(PY_STAMP) $(TS_STAMP)
+$(TS_BUILT): $(TS_SOURCES) $(TS_RUN_STAMP) $(TSC_TOOL)
+	cd ts-client && .tools/node_modules/.bin/tsc -p tsconfig.json --noCheck
+	@touch $@
+
+install-runtime: $(PY_RUN_STAMP) $(TS_RUN_STAMP)
+
+install: $(PY_DEV_STAMP) $(TS_DEV_STAMP)
+
+$(AGENTS_STAMP): tests/agents/package.json tests/agents/package-lock.json
+	cd tests/agents && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+
+install-agents: $(AGENTS_STAMP)
 
 generate: install
 	scripts/generate.sh
@@ -34,8 +82,9 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	cd ts-client && npm run --silent format:check
 
-test-py: install
+test-py: install install-agents
 	$(VENV)/bin/pytest
 
 test-ts: install
@@ -46,8 +95,14 @@ bench-smoke: install
 
 test: check-generated lint test-py test-ts bench-smoke
 
-serve: install
+serve: install-runtime
 	$(VENV)/bin/ctxopt serve
 
-run: install
+run: install-runtime $(TS_BUILT)
 	scripts/demo.sh
+
+# The Python wheel and sdist and the npm tarball, into dist/
+dist: install
+	rm -rf dist && $(PY) -m build --no-isolation --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+	cd ts-client && npm pack --pack-destination ../dist

@@ -23,6 +23,7 @@ run latency "$PY" -m benchmarks.latency --smoke --out "$out/latency.json"
 run bench_memory "$PY" -m benchmarks.bench_memory --smoke --out "$out/bench_memory.json"
 run quality "$PY" -m benchmarks.quality --smoke --out "$out/quality.json"
 run replay scripts/replay.sh --smoke --out "$out/replay.json"
+run gateway "$PY" -m benchmarks.gateway --smoke --out "$out/gateway.json"
 echo "== smoke: bench_ts"
 (cd ts-client && npm run --silent bench -- --smoke)
 "$PY" -c 'import json,sys; json.load(open(sys.argv[1]))' benchmarks/results/smoke/bench_ts.json

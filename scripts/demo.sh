@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
-# The README's run command (`make run`, after installs): start the server on a
-# fresh embedded store, build one prompt from a recorded ~40-turn Gemini CLI
-# agent session through the TypeScript client, print the summary line, stop.
+# The README's run command (`make run`, after the installs and the TypeScript
+# build): start the server on a fresh embedded store, build one prompt from a
+# recorded ~40-turn Gemini CLI agent session through the TypeScript client,
+# print the summary line, stop.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 HISTORY=ts-client/examples/agent-session.json
 # The session holds ~70k tokens; a 80k window puts it past the 80% threshold.
 CONTEXT_LIMIT=${CTXOPT_DEMO_CONTEXT_LIMIT:-80000}
-
-(cd ts-client && npm run --silent build)
 
 data_dir=$(mktemp -d)
 server_out=$(mktemp)
@@ -23,7 +22,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-.venv/bin/ctxopt serve --addr 127.0.0.1:0 --data-dir "$data_dir" >"$server_out" 2>&1 &
+# no load balancer watches this server: stop without the drain notice
+CTXOPT_DRAIN_NOTICE_SECONDS=0 .venv/bin/ctxopt serve --addr 127.0.0.1:0 --data-dir "$data_dir" \
+  >"$server_out" 2>&1 &
 server_pid=$!
 
 addr=""

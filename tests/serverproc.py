@@ -25,6 +25,7 @@ class ServerProcess:
     process: subprocess.Popen[str]
     address: str
     log: Path
+    gateway_url: str = ""  # with --gateway-addr: the `ctxopt gateway listening on` URL
 
     def stub(self, channel: grpc.Channel) -> pb_grpc.ContextOptimizerStub:
         return pb_grpc.ContextOptimizerStub(channel)  # type: ignore[no-untyped-call]
@@ -58,9 +59,13 @@ def start_server(
         assert process.stdout is not None
         for line in process.stdout:
             if line.startswith("ctxopt listening on "):
+                address = line.split()[-1]
+                gateway = ""
+                if "--gateway-addr" in args:
+                    gateway = process.stdout.readline().split()[-1]
                 # keep draining stdout so the server never blocks on a full pipe
                 threading.Thread(target=process.stdout.read, daemon=True).start()
-                return ServerProcess(process, line.split()[-1], log)
+                return ServerProcess(process, address, log, gateway)
     finally:
         watchdog.cancel()
     process.wait(STOP_TIMEOUT_S)

@@ -196,7 +196,8 @@ def test_one_log_line_per_call_without_text(tmp_path: Path) -> None:
         server.terminate()
     log = server.log_text()
     assert secret not in log
-    records = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in log.splitlines()]  # every stderr line is JSON
+    records = [r for r in lines if "method" in r]
     assert [r["method"] for r in records] == ["AppendChunks", "Optimize"]
     assert records[0]["chunks"] == 1 and records[0]["session"] == "s"
     assert records[1]["tokens_before"] == records[0]["tokens_after"]

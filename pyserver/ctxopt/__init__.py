@@ -1,3 +1,8 @@
 """ctxopt: context pruning for LLM command-line agents."""
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("ctxopt-server")  # the one home of the version: pyproject.toml
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"

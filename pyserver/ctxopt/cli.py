@@ -1,24 +1,34 @@
-"""`ctxopt`: serve gRPC, serve MCP over stdio, export or import a session.
+"""`ctxopt`: serve gRPC, serve MCP over stdio, run an agent through the gateway,
+look into a running server, export or import a session.
 
 Every setting is a `CTXOPT_*` environment variable (config.py); the flags
-below override the ones people change at the command line.
+below override the ones people change at the command line. Settings are
+checked (preflight.py) before the slow imports, and before anything is
+created, so a mistake shows at once in one line.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import gc
-import logging
+import os
+import shutil
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from ctxopt import __version__, cli_client, launch
 from ctxopt.config import Config
-from ctxopt.errors import CtxoptError, InvalidArgument
+from ctxopt.errors import CtxoptError, FailedPrecondition, InvalidArgument
+from ctxopt.launch import DEFAULT_GATEWAY_ADDR, HOSTS
+from ctxopt.preflight import Names, check_data_dir, check_serve, check_settings
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     parser = argparse.ArgumentParser(prog="ctxopt", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"ctxopt {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the gRPC server in the foreground")
@@ -38,31 +48,76 @@ def _parser() -> argparse.ArgumentParser:
         help="also serve the MCP tools over HTTP at HOST:PORT/mcp, loopback only (CTXOPT_MCP_ADDR)",
     )
     serve.add_argument(
+        "--gateway-addr",
+        help="also serve the model-API gateway over HTTP at HOST:PORT (CTXOPT_GATEWAY_ADDR)",
+    )
+    serve.add_argument(
+        "--gateway-window-tokens",
+        type=int,
+        help="the window of every gateway request, 0: by model (CTXOPT_GATEWAY_WINDOW_TOKENS)",
+    )
+    serve.add_argument(
+        "--gateway-host-ceilings",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="cap the prompt at a recognised agent's own compaction line "
+        "(CTXOPT_GATEWAY_HOST_CEILINGS, default on)",
+    )
+    serve.add_argument(
         "--insecure",
         action="store_true",
         default=None,
         help="allow plaintext on a non-loopback address (CTXOPT_INSECURE)",
     )
+    serve.add_argument(
+        "--log-format", choices=("json", "text"), help="stderr lines (CTXOPT_LOG_FORMAT)"
+    )
+
+    run = commands.add_parser(
+        "run", help="run an agent CLI through the gateway, starting `ctxopt serve` if needed"
+    )
+    _data_dir(run)
+    run.add_argument(
+        "--gateway-addr",
+        help=f"the gateway's HOST:PORT (CTXOPT_GATEWAY_ADDR, else {DEFAULT_GATEWAY_ADDR})",
+    )
+    run.add_argument("host", choices=HOSTS, help="the agent CLI")
+    run.add_argument("host_args", nargs=argparse.REMAINDER, help="passed to the host unchanged")
 
     mcp = commands.add_parser("mcp", help="run the MCP server over stdio")
     _data_dir(mcp)
 
-    export = commands.add_parser("export", help="print a session as JSON")
+    export = commands.add_parser(
+        "export", help="a session as JSON (through the server when one holds the data directory)"
+    )
     _data_dir(export)
+    cli_client.add_connection(export)
     export.add_argument("session_id")
+    export.add_argument(
+        "-o", "--output", type=Path, help="write to this file, only once the export succeeded"
+    )
 
     load = commands.add_parser("import", help="load a session from a JSON export")
     _data_dir(load)
+    cli_client.add_connection(load)
     load.add_argument("file", type=Path, help="the JSON file, - for stdin")
     load.add_argument("--replace", action="store_true", help="overwrite an existing session")
-    return parser
+
+    parsers = {"serve": serve, "mcp": mcp, "export": export, "import": load}
+    parsers.update(cli_client.add_commands(commands))
+    return parser, parsers
 
 
 def _data_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", help="store directory (CTXOPT_DATA_DIR)")
 
 
-def _config(args: argparse.Namespace) -> Config:
+def subcommands() -> list[str]:
+    """The command names `ctxopt` accepts (`stash search` counts as `stash`)."""
+    return sorted({name.split()[0] for name in _parser()[1]})
+
+
+def _config(args: argparse.Namespace) -> tuple[Config, Names]:
     """Environment first, then any flag given on the command line."""
     config = Config.from_env()
     overrides = {
@@ -70,7 +125,7 @@ def _config(args: argparse.Namespace) -> Config:
         for name, value in vars(args).items()
         if name in Config.__dataclass_fields__ and value is not None
     }
-    return replace(config, **overrides)
+    return replace(config, **overrides), Names(set(overrides))
 
 
 # Sessions hold millions of long-lived objects and plans allocate one per chunk;
@@ -80,27 +135,44 @@ GC_THRESHOLDS = (100_000, 50, 100)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser, parsers = _parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the subcommand's usage, not the top level's
+        name = " ".join(filter(None, (args.command, getattr(args, "stash_command", None))))
+        parsers[name].error(f"unrecognized arguments: {' '.join(unknown)}")
     gc.set_threshold(*GC_THRESHOLDS)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     try:
-        config = _config(args)
+        config, names = _config(args)
+        if args.command in cli_client.COMMANDS:
+            cli_client.run(args, config, names("addr"))
+            return 0
+        if args.command == "serve":
+            check_serve(config, names)
+        else:
+            check_settings(config, names)
+            check_data_dir(config, names)
+        from ctxopt import logs
+
+        logs.configure(config.log_format)
         if args.command == "serve":
             from ctxopt.api.grpc.server import serve
 
             serve(config)
+        elif args.command == "run":
+            address = config.gateway_addr or DEFAULT_GATEWAY_ADDR
+            data_dir = Path(config.resolved_data_dir)
+            return launch.run(args.host, args.host_args, address=address, data_dir=data_dir)
         elif args.command == "mcp":
             from ctxopt.api.mcp.server import serve_stdio
 
             serve_stdio(config)
         else:
-            _export_or_import(args, config)
-    except CtxoptError as e:
+            _export_or_import(args, config, names)
+    except (CtxoptError, cli_client.ServerError) as e:
         return _fail(str(e))
     except OSError as e:
         return _fail(f"{e.filename or 'file'}: {e.strerror or e}")
     except Exception as e:  # a command line answers in one line, never a traceback
-        logging.getLogger("ctxopt").debug("command failed", exc_info=True)
         return _fail(f"{type(e).__name__}: {e}")
     return 0
 
@@ -110,19 +182,74 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _export_or_import(args: argparse.Namespace, config: Config) -> None:
+def _export_or_import(args: argparse.Namespace, config: Config, names: Names) -> None:
+    """Through the server when one holds the data directory, else on the directory;
+    a directory this command created is removed again when the command fails."""
+    data = ""
+    if args.command == "import":  # read first: a missing file must create nothing
+        data = sys.stdin.read() if str(args.file) == "-" else _read(args.file)
+    from ctxopt.store import DB_FILE
+
+    directory = Path(config.resolved_data_dir)
+    if _held_by_another_process(directory / DB_FILE):
+        if args.command == "export":
+            _write(args.output, cli_client.export_session(config, names("addr"), args.session_id))
+        else:
+            session_id, count = cli_client.import_session(config, names("addr"), data, args.replace)
+            print(f"imported {count} chunks into session {session_id}")
+        return
+    if args.command == "export" and not (directory / DB_FILE).exists():
+        raise FailedPrecondition(
+            "data_dir", str(directory), "holds no ctxopt store: no session to export"
+        )
+    created = not directory.exists()
     from ctxopt.engine import Engine
 
-    engine = Engine(config)
     try:
-        if args.command == "export":
-            print(engine.export_session("", args.session_id))
-        else:
-            data = sys.stdin.read() if str(args.file) == "-" else _read(args.file)
-            session_id, count = engine.import_session("", data, args.replace)
-            print(f"imported {count} chunks into session {session_id}")
+        engine = Engine(config)
+        try:
+            if args.command == "export":
+                _write(args.output, engine.export_session("", args.session_id))
+            else:
+                session_id, count = engine.import_session("", data, args.replace)
+                print(f"imported {count} chunks into session {session_id}")
+        finally:
+            engine.close()
+    except BaseException:
+        if created:
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
+
+
+def _held_by_another_process(database: Path) -> bool:
+    """Whether a server (or another command) holds the store's lock (see store.py)."""
+    try:
+        fd = os.open(database, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
     finally:
-        engine.close()
+        os.close(fd)  # releases the shared lock taken just now
+    return False
+
+
+def _write(output: Path | None, text: str) -> None:
+    """stdout, or the file, replaced only once the whole text is written."""
+    if output is None:
+        print(text)
+        return
+    target = output.resolve()
+    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text + "\n")
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def _read(path: Path) -> str:

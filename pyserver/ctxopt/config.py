@@ -11,10 +11,12 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from ctxopt.errors import InvalidArgument
 from ctxopt.model import DEFAULT_PRESSURE_PERCENT, DEFAULT_TARGET_PERCENT, DEFAULT_THRESHOLD_PERCENT
 from ctxopt.planner import knobs
 
 Tokenizer = Literal["cl100k", "gemini"]
+LogFormat = Literal["json", "text"]
 
 
 def default_data_dir() -> str:
@@ -38,6 +40,18 @@ class Config:
     # The MCP tools over streamable HTTP in the same process, sharing sessions and
     # stash with gRPC clients (a Gemini CLI adapter and its agent); "" is off
     mcp_addr: str = ""
+    # stderr: one JSON object per line, or plain lines (every library's too)
+    log_format: LogFormat = "json"
+    # The model-API gateway over HTTP in the same process ("" is off), the
+    # providers it forwards to (base URLs without a version path), the window
+    # for every request (0: the model table's) and whether a recognised agent's
+    # own compaction line caps the prompt (api/gateway/hosts.py)
+    gateway_addr: str = ""
+    upstream_anthropic: str = "https://api.anthropic.com"
+    upstream_openai: str = "https://api.openai.com"
+    upstream_gemini: str = "https://generativelanguage.googleapis.com"
+    gateway_window_tokens: int = 0
+    gateway_host_ceilings: bool = True
     # Storage
     data_dir: str = ""  # empty: default_data_dir(); ":memory:" for tests only
     fsync: Literal["full", "normal"] = "normal"
@@ -80,6 +94,9 @@ class Config:
         return self.data_dir or default_data_dir()
 
 
+_EXPECTED = {bool: "true or false", int: "a whole number", float: "a number"}
+
+
 def _parse(name: str, raw: str, default: object) -> object:
     try:
         if isinstance(default, bool):
@@ -93,7 +110,6 @@ def _parse(name: str, raw: str, default: object) -> object:
         if isinstance(default, float):
             return float(raw)
     except ValueError:
-        raise ValueError(
-            f"CTXOPT_{name.upper()}: not a valid {type(default).__name__}: {raw!r}"
-        ) from None
+        expected = _EXPECTED[type(default)]
+        raise InvalidArgument(f"CTXOPT_{name.upper()}", raw, f"expected {expected}") from None
     return raw

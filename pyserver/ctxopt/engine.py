@@ -45,6 +45,7 @@ from ctxopt.model import (
     UpsertStatus,
     Weights,
 )
+from ctxopt.plan_report import LastPlans, PlanReport, build_report, stash_ids_of
 from ctxopt.planner.knobs import Tuning
 from ctxopt.planning import Planning
 from ctxopt.roots import mark
@@ -60,6 +61,7 @@ from ctxopt.sessions import LiveSessions
 from ctxopt.stateless import WarmSessions
 from ctxopt.store import (
     Change,
+    SessionSummary,
     Store,
     plan_change,
     read_export,
@@ -71,6 +73,8 @@ from ctxopt.text.analyzer import Analyzer
 from ctxopt.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
+
+DEFAULT_SESSION_LIST = 100  # ListSessions answers this many when asked for 0
 
 
 def _now_ms() -> int:
@@ -94,6 +98,7 @@ class Engine:
         self.registry = self.sessions.registry
         self._warm = WarmSessions(self.analyzer)
         self.planning = Planning(config, self.tuning, self.analyzer, self.counter)
+        self.last_plans = LastPlans()
 
     def close(self) -> None:
         """Flush and close storage."""
@@ -251,6 +256,8 @@ class Engine:
                     now_ms=_now_ms(),
                 )
                 self.sessions.commit(session, change)
+            if plan.triggered:
+                self.last_plans.record(owner, session_id, plan, dry_run=options.dry_run)
         plan.server_ms = (time.perf_counter() - started) * 1000
         return plan
 
@@ -416,7 +423,27 @@ class Engine:
         with session.lock:
             deleted = self.store.delete_session(owner, session_id, purge_stash)
             self.registry.drop(session_id)
+            self.last_plans.forget(owner, session_id)
             return deleted
+
+    def list_sessions(self, owner: str, limit: int) -> tuple[list[SessionSummary], int]:
+        """The owner's sessions, most recently used first, and how many it holds."""
+        if limit < 0:
+            raise InvalidArgument("limit", limit, "must be 0 (the default) or more")
+        return self.store.list_sessions(owner, limit or DEFAULT_SESSION_LIST)
+
+    def last_plan(self, owner: str, session_id: str, top: int) -> PlanReport | None:
+        """The last collection Optimize ran on the session since start (None: none)."""
+        if top < 0:
+            raise InvalidArgument("top", top, "must be 0 (the default) or more")
+        session = self.sessions.get(owner, session_id)
+        recorded = self.last_plans.get(owner, session_id)
+        if recorded is None:
+            return None
+        with session.lock:
+            live = {chunk_id: entry.chunk for chunk_id, entry in session.entries.items()}
+        stashed = self.store.stash_entries(owner, session_id, stash_ids_of(recorded))
+        return build_report(recorded, live, stashed, top)
 
     def export_session(self, owner: str, session_id: str) -> str:
         """The session and its stash as JSON (round-trips through import)."""

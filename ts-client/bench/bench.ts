@@ -50,7 +50,10 @@ function agentHistory(exchanges: number, seed: string): Content[] {
 /** Step `i` of a tool loop: the model's call, and the tool's response (the next message). */
 function toolStep(i: number): { call: Content; response: Part } {
   const output = Array.from({ length: 30 }, (_, l) => `PASS test/loop${i}/case${l}.test.ts (${l} ms)`).join("\n");
-  return { call: model(call("run_shell_command", `loop${i}`, { command: `npm test -- loop${i}` })), response: response("run_shell_command", `loop${i}`, output) };
+  return {
+    call: model(call("run_shell_command", `loop${i}`, { command: `npm test -- loop${i}` })),
+    response: response("run_shell_command", `loop${i}`, output),
+  };
 }
 
 /**
@@ -143,7 +146,13 @@ async function main(): Promise<void> {
   const flags = { ...DEFAULT_FLAGS, address: server.address, deadlineMs: 10_000 };
   try {
     const history = agentHistory(EXCHANGES, "bench");
-    const base: PromptInput = { sessionId: "bench-shadow", model: "gemini-2.5-pro", systemInstruction: "You are a CLI agent.", history, message: "which handler fires for event 3?" };
+    const base: PromptInput = {
+      sessionId: "bench-shadow",
+      model: "gemini-2.5-pro",
+      systemInstruction: "You are a CLI agent.",
+      history,
+      message: "which handler fires for event 3?",
+    };
 
     const shadow = new PromptBuilder({ flags: { ...flags, mode: "shadow" }, client, budget: { contextLimitTokens: CONTEXT_LIMIT } });
     const warm = await shadow.build(base);
@@ -163,7 +172,9 @@ async function main(): Promise<void> {
     let turns = mapContents(history);
     await mirror.sync([systemChunk("system", "You are a CLI agent."), ...chunksOf(turns)]);
     const delta = await timed(ITERATIONS, async (i) => {
-      const next = Array.from({ length: 10 }, (_, m) => (m % 2 === 0 ? user(text(`delta ${i}.${m}: run the tests again`)) : model(text(`delta ${i}.${m}: all green`))));
+      const next = Array.from({ length: 10 }, (_, m) =>
+        m % 2 === 0 ? user(text(`delta ${i}.${m}: run the tests again`)) : model(text(`delta ${i}.${m}: all green`)),
+      );
       turns = [...turns, ...mapContents(next, { firstTurn: turns.length, previous: turns.at(-1) })];
       const report = await mirror.sync(chunksOf(turns));
       if (report.appended !== 10) throw new Error(`appended ${report.appended}, expected 10`);
@@ -174,11 +185,21 @@ async function main(): Promise<void> {
     const shadowLoop = await toolLoop(shadow, base, "shadow-loop", ITERATIONS);
 
     const rows = [
-      row(`prompt build with optimization (shadow, ${warm.plan.decisions.length} decisions over 1,000 chunks)`, build, "p50 <= 5 ms, p99 <= 15 ms", buildServerMs),
+      row(
+        `prompt build with optimization (shadow, ${warm.plan.decisions.length} decisions over 1,000 chunks)`,
+        build,
+        "p50 <= 5 ms, p99 <= 15 ms",
+        buildServerMs,
+      ),
       row("first build of a fresh session, true mode (append 1,000 + plan + stash)", fresh, "-"),
       row("append a 10-message delta to 1,000 chunks", delta, "p50 <= 3 ms"),
       row(`tool-loop step, true mode, 1,000-1,200 chunks (${outcomeList(loop.outcomes)})`, loop.timings, "p50 <= 3 ms", loop.serverMs),
-      row(`tool-loop step, true mode, history handed back deep-copied (${outcomeList(copiedLoop.outcomes)})`, copiedLoop.timings, "p50 <= 3 ms", copiedLoop.serverMs),
+      row(
+        `tool-loop step, true mode, history handed back deep-copied (${outcomeList(copiedLoop.outcomes)})`,
+        copiedLoop.timings,
+        "p50 <= 3 ms",
+        copiedLoop.serverMs,
+      ),
       row(`tool-loop step, shadow, 1,000-1,200 chunks (append 2 + plan every step)`, shadowLoop.timings, "-", shadowLoop.serverMs),
     ];
     report(rows, warm.summaryLine);
@@ -195,7 +216,13 @@ function report(rows: readonly Row[], summaryLine: string): void {
   console.log(`${"benchmark".padEnd(width)}  samples   p50 ms   p99 ms  client CPU p50  server p50  target`);
   for (const r of rows) {
     const server = r.server_p50_ms === undefined ? "-" : r.server_p50_ms.toFixed(2);
-    const cells = [String(r.samples).padStart(7), r.p50_ms.toFixed(2).padStart(7), r.p99_ms.toFixed(2).padStart(7), r.client_cpu_p50_ms.toFixed(2).padStart(14), server.padStart(10)];
+    const cells = [
+      String(r.samples).padStart(7),
+      r.p50_ms.toFixed(2).padStart(7),
+      r.p99_ms.toFixed(2).padStart(7),
+      r.client_cpu_p50_ms.toFixed(2).padStart(14),
+      server.padStart(10),
+    ];
     console.log(`${r.name.padEnd(width)}  ${cells.join("  ")}  ${r.target}`);
   }
   console.log(`\nsample build: ${summaryLine}`);

@@ -7,13 +7,16 @@ import { CtxoptClient } from "./client.js";
 import { explainContents, formatReport, readContextFile } from "./explain.js";
 import { readFlags } from "./flags.js";
 import { tokenLimit } from "./models.js";
+import { DEFAULT_MODEL } from "./pipeline/defaults.js";
 import { PromptBuilder } from "./promptBuilder.js";
+import { packageVersion } from "./version.js";
 
 const USAGE = `usage: ctxopt-prompt --history FILE [--addr HOST:PORT] [--model NAME] [--message TEXT]
                      [--session ID] [--context-limit TOKENS] [--json]
        ctxopt-prompt --explain --history FILE [--addr HOST:PORT] [--model NAME]
                      [--context-limit TOKENS] [--top N] [--json]
        ctxopt-prompt context FILE [same options as --explain]
+       ctxopt-prompt --version
 
 Builds a Gemini prompt from a history JSON file through the ctxopt service and
 prints the context summary line. FILE holds a Content[] array, or an object
@@ -59,14 +62,19 @@ async function main(argv: string[]): Promise<number> {
       top: { type: "string", default: "10" },
       history: { type: "string" },
       addr: { type: "string" },
-      model: { type: "string", default: "gemini-2.5-pro" },
+      model: { type: "string", default: DEFAULT_MODEL },
       message: { type: "string" },
       session: { type: "string" },
       "context-limit": { type: "string" },
       json: { type: "boolean", default: false },
       help: { type: "boolean", short: "h", default: false },
+      version: { type: "boolean", default: false },
     },
   });
+  if (values.version) {
+    console.log(`ctxopt-prompt ${packageVersion()}`);
+    return 0;
+  }
   if (subcommand && values.history === undefined && positionals[0] !== undefined) values.history = positionals[0];
   if (!values.help && values.history !== undefined && (subcommand || values.explain)) {
     return explain(values.history, values.addr, values.model, values["context-limit"], values.top, values.json);

@@ -1,12 +1,4 @@
-import {
-  type CallOptions,
-  Channel,
-  type ChannelCredentials,
-  credentials as grpcCredentials,
-  Metadata,
-  type ServiceError,
-  status,
-} from "@grpc/grpc-js";
+import { type CallOptions, Channel, type ChannelCredentials, credentials as grpcCredentials, Metadata, type ServiceError, status } from "@grpc/grpc-js";
 import {
   AppendChunksRequest,
   type AppendChunksResponse,

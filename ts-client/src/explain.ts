@@ -5,7 +5,10 @@ import { environmentContextTurns } from "./gemini/environment.js";
 import { chunksOf, type MappedPart, mapContents, systemChunk } from "./gemini/mapping.js";
 import { partShape } from "./gemini/parts.js";
 import type { Content } from "./gemini/types.js";
-import { firstPrompt, HOST_PRESSURE_PERCENT, HOST_THRESHOLD_PERCENT, HOST_TARGET_PERCENT, RECENT_TURNS, STEP_TEXT_POLICY, STRATEGY } from "./hostOptimizer.js";
+import { ceilingDefaults, resolvePercents } from "./pipeline/budget.js";
+import { ceilingPercent, geminiCliCompactionLine } from "./pipeline/ceiling.js";
+import { RECENT_TURNS, STEP_TEXT_POLICY, STRATEGY } from "./pipeline/defaults.js";
+import { mandatoryRoots, relevanceQuery } from "./pipeline/roots.js";
 import { fallbackReason } from "./serviceErrors.js";
 
 /** Where the tokens of a context go. */
@@ -72,23 +75,24 @@ export async function explainContents(contents: readonly Content[], options: Exp
   if (system) byCategory.system += system.tokens;
   for (const { role, mapped } of parts) byCategory[categoryOf(role, mapped)] += mapped.chunk.tokens;
   const totalTokens = Object.values(byCategory).reduce((a, b) => a + b, 0);
-  const thresholdPercent = options.thresholdPercent ?? HOST_THRESHOLD_PERCENT;
-  const targetPercent = Math.min(options.targetPercent ?? HOST_TARGET_PERCENT, thresholdPercent);
+  const percents = resolvePercents(
+    { threshold: options.thresholdPercent, target: options.targetPercent },
+    // As the Gemini CLI adapter: shares of the lower of the window and Gemini CLI's compression line.
+    ceilingDefaults(ceilingPercent(options.windowTokens, geminiCliCompactionLine(options.model))),
+  );
+  const { threshold: thresholdPercent, target: targetPercent, pressure: pressurePercent } = percents;
   let plan: OptimizeResponse | undefined;
   let noPlan: string | undefined;
   if (options.client === undefined) noPlan = "no service asked";
   else if (!(await options.client.isServing({ deadlineMs: 1000 }))) noPlan = `no ctxopt service at ${options.client.address}`;
   else {
     try {
-      const last = turns.at(-1);
-      const answers = last?.parts.some((p) => p.part.functionResponse !== undefined) ?? false;
-      const roots = [...(firstPrompt(turns)?.parts ?? []), ...(last?.parts ?? []), ...(answers ? (turns.at(-2)?.parts ?? []) : [])].map((p) => p.chunk.id);
       const response = await options.client.optimizeContext(
         {
           chunks: [...(system ? [system] : []), ...chunksOf(turns)],
-          query: lastUserText(contents),
-          budget: { contextLimitTokens: options.windowTokens, thresholdPercent, targetPercent, pressurePercent: Math.max(thresholdPercent, HOST_PRESSURE_PERCENT) },
-          roots: { rootIds: roots, recentTurns: RECENT_TURNS },
+          query: relevanceQuery(turns),
+          budget: { contextLimitTokens: options.windowTokens, thresholdPercent, targetPercent, pressurePercent },
+          roots: { rootIds: mandatoryRoots(turns, { keepTask: true }), recentTurns: RECENT_TURNS },
           strategy: STRATEGY,
           force: true,
         },
@@ -140,15 +144,6 @@ function categoryOf(role: string, mapped: MappedPart): Category {
   return role === "model" ? "model text" : "user text";
 }
 
-function lastUserText(contents: readonly Content[]): string {
-  for (let i = contents.length - 1; i >= 0; i -= 1) {
-    const content = contents[i]!;
-    const text = content.role === "user" ? (content.parts ?? []).map((p) => p.text ?? "").join("\n").trim() : "";
-    if (text !== "") return text.slice(-4000);
-  }
-  return "";
-}
-
 function preview(mapped: MappedPart): string {
   const name = mapped.chunk.metadata["tool_name"];
   const text = mapped.chunk.text.replace(/\s+/g, " ").trim();
@@ -161,12 +156,15 @@ export function formatReport(report: ContextReport): string {
   const pct = (n: number, of: number) => `${((100 * n) / Math.max(of, 1)).toFixed(1)}%`;
   const fmt = (n: number) => Math.round(n).toLocaleString("en-US");
   const lines = [
-    `${report.source}: ${fmt(report.totalTokens)} tokens, ${pct(report.totalTokens, report.windowTokens)} of ${fmt(report.windowTokens)} (${report.model}); ctxopt acts at ${report.thresholdPercent}% and lands at ${report.targetPercent}%`,
+    `${report.source}: ${fmt(report.totalTokens)} tokens, ${pct(report.totalTokens, report.windowTokens)} of ${fmt(report.windowTokens)} (${report.model}); ` +
+      `ctxopt acts at ${report.thresholdPercent}% and lands at ${report.targetPercent}%`,
     "",
     "category            tokens   share",
     ...CATEGORIES.map((c) => `${c.padEnd(16)} ${fmt(report.byCategory[c]).padStart(9)}  ${pct(report.byCategory[c], report.totalTokens).padStart(6)}`),
     `${"stashed".padEnd(16)} ${fmt(report.stashedTokens).padStart(9)}  ${pct(report.stashedTokens, report.totalTokens).padStart(6)}  ${
-      report.noPlan === undefined ? `(a collection now: ${fmt(report.totalTokens)} -> ${fmt(report.tokensAfter ?? report.totalTokens)} tokens)` : `(no plan: ${report.noPlan})`
+      report.noPlan === undefined
+        ? `(a collection now: ${fmt(report.totalTokens)} -> ${fmt(report.tokensAfter ?? report.totalTokens)} tokens)`
+        : `(no plan: ${report.noPlan})`
     }`,
     "",
     "largest chunks:",

@@ -55,7 +55,9 @@ export function readFlags(env: Env = process.env): Flags {
     breakerMs: readInteger(env, "CTXOPT_BREAKER_MS", DEFAULT_FLAGS.breakerMs, 0, 86_400_000),
     ...optionalPercent(env, "GEMINI_CONTEXT_THRESHOLD_PERCENT", "thresholdPercent"),
     ...optionalPercent(env, "GEMINI_CONTEXT_TARGET_PERCENT", "targetPercent"),
-    ...(raw(env, "GEMINI_CONTEXT_WINDOW_TOKENS") === undefined ? {} : { windowTokens: readInteger(env, "GEMINI_CONTEXT_WINDOW_TOKENS", 0, 1_000, 100_000_000) }),
+    ...(raw(env, "GEMINI_CONTEXT_WINDOW_TOKENS") === undefined
+      ? {}
+      : { windowTokens: readInteger(env, "GEMINI_CONTEXT_WINDOW_TOKENS", 0, 1_000, 100_000_000) }),
   };
 }
 

@@ -36,7 +36,11 @@ export async function load(url: string, context: unknown, nextLoad: NextLoad): P
   if (data === undefined || !url.startsWith(data.bundleDir) || result.format !== "module" || result.source == null) return result;
   const raw = result.source;
   const source =
-    typeof raw === "string" ? raw : raw instanceof ArrayBuffer ? Buffer.from(raw).toString("utf8") : Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength).toString("utf8");
+    typeof raw === "string"
+      ? raw
+      : raw instanceof ArrayBuffer
+        ? Buffer.from(raw).toString("utf8")
+        : Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength).toString("utf8");
   const patched = wrapFactory(source, data.hookUrl);
   return patched === undefined ? result : { ...result, source: patched };
 }

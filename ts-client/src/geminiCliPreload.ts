@@ -9,6 +9,9 @@ import { pathToFileURL } from "node:url";
 const bundleDir = process.env["CTXOPT_GEMINI_BUNDLE_DIR"];
 if (bundleDir !== undefined && bundleDir !== "") {
   register(new URL("./geminiCliLoader.js", import.meta.url), {
-    data: { hookUrl: new URL("./geminiCliHook.js", import.meta.url).href, bundleDir: pathToFileURL(bundleDir.endsWith("/") ? bundleDir : `${bundleDir}/`).href },
+    data: {
+      hookUrl: new URL("./geminiCliHook.js", import.meta.url).href,
+      bundleDir: pathToFileURL(bundleDir.endsWith("/") ? bundleDir : `${bundleDir}/`).href,
+    },
   });
 }

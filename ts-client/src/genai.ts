@@ -4,7 +4,8 @@ import { HostHistoryOptimizer, type HostOptimizerOptions, type OptimizedContents
 export type { Content, Part } from "./gemini/types.js";
 export type { HostOptimizerOptions, OptimizedContents } from "./hostOptimizer.js";
 
-export interface OptimizeContentsOptions extends Omit<HostOptimizerOptions, "client" | "flags"> {
+// No compaction line: an agent on @google/genai has no compression of its own in the way (the ceiling is the window).
+export interface OptimizeContentsOptions extends Omit<HostOptimizerOptions, "client" | "flags" | "compactionLine"> {
   /** The system instruction sent with the contents (counts against the window). */
   readonly systemInstruction?: string;
   /**
@@ -36,14 +37,28 @@ const optimizers = new Map<string, HostHistoryOptimizer>();
  */
 export function optimizeContents(contents: readonly Content[], options: OptimizeContentsOptions = {}): Promise<OptimizedContents> {
   const { systemInstruction, previousPromptTokens, ...rest } = options;
-  const key = JSON.stringify([rest.address ?? "", rest.sessionId ?? "default", rest.windowTokens ?? 0, rest.thresholdPercent ?? 0, rest.targetPercent ?? 0, rest.ceilingPercent ?? 0, rest.recentTurns ?? -1, rest.strategy ?? 0, rest.stepTextPolicy ?? -1, rest.hostEstimates ?? false]);
+  const key = JSON.stringify([
+    rest.address ?? "",
+    rest.sessionId ?? "default",
+    rest.windowTokens ?? 0,
+    rest.thresholdPercent ?? 0,
+    rest.targetPercent ?? 0,
+    rest.ceilingPercent ?? 0,
+    rest.recentTurns ?? -1,
+    rest.strategy ?? 0,
+    rest.stepTextPolicy ?? -1,
+    rest.hostEstimates ?? false,
+  ]);
   let optimizer = optimizers.get(key);
   if (optimizer === undefined) {
     optimizer = new HostHistoryOptimizer(rest);
     optimizers.set(key, optimizer);
   }
   optimizer.reportUsage(previousPromptTokens);
-  return optimizer.optimize(contents, { ...(rest.model === undefined ? {} : { model: rest.model }), ...(systemInstruction === undefined ? {} : { systemInstruction }) });
+  return optimizer.optimize(contents, {
+    ...(rest.model === undefined ? {} : { model: rest.model }),
+    ...(systemInstruction === undefined ? {} : { systemInstruction }),
+  });
 }
 
 /** Closes the service connections `optimizeContents` opened (call before exit). */

@@ -1,12 +1,14 @@
 #!/usr/bin/env node
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, realpathSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync } from "node:fs";
+import { homedir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { CtxoptClient } from "./client.js";
 import { readFlags } from "./flags.js";
 import { FACTORY_SIGNATURE } from "./geminiCliLoader.js";
+import { packageVersion } from "./version.js";
 
 const USAGE = `usage: ctxopt-gemini [--ctxopt-addr HOST:PORT] [--ctxopt-no-serve] [--ctxopt-gemini PATH]
                      [--ctxopt-log FILE] [--] [gemini arguments...]
@@ -22,13 +24,18 @@ Every argument that does not start with --ctxopt- goes to gemini
                            default data directory, stop it when gemini exits)
   --ctxopt-gemini PATH     Gemini CLI's entry (default: \`gemini\` on PATH, or CTXOPT_GEMINI_BIN)
   --ctxopt-log FILE        append each context summary line to FILE (CTXOPT_SUMMARY_LOG)
+  --version                ctxopt-gemini's version (offline)
   -h, --help               this help (offline)
 
-The optimizer is on unless GEMINI_CONTEXT_OPTIMIZATION says otherwise; it
-acts at GEMINI_CONTEXT_THRESHOLD_PERCENT (default 50) of the model's window
-and lands at GEMINI_CONTEXT_TARGET_PERCENT (default 45), so Gemini CLI's own
-compression at 50% is not needed. Other flags: see the README.
-\`ctxopt serve\` is found as CTXOPT_SERVE_BIN, else \`ctxopt\` on PATH.`;
+The optimizer is on unless GEMINI_CONTEXT_OPTIMIZATION says otherwise. Its
+ceiling is the lower of the window (GEMINI_CONTEXT_WINDOW_TOKENS, else the
+model's) and Gemini CLI's compression line (your model.compressionThreshold,
+default 0.5, of Gemini CLI's model limit); it acts at the ceiling and lands at
+90% of it, so Gemini CLI's own compression is not needed. Other flags: see the
+README.
+\`ctxopt serve\` is found as CTXOPT_SERVE_BIN, else \`ctxopt\` on PATH; a server
+started here logs to server.log in its data directory (CTXOPT_DATA_DIR, else
+$XDG_DATA_HOME/ctxopt or ~/.local/share/ctxopt), and the path is printed.`;
 
 interface LauncherOptions {
   readonly address: string;
@@ -36,6 +43,7 @@ interface LauncherOptions {
   readonly gemini: string | undefined;
   readonly log: string | undefined;
   readonly help: boolean;
+  readonly version: boolean;
   readonly geminiArgs: string[];
 }
 
@@ -46,6 +54,7 @@ function parse(argv: readonly string[]): LauncherOptions {
   let gemini: string | undefined;
   let log: string | undefined;
   let help = false;
+  let version = false;
   for (let i = 0; i < argv.length; i += 1) {
     const arg = argv[i]!;
     const value = (): string => {
@@ -58,6 +67,7 @@ function parse(argv: readonly string[]): LauncherOptions {
       geminiArgs.push(...argv.slice(i + 1));
       break;
     } else if (arg === "--help" || arg === "-h") help = true;
+    else if (arg === "--version") version = true;
     else if (arg === "--ctxopt-addr") address = value();
     else if (arg === "--ctxopt-no-serve") serve = false;
     else if (arg === "--ctxopt-gemini") gemini = value();
@@ -66,7 +76,7 @@ function parse(argv: readonly string[]): LauncherOptions {
     else geminiArgs.push(arg);
   }
   const env = address === undefined ? process.env : { ...process.env, CTXOPT_ADDR: address };
-  return { address: readFlags(env).address, serve, gemini, log, help, geminiArgs };
+  return { address: readFlags(env).address, serve, gemini, log, help, version, geminiArgs };
 }
 
 /** Gemini CLI's entry script: the option, CTXOPT_GEMINI_BIN, or `gemini` on PATH (symlinks followed). */
@@ -104,19 +114,26 @@ async function serving(address: string): Promise<boolean> {
   }
 }
 
-/** Starts `ctxopt serve` on `address` and resolves once it listens. */
-function startServer(address: string): Promise<ChildProcess> {
+/** The data directory `ctxopt serve` uses by default (config.py's `default_data_dir`). */
+function serverDataDir(): string {
+  const explicit = process.env["CTXOPT_DATA_DIR"];
+  if (explicit) return explicit;
+  return join(process.env["XDG_DATA_HOME"] || join(homedir(), ".local", "share"), "ctxopt");
+}
+
+/** Starts `ctxopt serve` on `address`, its log appended to `logPath`; resolves once it listens. */
+function startServer(address: string, dataDir: string, logPath: string): Promise<ChildProcess> {
   const bin = process.env["CTXOPT_SERVE_BIN"] || "ctxopt";
+  mkdirSync(dataDir, { recursive: true });
+  const log = openSync(logPath, "a");
   // Its own process group: a Ctrl-C in Gemini CLI's terminal must not stop the server mid-session.
-  const child = spawn(bin, ["serve", "--addr", address], { stdio: ["ignore", "pipe", "pipe"], detached: true });
+  const child = spawn(bin, ["serve", "--addr", address, "--data-dir", dataDir], { stdio: ["ignore", "pipe", log], detached: true });
+  closeSync(log); // the child holds its own copy
+  const lastLogLine = () => readFileSync(logPath, "utf8").trimEnd().split("\n").at(-1) ?? "";
   return new Promise((resolve, reject) => {
-    let stderr = "";
-    child.stderr!.on("data", (chunk: Buffer) => {
-      stderr += chunk.toString();
-    });
     const timer = setTimeout(() => {
       child.kill("SIGTERM");
-      reject(new Error(`ctxopt serve did not listen on ${address} within 30 s\n${stderr}`));
+      reject(new Error(`ctxopt serve did not listen on ${address} within 30 s (log: ${logPath})`));
     }, 30_000);
     createInterface({ input: child.stdout! }).on("line", (line) => {
       if (line.startsWith("ctxopt listening on ")) {
@@ -130,7 +147,7 @@ function startServer(address: string): Promise<ChildProcess> {
     });
     child.on("exit", (code) => {
       clearTimeout(timer);
-      reject(new Error(`ctxopt serve exited with ${code} before listening\n${stderr}`));
+      reject(new Error(`ctxopt serve exited with ${code} before listening: ${lastLogLine()} (log: ${logPath})`));
     });
   });
 }
@@ -149,6 +166,10 @@ async function main(argv: readonly string[]): Promise<number> {
     console.log(USAGE);
     return 0;
   }
+  if (options.version) {
+    console.log(`ctxopt-gemini ${packageVersion()}`);
+    return 0;
+  }
   const entry = findGemini(options.gemini);
   const bundleDir = dirname(entry);
   if (!bundleHasFactory(bundleDir)) {
@@ -159,8 +180,11 @@ async function main(argv: readonly string[]): Promise<number> {
     if (!options.serve) console.error(`ctxopt-gemini: no ctxopt service at ${options.address}; Gemini CLI runs with the local fallback`);
     else if (!isLoopback(options.address)) console.error(`ctxopt-gemini: no ctxopt service at ${options.address} (not loopback: not starting one)`);
     else {
+      const dataDir = serverDataDir();
+      const logPath = join(dataDir, "server.log");
       try {
-        server = await startServer(options.address);
+        server = await startServer(options.address, dataDir, logPath);
+        console.error(`ctxopt-gemini: started ctxopt serve on ${options.address}; its log: ${logPath}`);
       } catch (error) {
         console.error(`ctxopt-gemini: ${error instanceof Error ? error.message : String(error)}; Gemini CLI runs with the local fallback`);
       }

@@ -1,17 +1,20 @@
 import type { Content, Part } from "./gemini/types.js";
-import { type CallSettings, CtxoptClient, ServingStatus } from "./client.js";
-import { countActions, fallbackReason, ServiceUnhealthy } from "./serviceErrors.js";
+import { type CallSettings, CtxoptClient } from "./client.js";
+import { countActions } from "./serviceErrors.js";
 import { type Flags, inRollout, readFlags } from "./flags.js";
-import { type Chunk, type GetServerInfoResponse, type OptimizeResponse, Strategy } from "./generated/ctxopt/v1/ctxopt.js";
+import { type Chunk, type OptimizeResponse, Strategy } from "./generated/ctxopt/v1/ctxopt.js";
 import { environmentContextTurns } from "./gemini/environment.js";
-import { findViolations } from "./gemini/history.js";
 import { judgePlan, tokensOf } from "./gemini/judgePlan.js";
 import { chunksOf, type MappedContent, mapContents, systemChunk, toContents } from "./gemini/mapping.js";
 import { unchangedPrefix } from "./gemini/prefix.js";
-import { truncateHistory } from "./gemini/truncate.js";
 import { tokenLimit } from "./models.js";
+import { type BudgetPercents, knownTargetPercent, resolvePercents, serverBudget } from "./pipeline/budget.js";
+import { type Ending, planAndSync, type Sized } from "./pipeline/ending.js";
+import { fmt, truncateLocally } from "./pipeline/fallback.js";
+import { mandatoryRoots } from "./pipeline/roots.js";
+import { ServiceGate } from "./pipeline/serviceGate.js";
 import { SessionMirror, type SyncReport } from "./sessionMirror.js";
-import type { BuildOutcome, ContextSummary } from "./summary.js";
+import type { ContextSummary } from "./summary.js";
 import { buildSummary, summaryLine } from "./summary.js";
 
 /**
@@ -114,20 +117,14 @@ interface PreparedPrompt {
   readonly fixedTokens: number;
   /** Chunks of the prompt (fixed ones and one per part); the list itself is made only for the service. */
   readonly chunkCount: number;
-  readonly tokensBefore: number;
+  /** The turns and the whole prompt's tokens, as given. */
+  readonly current: Sized;
   readonly windowTokens: number;
 }
 
 interface ServiceAnswer {
   readonly plan: OptimizeResponse;
   readonly sync: SyncReport;
-}
-
-/** One build's budget, in percent of the window. */
-interface BudgetPercents {
-  readonly threshold: number;
-  readonly target: number;
-  readonly pressure: number;
 }
 
 interface SessionState {
@@ -140,9 +137,6 @@ interface SessionState {
   readonly embeddings: Map<string, number[]>;
 }
 
-/** Health is asked again after this long, or at once after a failure. */
-const HEALTH_TTL_MS = 30_000;
-
 /**
  * Gemini-CLI-style prompt construction with the ctxopt hook.
  *
@@ -151,30 +145,32 @@ const HEALTH_TTL_MS = 30_000;
  * delta and asks for a plan. In `true` mode the plan is applied, Gemini's
  * history rules are re-checked and repaired, and the result is sent only when
  * it is valid and smaller (never worse); `shadow` reports and sends the
- * original. A failing, unhealthy or slow service gives local truncation under
- * the same rules, and the summary line says so.
+ * original. A failing, unhealthy or slow service, or an open circuit breaker
+ * (`ServiceGate`), gives local truncation under the same rules
+ * (`truncateLocally`), and the summary line says so.
  *
  * Threshold, target and pressure come from the budget option, else the
- * flags, else the server's defaults (asked once per connection). The local
- * fallback needs none of them: it lands at the target when one is known and
+ * flags, else the server's defaults (asked once per connection): the server
+ * is the one home of this front's defaults (the host optimizer's are shares
+ * of its ceiling, cross-validated on the session replay). The local fallback
+ * needs none of them: it lands at the target when one is known and
  * otherwise only makes the prompt fit the window.
  */
 export class PromptBuilder {
   readonly flags: Flags;
   private readonly client: CtxoptClient;
   private readonly ownsClient: boolean;
+  private readonly gate: ServiceGate;
   private readonly budget: BudgetOptions;
   private readonly embedder: Embedder | undefined;
   private readonly explain: boolean;
   private readonly sessions = new Map<string, SessionState>();
-  private healthyUntil = 0;
-  private breakerUntil = 0;
-  private lastFailure = "";
 
   constructor(options: PromptBuilderOptions = {}) {
     this.flags = options.flags ?? readFlags();
     this.ownsClient = options.client === undefined;
     this.client = options.client ?? new CtxoptClient(this.flags.address, { deadlineMs: this.flags.deadlineMs });
+    this.gate = new ServiceGate(this.client, this.flags);
     this.budget = options.budget ?? {};
     this.embedder = options.embedder;
     this.explain = options.explain ?? false;
@@ -191,30 +187,27 @@ export class PromptBuilder {
 
   async build(input: PromptInput): Promise<BuiltPrompt> {
     const prompt = this.prepare(input);
-    if (this.flags.mode === "false") return this.finish(prompt, "pass-through", prompt.turns);
+    if (this.flags.mode === "false") return this.finish(prompt, { outcome: "pass-through" });
     if (!inRollout(input.sessionId, this.flags.rolloutPercent)) {
-      return this.finish(prompt, "pass-through", prompt.turns, { note: `session outside the ${this.flags.rolloutPercent}% rollout` });
+      return this.finish(prompt, { outcome: "pass-through", extra: { note: `session outside the ${this.flags.rolloutPercent}% rollout` } });
     }
     const tooManyChunks = this.flags.maxChunks > 0 && prompt.chunkCount > this.flags.maxChunks;
-    const below = (thresholdPercent: number) => prompt.tokensBefore < prompt.windowTokens * (thresholdPercent / 100) && !tooManyChunks;
-    const known = this.localThreshold() ?? serverBudget(this.client.lastServerInfo)?.threshold;
-    if (Date.now() < this.breakerUntil) {
-      if (known !== undefined && below(known)) return this.finish(prompt, "below-threshold", prompt.turns);
-      const seconds = Math.ceil((this.breakerUntil - Date.now()) / 1000);
-      return this.withoutService(prompt, `service skipped for ${seconds} s after a failure (${this.lastFailure}; circuit open)`);
+    const below = (thresholdPercent: number) => prompt.current.tokens < prompt.windowTokens * (thresholdPercent / 100) && !tooManyChunks;
+    const skipped = this.gate.skipReason();
+    if (skipped !== undefined) {
+      const known = this.localThreshold() ?? serverBudget(this.client.lastServerInfo)?.threshold;
+      if (known !== undefined && below(known)) return this.finish(prompt, { outcome: "below-threshold" });
+      return this.withoutService(prompt, skipped);
     }
-    const settings: CallSettings = { deadline: new Date(Date.now() + this.flags.deadlineMs) };
+    const settings = this.gate.callSettings();
     let answer: ServiceAnswer;
     try {
       // A threshold given here decides without the service; the server's is asked once per connection.
       const threshold = this.localThreshold() ?? (await this.serverDefaults(settings)).threshold;
-      if (below(threshold)) return this.finish(prompt, "below-threshold", prompt.turns);
+      if (below(threshold)) return this.finish(prompt, { outcome: "below-threshold" });
       answer = await this.askService(prompt, threshold, settings);
     } catch (error) {
-      this.healthyUntil = 0;
-      this.lastFailure = fallbackReason(error);
-      this.breakerUntil = Date.now() + this.flags.breakerMs;
-      return this.withoutService(prompt, this.lastFailure);
+      return this.withoutService(prompt, this.gate.failed(error));
     }
     return this.usePlan(prompt, answer);
   }
@@ -238,13 +231,13 @@ export class PromptBuilder {
       fixed,
       fixedTokens,
       chunkCount: turns.reduce((count, turn) => count + turn.parts.length, fixed.length),
-      tokensBefore: fixedTokens + tokensOf(turns),
+      current: { turns, tokens: fixedTokens + tokensOf(turns) },
       windowTokens: this.budget.contextLimitTokens ?? this.flags.windowTokens ?? tokenLimit(input.model),
     };
   }
 
   private async askService(prompt: PreparedPrompt, threshold: number, settings: CallSettings): Promise<ServiceAnswer> {
-    await this.ensureHealthy(settings);
+    await this.gate.ensureHealthy(settings);
     const request = this.optimizeRequest(prompt, await this.budgetPercents(threshold, settings));
     const chunks = [...prompt.fixed, ...chunksOf(prompt.turns)];
     const queryEmbedding = await this.attachEmbeddings(prompt.state, chunks, request.query);
@@ -253,70 +246,58 @@ export class PromptBuilder {
 
   /** No plan: shadow mode sends the original; otherwise local truncation under the same history rules. */
   private withoutService(prompt: PreparedPrompt, reason: string): BuiltPrompt {
-    if (this.flags.mode === "shadow") return this.finish(prompt, "shadow", prompt.turns, { note: `no plan: ${reason}` });
-    const target = this.fallbackTargetTokens(prompt.windowTokens);
-    const truncated = truncateHistory(prompt.turns, target, prompt.lockedTurns, prompt.fixedTokens);
-    if (findViolations(toContents(truncated.turns)).length > 0) {
-      return this.finish(prompt, "fallback", prompt.turns, { note: `${reason}; history invalid, sent as is` });
-    }
-    return this.finish(prompt, "fallback", truncated.turns, { droppedTurns: truncated.droppedTurns, note: reason });
+    if (this.flags.mode === "shadow") return this.finish(prompt, { outcome: "shadow", extra: { note: `no plan: ${reason}` } });
+    const local = truncateLocally(prompt.turns, reason, {
+      targetTokens: this.fallbackTargetTokens(prompt.windowTokens),
+      windowTokens: prompt.windowTokens,
+      lockedTurns: prompt.lockedTurns,
+      fixedTokens: prompt.fixedTokens,
+    });
+    if (local.sent === undefined) return this.finish(prompt, { outcome: "fallback", extra: { note: local.note } });
+    const sent = { turns: local.sent, tokens: local.tokens };
+    return this.finish(prompt, { outcome: "fallback", sent, extra: { droppedTurns: local.droppedTurns, note: local.note } });
   }
 
   /** Never worse: the plan's result is sent only in `true` mode and only when valid and smaller. */
   private usePlan(prompt: PreparedPrompt, { plan, sync }: ServiceAnswer): BuiltPrompt {
-    if (!plan.triggered) return this.finish(prompt, "below-threshold", prompt.turns, { note: "service: not triggered" }, plan, sync);
+    if (!plan.triggered) return this.finish(prompt, { outcome: "below-threshold", extra: { note: "service: not triggered" }, plan, sync });
     const counts = countActions(plan);
     const verdict = judgePlan(prompt.turns, plan);
+    const after: Sized = { turns: verdict.turns, tokens: prompt.fixedTokens + verdict.tokensAfter };
     if (this.flags.mode === "shadow") {
-      const tokensAfter = prompt.fixedTokens + verdict.tokensAfter;
-      return this.finish(prompt, "shadow", prompt.turns, { ...counts, tokensAfter, note: verdict.reason }, plan, sync);
+      return this.finish(prompt, { outcome: "shadow", extra: { ...counts, tokensAfter: after.tokens, note: verdict.reason }, plan, sync });
     }
     if (!verdict.accepted) {
-      if (prompt.tokensBefore > prompt.windowTokens) return this.withoutService(prompt, `${verdict.reason}; the original exceeds the window`);
-      return this.finish(prompt, "kept-original", prompt.turns, { note: verdict.reason }, plan, sync);
+      if (prompt.current.tokens > prompt.windowTokens) return this.withoutService(prompt, `${verdict.reason}; the original exceeds the window`);
+      return this.finish(prompt, { outcome: "kept-original", extra: { note: verdict.reason }, plan, sync });
     }
-    const tokensAfter = prompt.fixedTokens + verdict.tokensAfter;
-    if (tokensAfter > prompt.windowTokens) {
+    if (after.tokens > prompt.windowTokens) {
       // Never over the window: an infeasible plan falls back to local truncation.
-      const why = `plan ${plan.feasible ? "" : "infeasible, "}${tokensAfter.toLocaleString("en-US")} tokens over the ${prompt.windowTokens.toLocaleString("en-US")}-token window`;
+      const why = `plan ${plan.feasible ? "" : "infeasible, "}${fmt(after.tokens)} tokens over the ${fmt(prompt.windowTokens)}-token window`;
       return this.withoutService(prompt, why);
     }
     prompt.state.turns = verdict.turns;
-    return this.finish(prompt, "optimized", verdict.turns, counts, plan, sync);
+    return this.finish(prompt, { outcome: "optimized", sent: after, extra: counts, plan, sync });
   }
 
-  private finish(
-    prompt: PreparedPrompt,
-    outcome: BuildOutcome,
-    sent: MappedContent[],
-    extra: Partial<ContextSummary> = {},
-    plan?: OptimizeResponse,
-    sync?: SyncReport,
-  ): BuiltPrompt {
-    const contents = toContents(sent);
-    const history = outcome === "optimized" ? this.keepRewritten(prompt.state, contents, prompt.message) : [...prompt.input.history];
+  private finish(prompt: PreparedPrompt, ending: Ending): BuiltPrompt {
+    const sent = ending.sent ?? prompt.current;
+    const contents = toContents(sent.turns);
+    const history = ending.outcome === "optimized" ? this.keepRewritten(prompt.state, contents, prompt.message) : [...prompt.input.history];
     const summary = buildSummary(
       {
         mode: this.flags.mode,
         model: prompt.input.model,
         windowTokens: prompt.windowTokens,
-        tokensBefore: prompt.tokensBefore,
-        outcome,
-        tokensAfter: prompt.fixedTokens + tokensOf(sent),
-        serverMs: plan?.serverMs ?? 0,
+        tokensBefore: prompt.current.tokens,
+        outcome: ending.outcome,
+        tokensAfter: sent.tokens,
+        serverMs: ending.plan?.serverMs ?? 0,
         started: prompt.started,
       },
-      extra,
+      ending.extra,
     );
-    return {
-      request: this.request(prompt.input, contents),
-      contents,
-      history,
-      summary,
-      summaryLine: summaryLine(summary),
-      ...(plan ? { plan } : {}),
-      ...(sync ? { sync } : {}),
-    };
+    return { request: this.request(prompt.input, contents), contents, history, summary, summaryLine: summaryLine(summary), ...planAndSync(ending) };
   }
 
   private session(sessionId: string): SessionState {
@@ -362,10 +343,6 @@ export class PromptBuilder {
 
   private optimizeRequest({ input, turns, windowTokens }: PreparedPrompt, percents: BudgetPercents) {
     const messageText = typeof input.message === "string" ? input.message : input.message.map((p) => p.text ?? "").join("\n");
-    const lastTurn = turns.at(-1);
-    const beforeLast = turns.at(-2);
-    const answersCall = lastTurn?.parts.some((p) => p.part.functionResponse !== undefined) ?? false;
-    const mandatory = [...(lastTurn?.parts ?? []), ...(answersCall ? (beforeLast?.parts ?? []) : [])].map((p) => p.chunk.id);
     return {
       query: [messageText, input.activeTask ?? ""].filter(Boolean).join("\n"),
       budget: {
@@ -376,7 +353,7 @@ export class PromptBuilder {
       },
       roots: {
         activeFilePath: input.activeFilePath ?? "",
-        rootIds: [...mandatory, ...(input.pinnedIds ?? [])],
+        rootIds: [...mandatoryRoots(turns), ...(input.pinnedIds ?? [])],
         ...(this.budget.recentTurns !== undefined ? { recentTurns: this.budget.recentTurns } : {}),
       },
       dryRun: this.flags.mode === "shadow",
@@ -392,12 +369,12 @@ export class PromptBuilder {
     return this.budget.thresholdPercent ?? this.flags.thresholdPercent;
   }
 
-  /** Target and pressure next to `threshold`: budget option, else flag, else the server's; the target never above the threshold. */
+  /** Target and pressure as set (budget option, else flag), else the server's, around `threshold` (`resolvePercents`). */
   private async budgetPercents(threshold: number, settings: CallSettings): Promise<BudgetPercents> {
-    const target = this.budget.targetPercent ?? this.flags.targetPercent;
-    const pressure = this.budget.pressurePercent;
-    const server = target === undefined || pressure === undefined ? await this.serverDefaults(settings) : undefined;
-    return { threshold, target: Math.min(target ?? server!.target, threshold), pressure: pressure ?? server!.pressure };
+    const set = { threshold, target: this.budget.targetPercent ?? this.flags.targetPercent, pressure: this.budget.pressurePercent };
+    const { target, pressure } = set;
+    const defaults = target !== undefined && pressure !== undefined ? { threshold, target, pressure } : await this.serverDefaults(settings);
+    return resolvePercents(set, defaults);
   }
 
   /**
@@ -406,32 +383,26 @@ export class PromptBuilder {
    * under the threshold costs no round trip once the defaults are known.
    */
   private async serverDefaults(settings: CallSettings): Promise<BudgetPercents> {
-    if (this.client.lastServerInfo === undefined) await this.ensureHealthy(settings);
+    if (this.client.lastServerInfo === undefined) await this.gate.ensureHealthy(settings);
     const info = await this.client.serverInfo(settings);
     const defaults = serverBudget(info);
     if (defaults === undefined) {
-      throw new Error(`GetServerInfo.default_budget: expected threshold, target and pressure percentages in (0, 100] (got ${JSON.stringify(info.defaultBudget ?? null)})`);
+      throw new Error(
+        `GetServerInfo.default_budget: expected threshold, target and pressure percentages in (0, 100] (got ${JSON.stringify(info.defaultBudget ?? null)})`,
+      );
     }
     return defaults;
   }
 
   /**
    * Where the local fallback lands: the target as the budget option, the
-   * flags or the server last said, else the window itself (never worse only
-   * needs the prompt to fit).
+   * flags or the server last said (`knownTargetPercent`), else the window
+   * itself (never worse only needs the prompt to fit).
    */
   private fallbackTargetTokens(windowTokens: number): number {
-    const server = serverBudget(this.client.lastServerInfo);
-    const threshold = this.localThreshold() ?? server?.threshold;
-    const target = this.budget.targetPercent ?? this.flags.targetPercent ?? server?.target;
-    if (target === undefined) return windowTokens;
-    return windowTokens * (Math.min(target, threshold ?? target) / 100);
-  }
-
-  private async ensureHealthy(settings: CallSettings): Promise<void> {
-    if (Date.now() < this.healthyUntil) return;
-    if ((await this.client.health("", settings)) !== ServingStatus.SERVING) throw new ServiceUnhealthy();
-    this.healthyUntil = Date.now() + HEALTH_TTL_MS;
+    const set = { threshold: this.localThreshold(), target: this.budget.targetPercent ?? this.flags.targetPercent };
+    const target = knownTargetPercent(set, serverBudget(this.client.lastServerInfo));
+    return target === undefined ? windowTokens : windowTokens * (target / 100);
   }
 
   /** With embeddings on, gives each chunk its vector (computed once per chunk id) and returns the query's. */
@@ -461,12 +432,4 @@ export class PromptBuilder {
     state.contents = rest.length > 0 ? [] : [...history, message];
     return history;
   }
-}
-
-/** The server's default percentages, when it reported usable ones. */
-function serverBudget(info: GetServerInfoResponse | undefined): BudgetPercents | undefined {
-  const budget = info?.defaultBudget;
-  if (budget === undefined) return undefined;
-  const percents = { threshold: budget.thresholdPercent, target: budget.targetPercent, pressure: budget.pressurePercent };
-  return Object.values(percents).every((p) => p > 0 && p <= 100) ? percents : undefined;
 }

@@ -63,7 +63,11 @@ export class SessionMirror {
    * the mirror records it: removed chunks are gone, trimmed and masked ones
    * hold their replacement text.
    */
-  async optimize(chunks: readonly Chunk[], request: DeepPartial<OptimizeRequest>, settings?: CallSettings): Promise<{ plan: OptimizeResponse; sync: SyncReport }> {
+  async optimize(
+    chunks: readonly Chunk[],
+    request: DeepPartial<OptimizeRequest>,
+    settings?: CallSettings,
+  ): Promise<{ plan: OptimizeResponse; sync: SyncReport }> {
     const sync = await this.sync(chunks, settings);
     const full = { ...request, sessionId: this.sessionId };
     try {

@@ -23,6 +23,12 @@ test("without --history the CLI prints its usage and exits 2", async () => {
   assert.match(result.stderr, /usage: ctxopt-prompt --history FILE/);
 });
 
+test("--version prints ctxopt-prompt's own version and nothing else", async () => {
+  const result = await cli(["--version"]);
+  assert.equal(result.code, 0);
+  assert.match(result.stdout, /^ctxopt-prompt \d+\.\d+\.\d+\n$/);
+});
+
 test("with optimization off the CLI prints a pass-through summary line", async () => {
   const result = await cli(["--history", exampleHistory], { GEMINI_CONTEXT_OPTIMIZATION: "false" });
   assert.equal(result.code, 0);

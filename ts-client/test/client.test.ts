@@ -22,7 +22,10 @@ test("a server that never answers fails the call with DEADLINE_EXCEEDED", async 
   const silent = await silentServer();
   const client = new CtxoptClient(silent.address);
   try {
-    await assert.rejects(client.health("", { deadlineMs: 100 }), (error: unknown) => error instanceof CtxoptCallError && error.code === GrpcStatus.DEADLINE_EXCEEDED);
+    await assert.rejects(
+      client.health("", { deadlineMs: 100 }),
+      (error: unknown) => error instanceof CtxoptCallError && error.code === GrpcStatus.DEADLINE_EXCEEDED,
+    );
   } finally {
     client.close();
     await silent.close();

@@ -95,7 +95,14 @@ test("a 30% rollout admits roughly 30% of sessions", () => {
   assert.ok(admitted > 500 && admitted < 700, `admitted ${admitted} of 2000`);
 });
 
-for (const [word, mode] of [["1", "true"], ["on", "true"], ["yes", "true"], ["0", "false"], ["off", "false"], ["no", "false"]] as const) {
+for (const [word, mode] of [
+  ["1", "true"],
+  ["on", "true"],
+  ["yes", "true"],
+  ["0", "false"],
+  ["off", "false"],
+  ["no", "false"],
+] as const) {
   test(`GEMINI_CONTEXT_OPTIMIZATION=${word} reads as ${mode}, like the other boolean flags`, () => {
     assert.equal(readFlags({ GEMINI_CONTEXT_OPTIMIZATION: word }).mode, mode);
   });

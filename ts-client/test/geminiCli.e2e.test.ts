@@ -20,6 +20,9 @@ const core = await import("@google/gemini-cli-core");
 const { hardenHistory } = await import("@google/gemini-cli-core/dist/src/utils/historyHardening.js");
 
 const WINDOW_TOKENS = 40_000;
+// The ceiling at half the window (the override; the default rule would make it the whole window, Gemini CLI's
+// line being 524,288 tokens): every session (~23k-46k tokens) is cut, and the largest latest turns still fit.
+const CEILING_PERCENT = 50;
 const SESSIONS = loadSessions([0, 9, 27]);
 
 let server: RunningServer;
@@ -32,7 +35,12 @@ after(async () => {
 });
 
 function drive(session: Session, mode: string): Promise<Drive> {
-  return driveGeminiCli(core, scratch, session, mode, { address: server.address, sessionId: `e2e-${session.id}-${mode}`, windowTokens: WINDOW_TOKENS });
+  return driveGeminiCli(core, scratch, session, mode, {
+    address: server.address,
+    sessionId: `e2e-${session.id}-${mode}`,
+    windowTokens: WINDOW_TOKENS,
+    ceilingPercent: CEILING_PERCENT,
+  });
 }
 
 const results = new Map<string, Drive>();
@@ -103,7 +111,8 @@ for (const session of SESSIONS) {
   test(`${session.id}: between collections the prompt's prefix is byte-identical from call to call`, async () => {
     const exchanges = await exchangesOf(session);
     let steady = 0;
-    if (process.env["CTXOPT_E2E_DEBUG"]) for (const e of exchanges) console.log(e.summary.outcome, e.summary.tokensBefore, e.summary.tokensAfter, e.summary.serverMs.toFixed(1), e.summary.note);
+    if (process.env["CTXOPT_E2E_DEBUG"])
+      for (const e of exchanges) console.log(e.summary.outcome, e.summary.tokensBefore, e.summary.tokensAfter, e.summary.serverMs.toFixed(1), e.summary.note);
     for (let i = 1; i < exchanges.length; i += 1) {
       const { summary } = exchanges[i]!;
       const collected = summary.serverMs > 0 || summary.outcome === "fallback";
@@ -132,8 +141,9 @@ function config0(): InstanceType<typeof core.Config> {
 }
 
 function explain(args: readonly string[]): ContextReport {
-  // A 25k window: a collection now (to HOST_TARGET_PERCENT, under half of it) must cut into the ~23k-token session.
-  const run = spawnSync(process.execPath, [cliPath, ...args, "--addr", server.address, "--context-limit", "25000", "--json"], {
+  // A 12.5k window, the ceiling (Gemini CLI's line is far above): a collection now (to TARGET_SHARE of it) must cut
+  // into the ~23k-token session.
+  const run = spawnSync(process.execPath, [cliPath, ...args, "--addr", server.address, "--context-limit", "12500", "--json"], {
     encoding: "utf8",
     env: { ...process.env, HOME: scratch },
   });
@@ -148,12 +158,18 @@ test("ctxopt-prompt context reads Gemini CLI's own session recording: tokens by 
   const record = await loadConversationRecord(recording);
   const recorded = convertSessionToClientHistory(record!.messages).map((turn) => turn.content);
   assert.equal(report.totalTokens, estimateContentsTokens(recorded));
-  assert.equal(Object.values(report.byCategory).reduce((a, b) => a + b, 0), report.totalTokens);
+  assert.equal(
+    Object.values(report.byCategory).reduce((a, b) => a + b, 0),
+    report.totalTokens,
+  );
   // The test answers tool calls itself (no scheduler records them), so the recording holds their responses only.
   assert.ok(report.byCategory["tool outputs"] > 0, JSON.stringify(report.byCategory));
   assert.ok(report.byCategory["model text"] > 0 && report.byCategory["user text"] > 0);
   assert.equal(report.largest.length, 10);
-  assert.deepEqual(report.largest.map((c) => c.tokens), [...report.largest.map((c) => c.tokens)].sort((a, b) => b - a));
+  assert.deepEqual(
+    report.largest.map((c) => c.tokens),
+    [...report.largest.map((c) => c.tokens)].sort((a, b) => b - a),
+  );
   const removed = report.largest.filter((c) => c.decision !== "KEEP");
   assert.ok(removed.length > 0 && removed.every((c) => c.reasons.length > 0), JSON.stringify(report.largest));
   assert.ok(report.stashedTokens > 0 && report.tokensAfter! < report.totalTokens);
@@ -188,5 +204,29 @@ test("acting before Gemini CLI's compression threshold keeps the prompt size it 
   assert.ok(Math.max(...reported("false")) >= compressionLine, `alone: up to ${Math.max(...reported("false"))} tokens`);
   assert.ok(Math.max(...reported("true")) < compressionLine, `with ctxopt: up to ${Math.max(...reported("true"))} tokens`);
   assert.equal(drives["true"]!.compressions, 0);
-  assert.ok(drives["true"]!.exchanges.some((e) => e.summary.serverMs > 0), "the adapter collected");
+  assert.ok(
+    drives["true"]!.exchanges.some((e) => e.summary.serverMs > 0),
+    "the adapter collected",
+  );
+});
+
+test("without any percent set the adapter reads Gemini CLI's compressionThreshold from its config and keeps under that line", async () => {
+  // The window is the model's (1,048,576 tokens); Gemini CLI compresses at 3% of it: the line is the ceiling.
+  const compressionLine = 0.03 * 1_048_576;
+  const drive = await driveGeminiCli(
+    core,
+    scratch,
+    SESSIONS[2]!,
+    "true",
+    { address: server.address, sessionId: "e2e-compression-read" },
+    { compressionThreshold: 0.03 },
+  );
+  const reported = drive.exchanges.map((e) => e.reportedPromptTokens);
+  assert.ok(Math.max(...reported) < compressionLine, `with ctxopt: up to ${Math.max(...reported)} tokens`);
+  assert.ok(Math.max(...reported) > 0.8 * compressionLine, `the line is used, not halved: up to ${Math.max(...reported)} tokens`);
+  assert.equal(drive.compressions, 0);
+  assert.ok(
+    drive.exchanges.some((e) => e.summary.serverMs > 0),
+    "the adapter collected",
+  );
 });

@@ -6,7 +6,15 @@ import { after, before, test } from "node:test";
 import type { ContentGenerator } from "@google/gemini-cli-core";
 import { LlmRole } from "@google/gemini-cli-core";
 import type { Content } from "../src/gemini/types.js";
-import { GEMINI_CLI_COMPRESSION_PERCENT, HOST_TARGET_PERCENT, HOST_THRESHOLD_PERCENT, withContextOptimizer } from "../src/geminiCli.js";
+import {
+  ceilingPercent,
+  type ContextOptimizerOptions,
+  GEMINI_CLI_COMPRESSION_PERCENT,
+  geminiCliCompactionLine,
+  geminiCliTokenLimit,
+  TARGET_SHARE,
+  withContextOptimizer,
+} from "../src/geminiCli.js";
 import type { ContextSummary } from "../src/summary.js";
 import { call, model, response, text, user } from "./support/histories.js";
 import { closedPort } from "./support/network.js";
@@ -69,7 +77,12 @@ test("options win over the environment: address, window and session reach the se
   try {
     const summaries: ContextSummary[] = [];
     const { generator, seen } = await fakeModel(2);
-    const wrapped = withContextOptimizer(generator, { address: server.address, windowTokens: 8_000, sessionId: "adapter-options", onSummary: (s) => summaries.push(s) });
+    const wrapped = withContextOptimizer(generator, {
+      address: server.address,
+      windowTokens: 8_000,
+      sessionId: "adapter-options",
+      onSummary: (s) => summaries.push(s),
+    });
     await wrapped.generateContentStream({ model: "gemini-2.5-pro", contents: longSession() }, "p1", LlmRole.MAIN);
     assert.equal(summaries[0]!.windowTokens, 8_000);
     assert.ok(summaries[0]!.serverMs > 0, "the service at options.address answered");
@@ -81,14 +94,54 @@ test("options win over the environment: address, window and session reach the se
   }
 });
 
-test("inside Gemini CLI the adapter's ceiling is the CLI's compression line: it acts and lands below 50% of the window", async () => {
-  assert.ok(HOST_TARGET_PERCENT < HOST_THRESHOLD_PERCENT && HOST_THRESHOLD_PERCENT <= GEMINI_CLI_COMPRESSION_PERCENT);
+/** One main-chat request of `longSession()` through the adapter with `options`; its summary. */
+async function ceilingRun(sessionId: string, options: Partial<ContextOptimizerOptions>): Promise<ContextSummary> {
   const summaries: ContextSummary[] = [];
   const { generator } = await fakeModel(1);
-  const wrapped = withContextOptimizer(generator, { address: server.address, windowTokens: 8_000, sessionId: "adapter-ceiling", defaultMode: "true", onSummary: (s) => summaries.push(s) });
+  const wrapped = withContextOptimizer(generator, {
+    address: server.address,
+    windowTokens: 8_000,
+    sessionId,
+    defaultMode: "true",
+    onSummary: (s) => summaries.push(s),
+    ...options,
+  });
   await wrapped.generateContentStream({ model: "gemini-2.5-pro", contents: longSession() }, "p1", LlmRole.MAIN);
   assert.equal(summaries[0]!.outcome, "optimized", summaries[0]!.note);
-  assert.ok(summaries[0]!.tokensAfter < (8_000 * GEMINI_CLI_COMPRESSION_PERCENT) / 100, `${summaries[0]!.tokensAfter} tokens`);
+  return summaries[0]!;
+}
+
+test("a window far below Gemini CLI's model limit is the ceiling: a collection lands near TARGET_SHARE of it, not under half", async () => {
+  // gemini-2.5-pro: Gemini CLI compresses at 0.5 x 1,048,576 tokens, far above an 8,000-token window.
+  assert.equal(geminiCliCompactionLine("gemini-2.5-pro"), 524_288);
+  const summary = await ceilingRun("adapter-ceiling", {});
+  assert.ok(summary.tokensAfter > 8_000 * (TARGET_SHARE - 0.1), `${summary.tokensAfter} tokens: the window is not halved`);
+  assert.ok(summary.tokensAfter <= 8_000 * TARGET_SHARE, `${summary.tokensAfter} tokens`);
+});
+
+test("Gemini CLI's compression line below the window is the ceiling: the user's compressionThreshold, given or read from its config", async () => {
+  const line = geminiCliCompactionLine("gemini-2.5-pro", 0.005);
+  assert.ok(line < 8_000);
+  const given = await ceilingRun("adapter-threshold-given", { compressionThreshold: 0.005 });
+  assert.ok(given.tokensAfter <= line * TARGET_SHARE && given.tokensAfter > line * 0.7, `${given.tokensAfter} tokens`);
+  const read = await ceilingRun("adapter-threshold-read", { geminiConfig: { getCompressionThreshold: () => Promise.resolve(0.005) } });
+  assert.equal(read.tokensAfter, given.tokensAfter);
+  const overridden = await ceilingRun("adapter-ceiling-override", { ceilingPercent: GEMINI_CLI_COMPRESSION_PERCENT });
+  assert.ok(overridden.tokensAfter <= 8_000 * 0.5 * TARGET_SHARE, `ceilingPercent overrides the rule: ${overridden.tokensAfter} tokens`);
+  assert.throws(
+    () => withContextOptimizer({} as ContentGenerator, { compressionThreshold: 1.5 }),
+    /compressionThreshold: expected a fraction in \(0, 1\] \(got 1\.5\)/,
+  );
+});
+
+test("the ceiling rule reads Gemini CLI's own limits: tokenLimit(model) of gemini-cli-core, the lower of the window and its line", () => {
+  for (const name of ["gemini-2.5-pro", "gemini-2.5-flash", "gemini-3-pro-preview", "gemma-4-31b-it", "gemma-4-26b-a4b-it", "a-model-it-does-not-know"]) {
+    assert.equal(geminiCliTokenLimit(name), core.tokenLimit(name), name);
+  }
+  assert.equal(ceilingPercent(60_000, geminiCliCompactionLine("gemini-2.5-pro")), 100);
+  assert.equal(ceilingPercent(1_048_576, geminiCliCompactionLine("gemini-2.5-pro")), GEMINI_CLI_COMPRESSION_PERCENT);
+  assert.equal(ceilingPercent(200_000, geminiCliCompactionLine("gemma-4-31b-it", 0.5)), 64);
+  assert.equal(ceilingPercent(200_000, undefined), 100);
 });
 
 test("only the main chat is rewritten: utility calls, countTokens and the generator's properties pass through", async () => {
@@ -141,11 +194,18 @@ test("the model's reported prompt size calibrates the next calls: a tokenizer co
       })();
     },
   };
-  const wrapped = withContextOptimizer(reporting, { address: server.address, windowTokens: 8_000, sessionId: "adapter-usage", defaultMode: "true", onSummary: (s) => summaries.push(s) });
+  const wrapped = withContextOptimizer(reporting, {
+    address: server.address,
+    windowTokens: 8_000,
+    sessionId: "adapter-usage",
+    defaultMode: "true",
+    onSummary: (s) => summaries.push(s),
+  });
   for await (const _ of await wrapped.generateContentStream({ model: "gemini-2.5-pro", contents: longSession() }, "p1", LlmRole.MAIN));
   await wrapped.generateContent({ model: "gemini-2.5-pro", contents: longSession() }, "p2", LlmRole.MAIN);
   for await (const _ of await wrapped.generateContentStream({ model: "gemini-2.5-pro", contents: longSession() }, "p3", LlmRole.MAIN));
   const expected = [8_000, 8_000 / 1.5, 8_000 / 1.2];
   summaries.forEach((s, i) => assert.ok(Math.abs(s.windowTokens - expected[i]!) <= 1, `call ${i}: window ${s.windowTokens}`));
-  for (const s of summaries) assert.ok(s.tokensAfter <= (s.windowTokens * GEMINI_CLI_COMPRESSION_PERCENT) / 100, `${s.tokensAfter} of ${s.windowTokens}`);
+  // The ceiling is the (calibrated) window: Gemini CLI's line, 524,288 tokens, is far above it.
+  for (const s of summaries) assert.ok(s.tokensAfter <= s.windowTokens, `${s.tokensAfter} of ${s.windowTokens}`);
 });

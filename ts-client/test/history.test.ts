@@ -59,7 +59,13 @@ test("alternating_roles: adjacent turns of one role merge, keeping every part in
 });
 
 test("calls_answered: responses in another order than their calls are put in call order", () => {
-  const history = [user(text("go")), model(call("a", "1"), call("b", "2")), user(response("b", "2", "B"), response("a", "1", "A")), model(text("done")), user(text("next"))];
+  const history = [
+    user(text("go")),
+    model(call("a", "1"), call("b", "2")),
+    user(response("b", "2", "B"), response("a", "1", "A")),
+    model(text("done")),
+    user(text("next")),
+  ];
   assert.ok(rules(history).includes("calls_answered"));
   const outcome = repair(history);
   assert.deepEqual(outcome.history[2], user(response("a", "1", "A"), response("b", "2", "B")));
@@ -103,29 +109,35 @@ test("latest_turn_intact: a repair that would change the latest turn is refused"
 test("pending_call_intact: changing the call the latest turn answers is a violation", () => {
   const before = [user(text("go")), model(call("a", "1", { x: 1 })), user(response("a", "1", "A"))];
   const after = [user(text("go")), model(call("a", "1", { x: 2 })), user(response("a", "1", "A"))];
-  assert.deepEqual(preservationViolations(before, after).map((v) => v.rule), ["pending_call_intact"]);
+  assert.deepEqual(
+    preservationViolations(before, after).map((v) => v.rule),
+    ["pending_call_intact"],
+  );
 });
 
 test("verbatim_parts_intact: a thought signature that changed is a violation", () => {
   const before = [user(text("go")), model({ ...call("a", "1"), thoughtSignature: "c2ln" }), user(response("a", "1", "A")), model(text("ok")), user(text("n"))];
   const after = structuredClone(before);
   after[1]!.parts![0]!.thoughtSignature = "b3RoZXI=";
-  assert.deepEqual(preservationViolations(before, after).map((v) => v.rule), ["verbatim_parts_intact"]);
+  assert.deepEqual(
+    preservationViolations(before, after).map((v) => v.rule),
+    ["verbatim_parts_intact"],
+  );
 });
 
 test("verbatim_parts_intact: dropping a thought part is allowed, rewriting it is not", () => {
   const before = [user(text("go")), model({ text: "plan", thought: true }, text("answer")), user(text("n"))];
   assert.deepEqual(preservationViolations(before, [user(text("go")), model(text("answer")), user(text("n"))]), []);
   const rewritten = [user(text("go")), model({ text: "pl", thought: true }, text("answer")), user(text("n"))];
-  assert.deepEqual(preservationViolations(before, rewritten).map((v) => v.rule), ["verbatim_parts_intact"]);
+  assert.deepEqual(
+    preservationViolations(before, rewritten).map((v) => v.rule),
+    ["verbatim_parts_intact"],
+  );
 });
 
 test("removing any parts but the latest turn's leaves a history repair makes valid, or refuses", () => {
   const damaged = validHistory.chain((history) =>
-    fc.tuple(
-      fc.constant(history),
-      fc.array(fc.boolean(), { minLength: history.length * 4, maxLength: history.length * 4 }),
-    ),
+    fc.tuple(fc.constant(history), fc.array(fc.boolean(), { minLength: history.length * 4, maxLength: history.length * 4 })),
   );
   fc.assert(
     fc.property(damaged, ([history, drops]) => {

@@ -56,7 +56,9 @@ function toolSession(steps: number, outputTokens = 400): Content[] {
   const contents: Content[] = [user(text(SESSION_CONTEXT), text("Fix the failing date parser in utils/dates.py."))];
   for (let i = 0; i < steps; i += 1) {
     const id = `c${i}`;
-    contents.push(model(text(`Step ${i}: look at part ${i}.`), { ...call("run_shell_command", id, { command: `cat part${i}.txt` }), thoughtSignature: `sig-${i}` }));
+    contents.push(
+      model(text(`Step ${i}: look at part ${i}.`), { ...call("run_shell_command", id, { command: `cat part${i}.txt` }), thoughtSignature: `sig-${i}` }),
+    );
     const output = Array.from({ length: outputTokens / 10 }, (_, line) => `part ${i} line ${line}: lorem ipsum`).join("\n");
     contents.push(user(response("run_shell_command", id, output)));
   }
@@ -73,9 +75,17 @@ test("a request ending with a pending functionCall keeps it (and the history sta
 
 test("PromptBuilder keeps a history's trailing pending call when the message answers it", async () => {
   const history = [...toolSession(30), model({ ...call("run_shell_command", "pending", { command: "pytest" }), thoughtSignature: "sig-p" })];
-  const builder = new PromptBuilder({ flags: { ...DEFAULT_FLAGS, mode: "true", deadlineMs: 5000, address: server.address }, budget: { contextLimitTokens: 8_000 } });
+  const builder = new PromptBuilder({
+    flags: { ...DEFAULT_FLAGS, mode: "true", deadlineMs: 5000, address: server.address },
+    budget: { contextLimitTokens: 8_000 },
+  });
   try {
-    const built = await builder.build({ sessionId: `pb-pending-${process.pid}`, model: "gemini-2.5-pro", history, message: [response("run_shell_command", "pending", "3 passed")] });
+    const built = await builder.build({
+      sessionId: `pb-pending-${process.pid}`,
+      model: "gemini-2.5-pro",
+      history,
+      message: [response("run_shell_command", "pending", "3 passed")],
+    });
     assert.equal(built.summary.outcome, "optimized", built.summaryLine);
     assert.deepEqual(built.contents.at(-2), history.at(-1));
     assert.deepEqual(built.history.at(-1), history.at(-1));
@@ -121,7 +131,10 @@ test("recent turns the target cannot hold are not made roots: the plan lands und
 
 test("PromptBuilder never sends an infeasible plan over the window either", async () => {
   const history = [...toolSession(12, 1_000), model(text("I have read every part."))];
-  const builder = new PromptBuilder({ flags: { ...DEFAULT_FLAGS, mode: "true", deadlineMs: 5000, address: server.address }, budget: { contextLimitTokens: 6_000, recentTurns: 100 } });
+  const builder = new PromptBuilder({
+    flags: { ...DEFAULT_FLAGS, mode: "true", deadlineMs: 5000, address: server.address },
+    budget: { contextLimitTokens: 6_000, recentTurns: 100 },
+  });
   try {
     const built = await builder.build({ sessionId: `pb-infeasible-${process.pid}`, model: "gemini-2.5-pro", history, message: "Go on." });
     assert.ok(built.summary.tokensAfter <= 6_000, built.summaryLine);
@@ -160,7 +173,10 @@ test("a split parallel step keeps its signed call: removing it is undone while a
   const [signed, sibling] = turns[1]!.parts;
   const [answerA] = turns[2]!.parts;
   const stash = (id: string) => Decision.fromPartial({ chunkId: id, action: Action.ACTION_STASH });
-  const split = new Map([[signed!.chunk.id, stash(signed!.chunk.id)], [answerA!.chunk.id, stash(answerA!.chunk.id)]]);
+  const split = new Map([
+    [signed!.chunk.id, stash(signed!.chunk.id)],
+    [answerA!.chunk.id, stash(answerA!.chunk.id)],
+  ]);
   assert.deepEqual(signedCallsToKeep(turns, split), [signed!.chunk.id, answerA!.chunk.id]);
   const whole = new Map([...split, [sibling!.chunk.id, stash(sibling!.chunk.id)]]);
   assert.deepEqual(signedCallsToKeep(turns, whole), []);
@@ -279,7 +295,11 @@ test("the defaults are shares of the ceiling: the window for optimizeContents, G
   const cli = optimizer({}, { ceilingPercent: GEMINI_CLI_COMPRESSION_PERCENT });
   assert.deepEqual(cli.percents, { threshold: HOST_THRESHOLD_PERCENT, target: HOST_TARGET_PERCENT, pressure: HOST_PRESSURE_PERCENT });
   assert.ok(HOST_THRESHOLD_PERCENT <= GEMINI_CLI_COMPRESSION_PERCENT, "never past Gemini CLI's own compression line");
-  assert.deepEqual(optimizer({ thresholdPercent: 30 }).percents, { threshold: 30, target: 30, pressure: 100 * PRESSURE_SHARE }, "a low threshold drags the target along");
+  assert.deepEqual(
+    optimizer({ thresholdPercent: 30 }).percents,
+    { threshold: 30, target: 30, pressure: 100 * PRESSURE_SHARE },
+    "a low threshold drags the target along",
+  );
 });
 
 test("recent turns stay roots only as far as they fit in the room the target leaves", () => {
@@ -292,7 +312,11 @@ test("recent turns stay roots only as far as they fit in the room the target lea
 
 test("a latest tool output larger than the window alone is clipped (head and tail kept) so the request fits", async () => {
   const lines = Array.from({ length: 2_000 }, (_, l) => `line ${l}: ${"output ".repeat(4)}`);
-  const contents: Content[] = [user(text("Run the tests.")), model(call("run_shell_command", "t1", { command: "pytest" })), user(response("run_shell_command", "t1", lines.join("\n")))];
+  const contents: Content[] = [
+    user(text("Run the tests.")),
+    model(call("run_shell_command", "t1", { command: "pytest" })),
+    user(response("run_shell_command", "t1", lines.join("\n"))),
+  ];
   const result = await optimizer().optimize(contents);
   assert.equal(result.summary.outcome, "fallback", result.summaryLine);
   assert.match(result.summaryLine, /clipped/);
@@ -337,7 +361,9 @@ test("the service is asked for the adapter's STRATEGY unless the caller names an
 function taskSession(steps: number): Content[] {
   const contents: Content[] = [user(text(`Fix the failing date parser. ${"Details of the report. ".repeat(40)}`))];
   for (let i = 0; i < steps; i += 1) {
-    contents.push(model(text(`THOUGHT: step ${i} reads part ${i}. ${"reasoning ".repeat(150)}`), call("run_shell_command", `c${i}`, { command: `cat part${i}.txt` })));
+    contents.push(
+      model(text(`THOUGHT: step ${i} reads part ${i}. ${"reasoning ".repeat(150)}`), call("run_shell_command", `c${i}`, { command: `cat part${i}.txt` })),
+    );
     contents.push(user(response("run_shell_command", `c${i}`, Array.from({ length: 30 }, (_, line) => `part ${i} line ${line}: lorem ipsum`).join("\n"))));
   }
   return contents;
@@ -355,7 +381,11 @@ test("the first prompt (the task) is a root, and a step's narration goes before 
     const sent = result.contents;
     assert.deepEqual(sent[0], contents[0], "the task is sent as it is");
     const outputs = (cs: Content[]) => cs.flatMap((c) => c.parts ?? []).filter((p) => p.functionResponse !== undefined).length;
-    const narrations = (cs: Content[]) => cs.filter((c) => c.role === "model").flatMap((c) => c.parts ?? []).filter((p) => p.text !== undefined).length;
+    const narrations = (cs: Content[]) =>
+      cs
+        .filter((c) => c.role === "model")
+        .flatMap((c) => c.parts ?? [])
+        .filter((p) => p.text !== undefined).length;
     assert.ok(narrations(sent) < narrations(contents), "narration went");
     // narration goes first: while any non-root narration is out, every output but those of the removed steps stays
     assert.equal(outputs(sent), outputs(contents), "every tool output stays while narration can go");
@@ -393,4 +423,13 @@ test("a report about a request with parts the service has not counted calibrates
   assert.equal(first.summary.outcome, "below-threshold");
   host.reportUsage(first.summary.tokensAfter * 1.5);
   assert.equal((await host.optimize(toolSession(2))).summary.windowTokens, 8_000);
+});
+
+test("empty parts (a signature's empty text, a silent command's output) do not make the service refuse the request", async () => {
+  const contents = toolSession(30);
+  contents.push(model({ text: "", thoughtSignature: "sig-empty" }, call("run_shell_command", "silent", { command: "touch done" })));
+  contents.push(user(response("run_shell_command", "silent", "")));
+  const result = await optimizer().optimize(contents);
+  assert.equal(result.summary.outcome, "optimized", result.summaryLine);
+  assert.deepEqual(result.contents.at(-1), contents.at(-1));
 });

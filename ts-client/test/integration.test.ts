@@ -36,7 +36,10 @@ after(async () => {
 });
 
 function builder(flags: Partial<Flags>, address = server.address, budget: BudgetOptions = {}): PromptBuilder {
-  const built = new PromptBuilder({ flags: { ...DEFAULT_FLAGS, deadlineMs: 5000, ...flags, address }, budget: { contextLimitTokens: CONTEXT_LIMIT, ...budget } });
+  const built = new PromptBuilder({
+    flags: { ...DEFAULT_FLAGS, deadlineMs: 5000, ...flags, address },
+    budget: { contextLimitTokens: CONTEXT_LIMIT, ...budget },
+  });
   builders.push(built);
   return built;
 }
@@ -70,6 +73,9 @@ test("a build with optimization sends a smaller, valid prompt and keeps the serv
   const stats = await client.getSessionStats({ sessionId: request.sessionId });
   const parts = built.contents.reduce((n, c) => n + (c.parts?.length ?? 0), 0);
   assert.equal(stats.chunkCount, parts + 2, "system instruction + memory + one chunk per part");
+  // one tokens_after: the summary line, the plan the server logs, the session it now holds
+  assert.equal(built.summary.tokensAfter, built.plan?.tokensAfter);
+  assert.equal(built.summary.tokensAfter, stats.tokens);
 });
 
 test("the next build sends only the new turns", async () => {

@@ -46,7 +46,10 @@ function listening(port: number): Promise<boolean> {
 function geminiEnv(extra: NodeJS.ProcessEnv): { env: NodeJS.ProcessEnv; project: string; log: string; fake: string } {
   const home = mkdtempSync(join(scratch, "home-"));
   const project = mkdtempSync(join(scratch, "project-"));
-  const reply = { method: "generateContentStream", response: [{ candidates: [{ content: { role: "model", parts: [{ text: "FAKE-MODEL-REPLY" }] }, finishReason: "STOP", index: 0 }] }] };
+  const reply = {
+    method: "generateContentStream",
+    response: [{ candidates: [{ content: { role: "model", parts: [{ text: "FAKE-MODEL-REPLY" }] }, finishReason: "STOP", index: 0 }] }],
+  };
   const fake = join(project, "responses.jsonl");
   writeFileSync(fake, Array.from({ length: 8 }, () => JSON.stringify(reply)).join("\n"));
   const env: NodeJS.ProcessEnv = {
@@ -56,8 +59,10 @@ function geminiEnv(extra: NodeJS.ProcessEnv): { env: NodeJS.ProcessEnv; project:
     GEMINI_CLI_TRUST_WORKSPACE: "true",
     CTXOPT_SERVE_BIN: join(repoRoot, ".venv/bin/ctxopt"),
     CTXOPT_DATA_DIR: join(home, "ctxopt-data"),
-    // Gemini CLI's first request is ~6k tokens: a 10k window makes it cross the 40% threshold.
+    // Gemini CLI's first request is ~8k tokens: in a 10k window it crosses a 40% threshold (the ceiling, the
+    // whole window here, would let it through untouched).
     GEMINI_CONTEXT_WINDOW_TOKENS: "10000",
+    GEMINI_CONTEXT_THRESHOLD_PERCENT: "40",
     ...extra,
   };
   return { env, project, log: join(project, "ctxopt-summary.log"), fake };
@@ -70,6 +75,15 @@ test("ctxopt-gemini --help works offline: no Gemini CLI, no server, exit 0", asy
   assert.match(result.stdout, /^usage: ctxopt-gemini/);
   assert.match(result.stdout, /--ctxopt-no-serve/);
   assert.ok(result.ms < 5_000, `${result.ms} ms`);
+  assert.equal(await listening(port), false);
+});
+
+test("ctxopt-gemini --version prints its own version offline, starting nothing", async () => {
+  const port = await closedPort();
+  const result = await run(["--version"], { PATH: "", CTXOPT_ADDR: `127.0.0.1:${port}` });
+  assert.equal(result.code, 0, result.stderr);
+  const manifest = JSON.parse(readFileSync(`${packageRoot}package.json`, "utf8")) as { version: string };
+  assert.equal(result.stdout, `ctxopt-gemini ${manifest.version}\n`);
   assert.equal(await listening(port), false);
 });
 
@@ -91,12 +105,19 @@ test("ctxopt-gemini runs the installed Gemini CLI with the adapter (through its 
   assert.match(lines[0]!, /server \d/, "the adapter talked to the service the launcher started");
   assert.equal(await listening(port), false, "the server the launcher started is stopped");
   assert.ok(existsSync(join(env["CTXOPT_DATA_DIR"]!, "ctxopt.db")), "the server used the default data directory");
+  const serverLog = join(env["CTXOPT_DATA_DIR"]!, "server.log");
+  assert.ok(result.stderr.includes(`its log: ${serverLog}`), result.stderr);
+  assert.match(readFileSync(serverLog, "utf8"), /"method": "AppendChunks"/, "the server's log is in the file the launcher named");
 });
 
 test("ctxopt-gemini --ctxopt-no-serve starts no server: Gemini CLI runs on the local fallback and the summary says so", async () => {
   const port = await closedPort();
   const { env, project, log, fake } = geminiEnv({ CTXOPT_ADDR: `127.0.0.1:${port}`, CTXOPT_DEADLINE_MS: "300", GEMINI_CLI_NO_RELAUNCH: "true" });
-  const result = await run(["--ctxopt-no-serve", "--ctxopt-gemini", geminiEntry, "--ctxopt-log", log, "--", "--fake-responses-non-strict", fake, "-p", "Say hello."], env, project);
+  const result = await run(
+    ["--ctxopt-no-serve", "--ctxopt-gemini", geminiEntry, "--ctxopt-log", log, "--", "--fake-responses-non-strict", fake, "-p", "Say hello."],
+    env,
+    project,
+  );
   assert.equal(result.code, 0, result.stderr);
   assert.match(result.stderr, /no ctxopt service at 127\.0\.0\.1:\d+; Gemini CLI runs with the local fallback/);
   assert.match(result.stdout, /FAKE-MODEL-REPLY/);
@@ -107,10 +128,14 @@ test("ctxopt-gemini --ctxopt-no-serve starts no server: Gemini CLI runs on the l
 test("the loader wraps exactly Gemini CLI's content generator factory and leaves other modules alone", () => {
   const bundle = readFileSync(join(packageRoot, "node_modules/@google/gemini-cli/bundle", "gemini.js"), "utf8");
   assert.equal(wrapFactory(bundle, "file:///hook.js"), undefined, "the entry script defines no factory");
-  const chunk = "const x = 1;\nasync function createContentGenerator(config2, gcConfig, sessionId) {\n  return make();\n}\nexport { createContentGenerator };\n";
+  const chunk =
+    "const x = 1;\nasync function createContentGenerator(config2, gcConfig, sessionId) {\n  return make();\n}\nexport { createContentGenerator };\n";
   const wrapped = wrapFactory(chunk, "file:///hook.js")!;
   assert.match(wrapped, /^import \{ wrapGeminiCliGenerator as __ctxoptWrap \} from "file:\/\/\/hook\.js";/);
   assert.match(wrapped, /async function __ctxoptOriginalCreateContentGenerator\(config2, gcConfig, sessionId\)/);
-  assert.match(wrapped, /async function createContentGenerator\(a, b, c\) \{ return __ctxoptWrap\(await __ctxoptOriginalCreateContentGenerator\(a, b, c\), b, c\); \}/);
+  assert.match(
+    wrapped,
+    /async function createContentGenerator\(a, b, c\) \{ return __ctxoptWrap\(await __ctxoptOriginalCreateContentGenerator\(a, b, c\), b, c\); \}/,
+  );
   assert.ok(FACTORY_SIGNATURE.test(chunk));
 });

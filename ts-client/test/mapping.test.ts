@@ -39,7 +39,13 @@ test("the same text at another position gets another id", () => {
 });
 
 test("a call and its response share a group, matched by call id", () => {
-  const chunks = chunksOf(mapContents([user(text("go")), model(call("read_file", "a"), call("read_file", "b")), user(response("read_file", "b", "B"), response("read_file", "a", "A"))]));
+  const chunks = chunksOf(
+    mapContents([
+      user(text("go")),
+      model(call("read_file", "a"), call("read_file", "b")),
+      user(response("read_file", "b", "B"), response("read_file", "a", "A")),
+    ]),
+  );
   const [, callA, callB, respB, respA] = chunks;
   assert.equal(respA!.groupId, callA!.groupId);
   assert.equal(respB!.groupId, callB!.groupId);
@@ -49,7 +55,9 @@ test("a call and its response share a group, matched by call id", () => {
 
 test("a parallel step (its calls and their responses) is one group, so the signed first call moves with its siblings", () => {
   const signed = { ...call("read_file", "a"), thoughtSignature: "sig" };
-  const chunks = chunksOf(mapContents([user(text("go")), model(signed, call("read_file", "b")), user(response("read_file", "a", "A"), response("read_file", "b", "B"))]));
+  const chunks = chunksOf(
+    mapContents([user(text("go")), model(signed, call("read_file", "b")), user(response("read_file", "a", "A"), response("read_file", "b", "B"))]),
+  );
   const [, callA, callB, respA, respB] = chunks;
   assert.notEqual(callA!.groupId, "");
   assert.deepEqual([callB!.groupId, respA!.groupId, respB!.groupId], [callA!.groupId, callA!.groupId, callA!.groupId]);
@@ -63,13 +71,21 @@ test("steps in different model turns are different groups", () => {
 });
 
 test("without ids, calls and responses pair by name in order", () => {
-  const chunks = chunksOf(mapContents([user(text("go")), model(call("ls"), call("cat"), call("ls")), user(response("ls", undefined, "1"), response("cat", undefined, "2"), response("ls", undefined, "3"))]));
+  const chunks = chunksOf(
+    mapContents([
+      user(text("go")),
+      model(call("ls"), call("cat"), call("ls")),
+      user(response("ls", undefined, "1"), response("cat", undefined, "2"), response("ls", undefined, "3")),
+    ]),
+  );
   const [, ls1, cat, ls2, r1, r2, r3] = chunks;
   assert.deepEqual([r1!.groupId, r2!.groupId, r3!.groupId], [ls1!.groupId, cat!.groupId, ls2!.groupId]);
 });
 
 test("kinds are inferred: tool call, tool result, code, message", () => {
-  const chunks = chunksOf(mapContents([user(text("explain")), model(text("```ts\nconst x = 1;\n```"), call("read_file", "c")), user(response("read_file", "c", "data"))]));
+  const chunks = chunksOf(
+    mapContents([user(text("explain")), model(text("```ts\nconst x = 1;\n```"), call("read_file", "c")), user(response("read_file", "c", "data"))]),
+  );
   assert.deepEqual(
     chunks.map((c) => c.kind),
     [ChunkKind.CHUNK_KIND_MESSAGE, ChunkKind.CHUNK_KIND_CODE, ChunkKind.CHUNK_KIND_TOOL_CALL, ChunkKind.CHUNK_KIND_TOOL_RESULT],
@@ -78,12 +94,20 @@ test("kinds are inferred: tool call, tool result, code, message", () => {
 
 test("roles map to ROLE_USER and ROLE_MODEL", () => {
   const chunks = chunksOf(mapContents([user(text("a")), model(text("b"))]));
-  assert.deepEqual(chunks.map((c) => c.role), [Role.ROLE_USER, Role.ROLE_MODEL]);
+  assert.deepEqual(
+    chunks.map((c) => c.role),
+    [Role.ROLE_USER, Role.ROLE_MODEL],
+  );
 });
 
 test("a read_file call's path is the file path of the call and of its response", () => {
-  const chunks = chunksOf(mapContents([user(text("go")), model(call("read_file", "r", { absolute_path: "/src/a.ts" })), user(response("read_file", "r", "code"))]));
-  assert.deepEqual(chunks.slice(1).map((c) => c.filePath), ["/src/a.ts", "/src/a.ts"]);
+  const chunks = chunksOf(
+    mapContents([user(text("go")), model(call("read_file", "r", { absolute_path: "/src/a.ts" })), user(response("read_file", "r", "code"))]),
+  );
+  assert.deepEqual(
+    chunks.slice(1).map((c) => c.filePath),
+    ["/src/a.ts", "/src/a.ts"],
+  );
 });
 
 test("tool output keeps its line breaks in the chunk text so it can be trimmed by line", () => {
@@ -101,7 +125,10 @@ test("Gemini CLI's environment-context turn and its acknowledgement are LOCKED",
   const locked = environmentContextTurns(history);
   assert.equal(locked, 2);
   const chunks = chunksOf(mapContents(history, { lockedIndexes: new Set([0, 1]) }));
-  assert.deepEqual(chunks.map((c) => c.policy), [GcPolicy.GC_POLICY_LOCKED, GcPolicy.GC_POLICY_LOCKED, GcPolicy.GC_POLICY_UNSPECIFIED]);
+  assert.deepEqual(
+    chunks.map((c) => c.policy),
+    [GcPolicy.GC_POLICY_LOCKED, GcPolicy.GC_POLICY_LOCKED, GcPolicy.GC_POLICY_UNSPECIFIED],
+  );
 });
 
 test("an ordinary first turn is not taken for the environment context", () => {
@@ -116,7 +143,11 @@ test("the system instruction maps to a LOCKED system chunk", () => {
 });
 
 test("thought and thoughtSignature parts come back exactly as received", () => {
-  const history = [user(text("q")), model({ text: "thinking...", thought: true, thoughtSignature: "c2ln" }, { ...call("ls", "1"), thoughtSignature: "YWJj" }), user(response("ls", "1", "x"))];
+  const history = [
+    user(text("q")),
+    model({ text: "thinking...", thought: true, thoughtSignature: "c2ln" }, { ...call("ls", "1"), thoughtSignature: "YWJj" }),
+    user(response("ls", "1", "x")),
+  ];
   assert.deepEqual(toContents(mapContents(history)), history);
 });
 
@@ -125,7 +156,10 @@ test("a turn with a role other than user or model is refused, naming it", () => 
 });
 
 test("Gemini CLI 0.61's <session_context> turn (coalesced with the task) is recognised as the environment context", () => {
-  const opening = user(text("<session_context>\nThis is the Gemini CLI. We are setting up the context for our chat.\nToday's date is ...\n</session_context>"), text("Fix the bug."));
+  const opening = user(
+    text("<session_context>\nThis is the Gemini CLI. We are setting up the context for our chat.\nToday's date is ...\n</session_context>"),
+    text("Fix the bug."),
+  );
   assert.equal(environmentContextTurns([opening, model(call("ls", "1")), user(response("ls", "1", "a"))]), 1);
   assert.equal(environmentContextTurns([user(text("<session_context>\nsomething else\n</session_context>"))]), 0);
   assert.equal(environmentContextTurns([user(text("Fix the bug."))]), 0);
@@ -145,7 +179,10 @@ test("stepTextPolicy applies to the text of a model turn that calls tools, and t
   const policies = chunksOf(mapContents(history, { stepTextPolicy: GcPolicy.GC_POLICY_EPHEMERAL })).map((c) => c.policy);
   const U = GcPolicy.GC_POLICY_UNSPECIFIED;
   assert.deepEqual(policies, [U, GcPolicy.GC_POLICY_EPHEMERAL, U, U, U]);
-  assert.ok(chunksOf(mapContents(history)).every((c) => c.policy === U), "unset: the service's policy by kind");
+  assert.ok(
+    chunksOf(mapContents(history)).every((c) => c.policy === U),
+    "unset: the service's policy by kind",
+  );
 });
 
 test("a call's multi-line string argument reaches the service line by line, after the name and the other arguments", () => {
@@ -154,4 +191,18 @@ test("a call's multi-line string argument reaches the service line by line, afte
   assert.equal(turn!.parts[0]!.chunk.text, `run_shell_command({"dir":"src"})\ncommand:\n${heredoc}`);
   const [plain] = mapContents([model(call("ls", "b", { path: "src" }))]);
   assert.equal(plain!.parts[0]!.chunk.text, `ls({"path":"src"})`);
+});
+
+test("an empty text part or tool output maps to a non-empty chunk (the service refuses empty ones); the part itself stays as it was", () => {
+  const history = [
+    user(text("go")),
+    model({ text: "", thoughtSignature: "sig" }, call("run_shell_command", "c1", { command: "touch a" })),
+    user(response("run_shell_command", "c1", "")),
+  ];
+  const chunks = chunksOf(mapContents(history));
+  assert.ok(
+    chunks.every((c) => c.text !== ""),
+    JSON.stringify(chunks.map((c) => c.text)),
+  );
+  assert.deepEqual(toContents(mapContents(history)), history);
 });

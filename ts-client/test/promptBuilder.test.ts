@@ -158,7 +158,9 @@ test("a budget option beats the flag, and the flag beats the server's default", 
   const flags = { mode: "true" as const, address: lowServer.address, deadlineMs: 5000 };
   const byFlag = await (await builderFor({ ...flags, thresholdPercent: 50 }, 100_000)).build({ ...input, sessionId: "s-flag-wins" });
   assert.equal(byFlag.summary.outcome, "below-threshold", byFlag.summaryLine);
-  const byOption = await (await builderFor({ ...flags, thresholdPercent: 50 }, 100_000, { thresholdPercent: 5 })).build({ ...input, sessionId: "s-option-wins" });
+  const byOption = await (
+    await builderFor({ ...flags, thresholdPercent: 50 }, 100_000, { thresholdPercent: 5 })
+  ).build({ ...input, sessionId: "s-option-wins" });
   assert.notEqual(byOption.summary.outcome, "below-threshold", byOption.summaryLine);
   const target = await (await builderFor({ ...flags, targetPercent: 3 }, 100_000, { recentTurns: 1 })).build({ ...input, sessionId: "s-target-flag" });
   assert.equal(target.plan?.targetTokens, 3_000, target.summaryLine);

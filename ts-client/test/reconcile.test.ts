@@ -22,7 +22,10 @@ after(async () => {
 function history(steps: number): Content[] {
   const turns: Content[] = [user(text("fix the failing test"))];
   for (let i = 0; i < steps; i += 1) {
-    turns.push(model(call("run_shell_command", `c${i}`, { command: `npm test -- ${i}` })), user(response("run_shell_command", `c${i}`, `FAIL case ${i}\n`.repeat(40))));
+    turns.push(
+      model(call("run_shell_command", `c${i}`, { command: `npm test -- ${i}` })),
+      user(response("run_shell_command", `c${i}`, `FAIL case ${i}\n`.repeat(40))),
+    );
   }
   return turns;
 }
@@ -40,7 +43,10 @@ test("a history handed back as a deep copy maps to the same chunks: nothing is s
 });
 
 test("a copy whose parts list their keys in another order is the same history", async () => {
-  const reorder = (content: Content): Content => ({ parts: (content.parts ?? []).map((p) => Object.fromEntries(Object.entries(p).reverse())), role: content.role! });
+  const reorder = (content: Content): Content => ({
+    parts: (content.parts ?? []).map((p) => Object.fromEntries(Object.entries(p).reverse())),
+    role: content.role!,
+  });
   const built = await twoBuilds("s-key-order", (first) => first.map(reorder));
   assert.deepEqual(built.sync, { appended: 0, removed: 0, resynced: false });
 });

@@ -24,7 +24,13 @@ test("a history under the target is left as is", () => {
 
 test("the oldest exchanges go first (a model turn with the user turn after it); the task opening the conversation stays", () => {
   const result = truncateHistory(mapContents(history), 100, 2);
-  assert.deepEqual(toContents(result.turns), [user(text("environment")), model(text("Got it.")), user(text(`first ${long}`)), model(text("done")), user(text("latest question"))]);
+  assert.deepEqual(toContents(result.turns), [
+    user(text("environment")),
+    model(text("Got it.")),
+    user(text(`first ${long}`)),
+    model(text("done")),
+    user(text("latest question")),
+  ]);
   assert.equal(result.droppedTurns, 2);
 });
 

@@ -37,7 +37,10 @@ test("PromptBuilder's history and request type-check against Gemini CLI's setHis
   const port = await closedPort();
   const builder = new PromptBuilder({ flags: { ...DEFAULT_FLAGS, address: `127.0.0.1:${port}` } });
   try {
-    const history: GeminiCliContent[] = [{ role: "user", parts: [{ text: "hi" }] }, { role: "model", parts: [{ text: "hello" }] }];
+    const history: GeminiCliContent[] = [
+      { role: "user", parts: [{ text: "hi" }] },
+      { role: "model", parts: [{ text: "hello" }] },
+    ];
     const built = await builder.build({ sessionId: "types-pb", model: "gemini-2.5-pro", history, message: "next" });
     const kept: GeminiCliContent[] = built.history;
     const request: GeminiCliRequest = built.request;

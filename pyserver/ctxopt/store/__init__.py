@@ -16,7 +16,7 @@ from ctxopt.store.originals import (
     stored_of,
 )
 from ctxopt.store.owners import require_owner
-from ctxopt.store.rows import Restash, StashEntry, StoredChunk, StoredSession
+from ctxopt.store.rows import Restash, SessionSummary, StashEntry, StoredChunk, StoredSession
 from ctxopt.store.store import Change, Fsync, Store
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "Exported",
     "Fsync",
     "Restash",
+    "SessionSummary",
     "StashEntry",
     "Store",
     "StoredChunk",

@@ -39,6 +39,36 @@ class StoredSession:
     chunks: list[StoredChunk]
 
 
+# The owner's live sessions with their stash totals, most recently used first
+LIST_SESSIONS_SQL = """
+SELECT s.session_id,
+  (SELECT count(*) FROM chunks c WHERE c.session_id = s.session_id),
+  (SELECT coalesce(sum(c.tokens), 0) FROM chunks c WHERE c.session_id = s.session_id),
+  coalesce(t.entries, 0),
+  coalesce(t.tokens, 0),
+  max(
+    coalesce((SELECT max(c.last_touched_ms) FROM chunks c WHERE c.session_id = s.session_id), 0),
+    coalesce((SELECT max(st.stashed_at_ms) FROM stash st WHERE st.session_id = s.session_id), 0)
+  ) AS last_used
+FROM sessions s LEFT JOIN stash_totals t ON t.session_id = s.session_id
+WHERE s.owner = ?
+ORDER BY last_used DESC, s.session_id
+LIMIT ?
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """One stored session as `ListSessions` shows it."""
+
+    session_id: str
+    chunk_count: int
+    tokens: int
+    stashed_count: int
+    stashed_tokens: int
+    last_used_ms: int  # the latest chunk touch or stash write
+
+
 @dataclass(frozen=True, slots=True)
 class StashEntry:
     """An original moved out of the window; `stash_id` is `shrink.stash_id`

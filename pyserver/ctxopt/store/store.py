@@ -62,11 +62,13 @@ from ctxopt.store.export import Exported, export_document
 from ctxopt.store.files import DB_FILE, Directory, classify, damaged
 from ctxopt.store.owners import owners_of, require_owner
 from ctxopt.store.rows import (
+    LIST_SESSIONS_SQL,
     LIVE_NAMES,
     LIVE_SELECT,
     STASH_NAMES,
     STASH_SELECT,
     Restash,
+    SessionSummary,
     StashEntry,
     StoredChunk,
     StoredSession,
@@ -357,6 +359,15 @@ class Store:
                 )
             }
         return sorted(members)
+
+    def list_sessions(self, owner: str, limit: int) -> tuple[list[SessionSummary], int]:
+        """The owner's live sessions, most recently used first, and how many it holds."""
+        with self._reading() as cur:
+            rows = cur.execute(LIST_SESSIONS_SQL, (owner, limit)).fetchall()
+            (total,) = cur.execute(
+                "SELECT count(*) FROM sessions WHERE owner = ?", (owner,)
+            ).fetchone()
+        return [SessionSummary(*row) for row in rows], int(total)
 
     def stash_stats(self, session_id: str) -> tuple[int, int]:
         """(entries, tokens) in a session's stash (one owner per session id: see `commit`)."""

@@ -614,3 +614,95 @@ class GetServerInfoResponse(_message.Message):
     max_message_bytes: int
     version: str
     def __init__(self, default_budget: _Optional[_Union[Budget, _Mapping]] = ..., max_chunks_per_request: _Optional[int] = ..., max_chunks_per_session: _Optional[int] = ..., max_text_chars: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...
+
+class ListSessionsRequest(_message.Message):
+    __slots__ = ("limit",)
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+
+class SessionSummary(_message.Message):
+    __slots__ = ("session_id", "chunk_count", "tokens", "stashed_count", "stashed_tokens", "last_used_unix_ms")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STASHED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    STASHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    LAST_USED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    chunk_count: int
+    tokens: int
+    stashed_count: int
+    stashed_tokens: int
+    last_used_unix_ms: int
+    def __init__(self, session_id: _Optional[str] = ..., chunk_count: _Optional[int] = ..., tokens: _Optional[int] = ..., stashed_count: _Optional[int] = ..., stashed_tokens: _Optional[int] = ..., last_used_unix_ms: _Optional[int] = ...) -> None: ...
+
+class ListSessionsResponse(_message.Message):
+    __slots__ = ("sessions", "total")
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[SessionSummary]
+    total: int
+    def __init__(self, sessions: _Optional[_Iterable[_Union[SessionSummary, _Mapping]]] = ..., total: _Optional[int] = ...) -> None: ...
+
+class GetLastPlanRequest(_message.Message):
+    __slots__ = ("session_id", "top")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOP_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    top: int
+    def __init__(self, session_id: _Optional[str] = ..., top: _Optional[int] = ...) -> None: ...
+
+class KindTokens(_message.Message):
+    __slots__ = ("kind", "chunk_count", "tokens", "tokens_after")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    kind: ChunkKind
+    chunk_count: int
+    tokens: int
+    tokens_after: int
+    def __init__(self, kind: _Optional[_Union[ChunkKind, str]] = ..., chunk_count: _Optional[int] = ..., tokens: _Optional[int] = ..., tokens_after: _Optional[int] = ...) -> None: ...
+
+class PlannedChunk(_message.Message):
+    __slots__ = ("chunk_id", "kind", "role", "tokens", "tokens_after", "action", "reasons", "stash_id", "preview")
+    CHUNK_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    STASH_ID_FIELD_NUMBER: _ClassVar[int]
+    PREVIEW_FIELD_NUMBER: _ClassVar[int]
+    chunk_id: str
+    kind: ChunkKind
+    role: Role
+    tokens: int
+    tokens_after: int
+    action: Action
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    stash_id: str
+    preview: str
+    def __init__(self, chunk_id: _Optional[str] = ..., kind: _Optional[_Union[ChunkKind, str]] = ..., role: _Optional[_Union[Role, str]] = ..., tokens: _Optional[int] = ..., tokens_after: _Optional[int] = ..., action: _Optional[_Union[Action, str]] = ..., reasons: _Optional[_Iterable[str]] = ..., stash_id: _Optional[str] = ..., preview: _Optional[str] = ...) -> None: ...
+
+class GetLastPlanResponse(_message.Message):
+    __slots__ = ("found", "planned_unix_ms", "tokens_before", "tokens_after", "target_tokens", "dry_run", "kinds", "largest")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    PLANNED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    TARGET_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    KINDS_FIELD_NUMBER: _ClassVar[int]
+    LARGEST_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    planned_unix_ms: int
+    tokens_before: int
+    tokens_after: int
+    target_tokens: int
+    dry_run: bool
+    kinds: _containers.RepeatedCompositeFieldContainer[KindTokens]
+    largest: _containers.RepeatedCompositeFieldContainer[PlannedChunk]
+    def __init__(self, found: _Optional[bool] = ..., planned_unix_ms: _Optional[int] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., target_tokens: _Optional[int] = ..., dry_run: _Optional[bool] = ..., kinds: _Optional[_Iterable[_Union[KindTokens, _Mapping]]] = ..., largest: _Optional[_Iterable[_Union[PlannedChunk, _Mapping]]] = ...) -> None: ...

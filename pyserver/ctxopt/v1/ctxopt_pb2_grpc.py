@@ -103,6 +103,16 @@ class ContextOptimizerStub:
                 request_serializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetServerInfoRequest.SerializeToString,
                 response_deserializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetServerInfoResponse.FromString,
                 _registered_method=True)
+        self.ListSessions = channel.unary_unary(
+                '/ctxopt.v1.ContextOptimizer/ListSessions',
+                request_serializer=ctxopt_dot_v1_dot_ctxopt__pb2.ListSessionsRequest.SerializeToString,
+                response_deserializer=ctxopt_dot_v1_dot_ctxopt__pb2.ListSessionsResponse.FromString,
+                _registered_method=True)
+        self.GetLastPlan = channel.unary_unary(
+                '/ctxopt.v1.ContextOptimizer/GetLastPlan',
+                request_serializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetLastPlanRequest.SerializeToString,
+                response_deserializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetLastPlanResponse.FromString,
+                _registered_method=True)
 
 
 class ContextOptimizerServicer:
@@ -207,6 +217,22 @@ class ContextOptimizerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListSessions(self, request, context):
+        """ListSessions lists the caller's sessions, most recently used first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetLastPlan(self, request, context):
+        """GetLastPlan reports the last collection Optimize ran on a session since
+        the server started: tokens by chunk kind and the largest chunks with the
+        decision taken on each and why.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextOptimizerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -274,6 +300,16 @@ def add_ContextOptimizerServicer_to_server(servicer, server):
                     servicer.GetServerInfo,
                     request_deserializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetServerInfoRequest.FromString,
                     response_serializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetServerInfoResponse.SerializeToString,
+            ),
+            'ListSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSessions,
+                    request_deserializer=ctxopt_dot_v1_dot_ctxopt__pb2.ListSessionsRequest.FromString,
+                    response_serializer=ctxopt_dot_v1_dot_ctxopt__pb2.ListSessionsResponse.SerializeToString,
+            ),
+            'GetLastPlan': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLastPlan,
+                    request_deserializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetLastPlanRequest.FromString,
+                    response_serializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetLastPlanResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -631,6 +667,60 @@ class ContextOptimizer:
             '/ctxopt.v1.ContextOptimizer/GetServerInfo',
             ctxopt_dot_v1_dot_ctxopt__pb2.GetServerInfoRequest.SerializeToString,
             ctxopt_dot_v1_dot_ctxopt__pb2.GetServerInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxopt.v1.ContextOptimizer/ListSessions',
+            ctxopt_dot_v1_dot_ctxopt__pb2.ListSessionsRequest.SerializeToString,
+            ctxopt_dot_v1_dot_ctxopt__pb2.ListSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLastPlan(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxopt.v1.ContextOptimizer/GetLastPlan',
+            ctxopt_dot_v1_dot_ctxopt__pb2.GetLastPlanRequest.SerializeToString,
+            ctxopt_dot_v1_dot_ctxopt__pb2.GetLastPlanResponse.FromString,
             options,
             channel_credentials,
             insecure,

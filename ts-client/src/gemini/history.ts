@@ -99,7 +99,10 @@ const mappedShapes = new WeakMap<MappedContent, TurnShape>();
 function mappedShape(turn: MappedContent): TurnShape {
   let shape = mappedShapes.get(turn);
   if (shape === undefined) {
-    shape = shapeOf(turn.role, turn.parts.map((p) => p.part));
+    shape = shapeOf(
+      turn.role,
+      turn.parts.map((p) => p.part),
+    );
     mappedShapes.set(turn, shape);
   }
   return shape;

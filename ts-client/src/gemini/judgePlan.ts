@@ -8,7 +8,7 @@ export interface PlanVerdict {
   readonly accepted: boolean;
   /** The history with the plan applied and repaired (what would be sent). */
   readonly turns: MappedContent[];
-  /** Tokens of `turns`. */
+  /** Tokens of `turns` as the service counts a plan's result (`OptimizeResponse.tokens_after`). */
   readonly tokensAfter: number;
   readonly repairs: HistoryRepair[];
   /** Rules the result would break (empty when valid). */
@@ -26,10 +26,24 @@ export interface PlanVerdict {
 export function judgePlan(turns: readonly MappedContent[], plan: Pick<OptimizeResponse, "keptIds" | "decisions">): PlanVerdict {
   const applied = applyPlan(turns, plan);
   const repaired = repairHistory(applied.turns);
-  const tokensAfter = tokensOf(repaired.turns);
+  const tokensAfter = plannedTokensOf(repaired.turns, plan, applied.rewrittenIds);
   const broken = [...new Set(repaired.violations.map((v) => v.rule))];
   const reason = broken.length > 0 ? `plan would break ${broken.join(", ")}` : tokensAfter >= tokensOf(turns) ? "plan is not smaller" : "";
   return { accepted: reason === "", turns: repaired.turns, tokensAfter, repairs: repaired.repairs, broken, reason };
+}
+
+/**
+ * The one definition of a plan's `tokens_after`, the server's too: every part at
+ * its count, a part the plan rewrote at its decision's `tokensAfter` (the
+ * service's count of the replacement text, not the host's estimate of the
+ * rewritten part).
+ */
+function plannedTokensOf(turns: readonly MappedContent[], plan: Pick<OptimizeResponse, "decisions">, rewrittenIds: readonly string[]): number {
+  const rewritten = new Set(rewrittenIds);
+  const counted = new Map(plan.decisions.filter((d) => rewritten.has(d.chunkId)).map((d) => [d.chunkId, d.tokensAfter]));
+  let total = 0;
+  for (const turn of turns) for (const part of turn.parts) total += counted.get(part.chunk.id) ?? part.chunk.tokens;
+  return total;
 }
 
 export function tokensOf(turns: readonly MappedContent[]): number {

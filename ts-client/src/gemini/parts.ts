@@ -54,11 +54,23 @@ function sortKeys(value: unknown): unknown {
 const RESPONSE_TEXT_KEYS = ["output", "content", "result", "error"] as const;
 
 /**
+ * The chunk text of a part with nothing in it (an empty text, as Gemini 3
+ * sends beside a thought signature, or a command's empty output): the service
+ * refuses an empty chunk, and one such part would fail the whole request.
+ */
+export const EMPTY_PART_TEXT = "(empty)";
+
+/**
  * The text the service indexes for a part. Tool output keeps its line breaks
  * (a single string field is shown as is, anything else as indented JSON) so
- * the service can TRIM it by line range.
+ * the service can TRIM it by line range; an empty one is EMPTY_PART_TEXT.
  */
 export function partChunkText(part: Part): string {
+  const text = indexedText(part);
+  return text === "" ? EMPTY_PART_TEXT : text;
+}
+
+function indexedText(part: Part): string {
   const call = part.functionCall;
   if (call !== undefined) return callText(call.name ?? "", call.args ?? {});
   const response = part.functionResponse;

@@ -98,7 +98,12 @@ export class ServerCounts {
 
   /** A part's window count (its chunk's tokens being the host's estimate). */
   partTokens(mapped: MappedPart): number {
-    return windowTokensOf(mapped.chunk.tokens, mapped.chunk.text, this.get(mapped.chunk.id, mapped.chunk.text), !this.hostEstimates && readsAsText(mapped.part));
+    return windowTokensOf(
+      mapped.chunk.tokens,
+      mapped.chunk.text,
+      this.get(mapped.chunk.id, mapped.chunk.text),
+      !this.hostEstimates && readsAsText(mapped.part),
+    );
   }
 
   private countedPart(mapped: MappedPart): MappedPart {

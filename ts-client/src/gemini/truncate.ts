@@ -72,7 +72,8 @@ export function clipLatest(turns: readonly MappedContent[], excessTokens: number
     let candidate = mapped;
     do {
       keep = Math.floor(keep * 0.8);
-      const text = `${output.slice(0, keep)}\n[ctxopt: ${output.length - 2 * keep} characters clipped to fit the window]\n${output.slice(output.length - keep)}`;
+      const marker = `[ctxopt: ${output.length - 2 * keep} characters clipped to fit the window]`;
+      const text = `${output.slice(0, keep)}\n${marker}\n${output.slice(output.length - keep)}`;
       candidate = remapPart(mapped, { ...mapped.part, functionResponse: { ...response, response: { ...response.response, output: text } } }, text);
     } while (count(candidate) > allowance && keep > MIN_CLIP_KEEP);
     excess -= tokens - count(candidate);

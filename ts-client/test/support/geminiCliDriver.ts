@@ -57,7 +57,14 @@ export async function driveGeminiCli(
   const fakeFile = join(project, "responses.jsonl");
   writeFileSync(
     fakeFile,
-    replies.map((parts) => JSON.stringify({ method: "generateContentStream", response: [{ candidates: [{ content: { role: "model", parts }, finishReason: "STOP", index: 0 }] }] })).join("\n"),
+    replies
+      .map((parts) =>
+        JSON.stringify({
+          method: "generateContentStream",
+          response: [{ candidates: [{ content: { role: "model", parts }, finishReason: "STOP", index: 0 }] }],
+        }),
+      )
+      .join("\n"),
   );
   const fake = await core.FakeContentGenerator.fromFile(fakeFile);
   const exchanges: Exchange[] = [];
@@ -87,7 +94,11 @@ export async function driveGeminiCli(
     embedContent: (request) => fake.embedContent(request),
   };
   process.env["GEMINI_CONTEXT_OPTIMIZATION"] = mode;
-  const optimized = withContextOptimizer(recordSent, { ...options, onSummary: (summary) => summaries.push(summary) });
+  // As the launcher does, the adapter may read Gemini CLI's own config (made below, asked at the first request).
+  let config: InstanceType<Core["Config"]> | undefined;
+  const geminiConfig =
+    settings.compressionThreshold === undefined ? {} : { geminiConfig: { getCompressionThreshold: () => config!.getCompressionThreshold() } };
+  const optimized = withContextOptimizer(recordSent, { ...geminiConfig, ...options, onSummary: (summary) => summaries.push(summary) });
   const recordReceived: ContentGenerator = {
     generateContent: (request, id, role) => optimized.generateContent(request, id, role),
     generateContentStream: async (request, id, role) => {
@@ -98,7 +109,7 @@ export async function driveGeminiCli(
     countTokens: (request) => fake.countTokens(request),
     embedContent: (request) => fake.embedContent(request),
   };
-  const config = new core.Config({
+  config = new core.Config({
     sessionId: `drive-${session.id}-${mode}`,
     targetDir: project,
     cwd: project,
@@ -133,8 +144,14 @@ export async function driveGeminiCli(
     if (next === undefined) break;
     const recorded = next.flatMap((p) => (p.functionResponse?.id === undefined ? [] : [p.functionResponse.id]));
     // Gemini CLI's scheduler names a call `<tool>__<id>` and answers under that id.
-    assert.deepEqual(calls, recorded.map((id) => `run_shell_command__${id}`), `step ${step}: Gemini CLI asked for the recorded calls`);
-    message = next.map((p) => (p.functionResponse === undefined ? p : { functionResponse: { ...p.functionResponse, id: `run_shell_command__${p.functionResponse.id}` } }));
+    assert.deepEqual(
+      calls,
+      recorded.map((id) => `run_shell_command__${id}`),
+      `step ${step}: Gemini CLI asked for the recorded calls`,
+    );
+    message = next.map((p) =>
+      p.functionResponse === undefined ? p : { functionResponse: { ...p.functionResponse, id: `run_shell_command__${p.functionResponse.id}` } },
+    );
   }
   const chats = join(config.storage.getProjectTempDir(), "chats");
   const recordings = readdirSync(chats).filter((name) => name.startsWith("session-") && name.endsWith(".jsonl"));

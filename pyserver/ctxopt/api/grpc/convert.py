@@ -36,6 +36,8 @@ from ctxopt.model import (
     Strategy,
     Weights,
 )
+from ctxopt.plan_report import PlanReport
+from ctxopt.store import SessionSummary
 from ctxopt.v1 import ctxopt_pb2 as pb
 
 E = TypeVar("E", bound=IntEnum)
@@ -300,4 +302,57 @@ def stats_to_pb(stats: SessionStats) -> pb.GetSessionStatsResponse:
         collections=stats.collections,
         tokens_by_policy=stats.tokens_by_policy,
         old_generation_chunks=stats.old_generation_chunks,
+    )
+
+
+def sessions_to_pb(sessions: Sequence[SessionSummary], total: int) -> pb.ListSessionsResponse:
+    return pb.ListSessionsResponse(
+        sessions=[
+            pb.SessionSummary(
+                session_id=s.session_id,
+                chunk_count=s.chunk_count,
+                tokens=s.tokens,
+                stashed_count=s.stashed_count,
+                stashed_tokens=s.stashed_tokens,
+                last_used_unix_ms=s.last_used_ms,
+            )
+            for s in sessions
+        ],
+        total=total,
+    )
+
+
+def last_plan_to_pb(report: PlanReport | None) -> pb.GetLastPlanResponse:
+    if report is None:
+        return pb.GetLastPlanResponse(found=False)
+    return pb.GetLastPlanResponse(
+        found=True,
+        planned_unix_ms=report.planned_ms,
+        tokens_before=report.tokens_before,
+        tokens_after=report.tokens_after,
+        target_tokens=report.target_tokens,
+        dry_run=report.dry_run,
+        kinds=[
+            pb.KindTokens(
+                kind=cast(pb.ChunkKind, int(k.kind)),
+                chunk_count=k.chunk_count,
+                tokens=k.tokens,
+                tokens_after=k.tokens_after,
+            )
+            for k in report.kinds
+        ],
+        largest=[
+            pb.PlannedChunk(
+                chunk_id=c.chunk_id,
+                kind=cast(pb.ChunkKind, int(c.kind)),
+                role=cast(pb.Role, int(c.role)),
+                tokens=c.tokens,
+                tokens_after=c.tokens_after,
+                action=_action(c.action),
+                reasons=c.reasons,
+                stash_id=c.stash_id,
+                preview=c.preview,
+            )
+            for c in report.largest
+        ],
     )

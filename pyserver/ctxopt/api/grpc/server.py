@@ -15,6 +15,7 @@ import threading
 import time
 from concurrent import futures
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -22,12 +23,14 @@ from grpc_reflection.v1alpha import reflection
 
 from ctxopt.api.grpc.interceptors import AuthInterceptor, DecodeInterceptor, Tokens
 from ctxopt.api.grpc.service import ContextOptimizerService
-from ctxopt.api.mcp.server import serve_http
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.errors import FailedPrecondition
 from ctxopt.v1 import ctxopt_pb2 as pb
 from ctxopt.v1 import ctxopt_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from ctxopt.api.gateway.server import GatewayServer
 
 log = logging.getLogger("ctxopt.server")
 
@@ -41,8 +44,14 @@ class Server:
         self.tokens = Tokens(config.auth_token)
         credentials = _credentials(config)
         self.engine = Engine(config)
+        self._mcp = None
+        self.mcp_url = ""
         try:
-            self._mcp = serve_http(self.engine, config) if config.mcp_addr else None
+            if config.mcp_addr:
+                # imported only when asked for: the MCP SDK takes a second to import
+                from ctxopt.api.mcp.server import serve_http
+
+                self._mcp, self.mcp_url = serve_http(self.engine, config)
         except BaseException:
             self.engine.close()
             raise
@@ -71,14 +80,28 @@ class Server:
                 port = self._grpc.add_insecure_port(config.addr)
             else:
                 port = self._grpc.add_secure_port(config.addr, credentials)
-        except RuntimeError as e:
+        except RuntimeError:  # gRPC's text names GRPC_VERBOSITY, not the cause
             self.engine.close()
-            raise FailedPrecondition("addr", config.addr, f"cannot bind: {e}") from None
+            raise FailedPrecondition(
+                "addr", config.addr, "cannot bind: the address is in use or not on this machine"
+            ) from None
         self.address = f"{host}:{port}"
+        self.gateway: GatewayServer | None = None
+        try:
+            if config.gateway_addr:
+                # imported only when asked for, as the MCP front (the HTTP stack)
+                from ctxopt.api.gateway.server import GatewayServer
+
+                self.gateway = GatewayServer(self.engine, config, self.tokens)
+        except BaseException:
+            self.engine.close()
+            raise
         self._stopped = threading.Event()
 
     def start(self) -> None:
         self._grpc.start()
+        if self.gateway is not None:
+            self.gateway.start()
         for service in ("", SERVICE_NAME):
             self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
 
@@ -90,6 +113,8 @@ class Server:
         self.health.enter_graceful_shutdown()  # every service NOT_SERVING
         time.sleep(self.config.drain_notice_seconds)
         self._grpc.stop(self.config.grace_seconds).wait()
+        if self.gateway is not None:
+            self.gateway.stop()
         if self._mcp is None:
             self.engine.close()
         else:
@@ -122,8 +147,12 @@ def serve(config: Config) -> None:
     requested = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: requested.set())
-    # the one stdout line: scripts and tests read the bound address from it
+    # stdout: one line per listener, gRPC first; scripts and tests read the addresses
     print(f"ctxopt listening on {server.address}", flush=True)
+    if server.gateway is not None:
+        print(f"ctxopt gateway listening on {server.gateway.url}", flush=True)
+    if server.mcp_url:
+        print(f"ctxopt mcp listening on {server.mcp_url}", flush=True)
     log.info(
         "serving %s (data dir %s, %d workers, auth %s) in %.0f ms",
         SERVICE_NAME,

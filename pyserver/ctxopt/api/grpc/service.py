@@ -9,7 +9,6 @@ contained as INTERNAL, and one structured log line with no chunk text.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -188,6 +187,23 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
             lambda _owner: convert.server_info_to_pb(self.engine.config),
         )
 
+    def ListSessions(
+        self, request: pb.ListSessionsRequest, context: grpc.ServicerContext
+    ) -> pb.ListSessionsResponse:
+        def run(owner: str) -> pb.ListSessionsResponse:
+            return convert.sessions_to_pb(*self.engine.list_sessions(owner, request.limit))
+
+        return self._call("ListSessions", context, "", 0, run)
+
+    def GetLastPlan(
+        self, request: pb.GetLastPlanRequest, context: grpc.ServicerContext
+    ) -> pb.GetLastPlanResponse:
+        def run(owner: str) -> pb.GetLastPlanResponse:
+            report = self.engine.last_plan(owner, request.session_id, request.top)
+            return convert.last_plan_to_pb(report)
+
+        return self._call("GetLastPlan", context, request.session_id, 0, run)
+
     # ---- around every call --------------------------------------------------
 
     def _call(
@@ -242,4 +258,4 @@ def _log_call(
         response, pb.AppendChunksResponse | pb.RemoveChunksResponse | pb.RestoreResponse
     ):
         record["tokens_after"] = response.session_tokens
-    log.info(json.dumps(record))
+    log.info("%s %s", method, code.name, extra={"fields": record})  # see logs.py

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
 from functools import partial
 from typing import Annotated, Any
 
 import anyio
+import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import Tool
 from pydantic import Field
 
-from ctxopt import validate
+from ctxopt import __version__, validate
 from ctxopt.api.mcp.schemas import (
     DEFAULT_SESSION,
     Analysis,
@@ -76,6 +78,7 @@ def build_server(tools: ContextTools) -> MCPServer:
     """The MCP server offering `tools`, one decorated adapter per tool."""
     server = _StrictServer(
         "ctxopt",
+        version=__version__,
         instructions=(
             "Context garbage collection. Register what is in your context with "
             "context_append, look with context_gc_analyze before pruning, and find "
@@ -222,10 +225,11 @@ def _close_on_signal(tools: ContextTools) -> None:
         signal.signal(sig, handler)
 
 
-def serve_http(engine: Engine, config: Config) -> ContextTools:
+def serve_http(engine: Engine, config: Config) -> tuple[ContextTools, str]:
     """Serve the MCP tools over streamable HTTP at `config.mcp_addr` (path /mcp),
     on a daemon thread, over an engine the gRPC server also uses; returns the
-    tools, whose lock the caller takes to close the engine under them.
+    tools, whose lock the caller takes to close the engine under them, and the
+    URL (the port bound when the address asks for port 0).
 
     The tools act as owner "" and check no token, so this is refused with auth
     on or off loopback."""
@@ -236,14 +240,28 @@ def serve_http(engine: Engine, config: Config) -> ContextTools:
         )
     if host not in ("127.0.0.1", "localhost", "::1", "[::1]") or not port.isdigit():
         raise FailedPrecondition("mcp_addr", config.mcp_addr, "must be a loopback HOST:PORT")
+    bare_host = host.strip("[]")
+    listener = socket.socket(socket.AF_INET6 if ":" in bare_host else socket.AF_INET)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((bare_host, int(port)))
+        listener.listen(128)  # connections queue from now on, before uvicorn runs
+    except OSError as err:
+        listener.close()
+        raise FailedPrecondition(
+            "mcp_addr", config.mcp_addr, f"cannot bind ({err.strerror})"
+        ) from None
     tools = ContextTools(engine, initial_settings(config))
-    server = build_server(tools)
+    # log_config=None: uvicorn's records go to the process's handler (logs.py)
+    http = uvicorn.Server(
+        uvicorn.Config(build_server(tools).streamable_http_app(host=bare_host), log_config=None)
+    )
 
     def run() -> None:
-        anyio.run(partial(server.run_streamable_http_async, host=host.strip("[]"), port=int(port)))
+        anyio.run(partial(http.serve, sockets=[listener]))
 
     threading.Thread(target=run, name="ctxopt-mcp-http", daemon=True).start()
-    return tools
+    return tools, f"http://{host}:{listener.getsockname()[1]}/mcp"
 
 
 def serve_stdio(config: Config) -> None:

@@ -717,7 +717,12 @@ export interface OptimizeResponse {
   decisions: Decision[];
   /** Tokens of the session before the plan. */
   tokensBefore: number;
-  /** Tokens of the prompt after the plan. */
+  /**
+   * Tokens of the prompt after the plan: each kept chunk at its count, each
+   * trimmed or masked one at its decision's tokens_after (the service's count
+   * of the replacement text). The server's log line and the client's summary
+   * both report this number.
+   */
   tokensAfter: number;
   /** The landing point the plan aimed for. */
   targetTokens: number;
@@ -979,6 +984,101 @@ export interface GetServerInfoResponse {
   maxMessageBytes: number;
   /** Server version. */
   version: string;
+}
+
+/** Request of ListSessions. */
+export interface ListSessionsRequest {
+  /** Most sessions to return (0: 100); the most recently used come first. */
+  limit: number;
+}
+
+/** One session in a ListSessions answer. */
+export interface SessionSummary {
+  /** Session. */
+  sessionId: string;
+  /** Live chunks. */
+  chunkCount: number;
+  /** Tokens the live chunks hold. */
+  tokens: number;
+  /** Stash entries of the session. */
+  stashedCount: number;
+  /** Tokens in the stash. */
+  stashedTokens: number;
+  /** Last change to the session or its stash, Unix milliseconds. */
+  lastUsedUnixMs: number;
+}
+
+/** Response of ListSessions. */
+export interface ListSessionsResponse {
+  /** The sessions, most recently used first. */
+  sessions: SessionSummary[];
+  /** Sessions the caller holds in all (may exceed the ones returned). */
+  total: number;
+}
+
+/** Request of GetLastPlan. */
+export interface GetLastPlanRequest {
+  /** Session. */
+  sessionId: string;
+  /** How many of the largest chunks to report (0: 10). */
+  top: number;
+}
+
+/** Tokens of one chunk kind before and after a plan. */
+export interface KindTokens {
+  /** The kind. */
+  kind: ChunkKind;
+  /** Chunks of that kind the plan saw. */
+  chunkCount: number;
+  /** Their tokens before the plan. */
+  tokens: number;
+  /** Their tokens after it. */
+  tokensAfter: number;
+}
+
+/** One chunk of a plan, with what the plan did to it. */
+export interface PlannedChunk {
+  /** The chunk. */
+  chunkId: string;
+  /** What it holds. */
+  kind: ChunkKind;
+  /** Who spoke it. */
+  role: Role;
+  /** Tokens before. */
+  tokens: number;
+  /** Tokens after. */
+  tokensAfter: number;
+  /** The decision (KEEP for a chunk the plan left as is). */
+  action: Action;
+  /** Reason codes of the decision. */
+  reasons: string[];
+  /** Stash entry holding the original (empty when kept or deleted). */
+  stashId: string;
+  /** The start of the chunk's original text, on one line. */
+  preview: string;
+}
+
+/** Response of GetLastPlan. */
+export interface GetLastPlanResponse {
+  /**
+   * A collection has run on the session since the server started; the other
+   * fields are empty otherwise.
+   */
+  found: boolean;
+  /** When it ran, Unix milliseconds. */
+  plannedUnixMs: number;
+  /** The session's tokens before it. */
+  tokensBefore: number;
+  /** Its tokens after it. */
+  tokensAfter: number;
+  /** The tokens it aimed at. */
+  targetTokens: number;
+  /** Whether it was a dry run (nothing applied). */
+  dryRun: boolean;
+  /** Tokens by chunk kind, largest first. */
+  kinds: KindTokens[];
+  /** The largest chunks, largest first. */
+  largest: PlannedChunk[];
 }
 
 function createBaseChunk(): Chunk {
@@ -6550,6 +6650,966 @@ export const GetServerInfoResponse: MessageFns<GetServerInfoResponse> = {
   },
 };
 
+function createBaseListSessionsRequest(): ListSessionsRequest {
+  return { limit: 0 };
+}
+
+export const ListSessionsRequest: MessageFns<ListSessionsRequest> = {
+  encode(message: ListSessionsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.limit !== 0) {
+      writer.uint32(8).int32(message.limit);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListSessionsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListSessionsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.limit = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListSessionsRequest {
+    return { limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0 };
+  },
+
+  toJSON(message: ListSessionsRequest): unknown {
+    const obj: any = {};
+    if (message.limit !== 0) {
+      obj.limit = Math.round(message.limit);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListSessionsRequest>): ListSessionsRequest {
+    return ListSessionsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListSessionsRequest>): ListSessionsRequest {
+    const message = createBaseListSessionsRequest();
+    message.limit = object.limit ?? 0;
+    return message;
+  },
+};
+
+function createBaseSessionSummary(): SessionSummary {
+  return { sessionId: "", chunkCount: 0, tokens: 0, stashedCount: 0, stashedTokens: 0, lastUsedUnixMs: 0 };
+}
+
+export const SessionSummary: MessageFns<SessionSummary> = {
+  encode(message: SessionSummary, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.chunkCount !== 0) {
+      writer.uint32(16).int32(message.chunkCount);
+    }
+    if (message.tokens !== 0) {
+      writer.uint32(24).int64(message.tokens);
+    }
+    if (message.stashedCount !== 0) {
+      writer.uint32(32).int32(message.stashedCount);
+    }
+    if (message.stashedTokens !== 0) {
+      writer.uint32(40).int64(message.stashedTokens);
+    }
+    if (message.lastUsedUnixMs !== 0) {
+      writer.uint32(48).int64(message.lastUsedUnixMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SessionSummary {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSessionSummary();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.chunkCount = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.tokens = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.stashedCount = reader.int32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.stashedTokens = longToNumber(reader.int64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.lastUsedUnixMs = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SessionSummary {
+    return {
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      chunkCount: isSet(object.chunkCount)
+        ? globalThis.Number(object.chunkCount)
+        : isSet(object.chunk_count)
+        ? globalThis.Number(object.chunk_count)
+        : 0,
+      tokens: isSet(object.tokens) ? globalThis.Number(object.tokens) : 0,
+      stashedCount: isSet(object.stashedCount)
+        ? globalThis.Number(object.stashedCount)
+        : isSet(object.stashed_count)
+        ? globalThis.Number(object.stashed_count)
+        : 0,
+      stashedTokens: isSet(object.stashedTokens)
+        ? globalThis.Number(object.stashedTokens)
+        : isSet(object.stashed_tokens)
+        ? globalThis.Number(object.stashed_tokens)
+        : 0,
+      lastUsedUnixMs: isSet(object.lastUsedUnixMs)
+        ? globalThis.Number(object.lastUsedUnixMs)
+        : isSet(object.last_used_unix_ms)
+        ? globalThis.Number(object.last_used_unix_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: SessionSummary): unknown {
+    const obj: any = {};
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.chunkCount !== 0) {
+      obj.chunkCount = Math.round(message.chunkCount);
+    }
+    if (message.tokens !== 0) {
+      obj.tokens = Math.round(message.tokens);
+    }
+    if (message.stashedCount !== 0) {
+      obj.stashedCount = Math.round(message.stashedCount);
+    }
+    if (message.stashedTokens !== 0) {
+      obj.stashedTokens = Math.round(message.stashedTokens);
+    }
+    if (message.lastUsedUnixMs !== 0) {
+      obj.lastUsedUnixMs = Math.round(message.lastUsedUnixMs);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<SessionSummary>): SessionSummary {
+    return SessionSummary.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SessionSummary>): SessionSummary {
+    const message = createBaseSessionSummary();
+    message.sessionId = object.sessionId ?? "";
+    message.chunkCount = object.chunkCount ?? 0;
+    message.tokens = object.tokens ?? 0;
+    message.stashedCount = object.stashedCount ?? 0;
+    message.stashedTokens = object.stashedTokens ?? 0;
+    message.lastUsedUnixMs = object.lastUsedUnixMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseListSessionsResponse(): ListSessionsResponse {
+  return { sessions: [], total: 0 };
+}
+
+export const ListSessionsResponse: MessageFns<ListSessionsResponse> = {
+  encode(message: ListSessionsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.sessions) {
+      SessionSummary.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.total !== 0) {
+      writer.uint32(16).int32(message.total);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListSessionsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListSessionsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessions.push(SessionSummary.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.total = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListSessionsResponse {
+    return {
+      sessions: globalThis.Array.isArray(object?.sessions)
+        ? object.sessions.map((e: any) => SessionSummary.fromJSON(e))
+        : [],
+      total: isSet(object.total) ? globalThis.Number(object.total) : 0,
+    };
+  },
+
+  toJSON(message: ListSessionsResponse): unknown {
+    const obj: any = {};
+    if (message.sessions?.length) {
+      obj.sessions = message.sessions.map((e) => SessionSummary.toJSON(e));
+    }
+    if (message.total !== 0) {
+      obj.total = Math.round(message.total);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListSessionsResponse>): ListSessionsResponse {
+    return ListSessionsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListSessionsResponse>): ListSessionsResponse {
+    const message = createBaseListSessionsResponse();
+    message.sessions = object.sessions?.map((e) => SessionSummary.fromPartial(e)) || [];
+    message.total = object.total ?? 0;
+    return message;
+  },
+};
+
+function createBaseGetLastPlanRequest(): GetLastPlanRequest {
+  return { sessionId: "", top: 0 };
+}
+
+export const GetLastPlanRequest: MessageFns<GetLastPlanRequest> = {
+  encode(message: GetLastPlanRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.top !== 0) {
+      writer.uint32(16).int32(message.top);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetLastPlanRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetLastPlanRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.top = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetLastPlanRequest {
+    return {
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      top: isSet(object.top) ? globalThis.Number(object.top) : 0,
+    };
+  },
+
+  toJSON(message: GetLastPlanRequest): unknown {
+    const obj: any = {};
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.top !== 0) {
+      obj.top = Math.round(message.top);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetLastPlanRequest>): GetLastPlanRequest {
+    return GetLastPlanRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetLastPlanRequest>): GetLastPlanRequest {
+    const message = createBaseGetLastPlanRequest();
+    message.sessionId = object.sessionId ?? "";
+    message.top = object.top ?? 0;
+    return message;
+  },
+};
+
+function createBaseKindTokens(): KindTokens {
+  return { kind: 0, chunkCount: 0, tokens: 0, tokensAfter: 0 };
+}
+
+export const KindTokens: MessageFns<KindTokens> = {
+  encode(message: KindTokens, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.kind !== 0) {
+      writer.uint32(8).int32(message.kind);
+    }
+    if (message.chunkCount !== 0) {
+      writer.uint32(16).int32(message.chunkCount);
+    }
+    if (message.tokens !== 0) {
+      writer.uint32(24).int64(message.tokens);
+    }
+    if (message.tokensAfter !== 0) {
+      writer.uint32(32).int64(message.tokensAfter);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): KindTokens {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseKindTokens();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.kind = reader.int32() as any;
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.chunkCount = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.tokens = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.tokensAfter = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): KindTokens {
+    return {
+      kind: isSet(object.kind) ? chunkKindFromJSON(object.kind) : 0,
+      chunkCount: isSet(object.chunkCount)
+        ? globalThis.Number(object.chunkCount)
+        : isSet(object.chunk_count)
+        ? globalThis.Number(object.chunk_count)
+        : 0,
+      tokens: isSet(object.tokens) ? globalThis.Number(object.tokens) : 0,
+      tokensAfter: isSet(object.tokensAfter)
+        ? globalThis.Number(object.tokensAfter)
+        : isSet(object.tokens_after)
+        ? globalThis.Number(object.tokens_after)
+        : 0,
+    };
+  },
+
+  toJSON(message: KindTokens): unknown {
+    const obj: any = {};
+    if (message.kind !== 0) {
+      obj.kind = chunkKindToJSON(message.kind);
+    }
+    if (message.chunkCount !== 0) {
+      obj.chunkCount = Math.round(message.chunkCount);
+    }
+    if (message.tokens !== 0) {
+      obj.tokens = Math.round(message.tokens);
+    }
+    if (message.tokensAfter !== 0) {
+      obj.tokensAfter = Math.round(message.tokensAfter);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<KindTokens>): KindTokens {
+    return KindTokens.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<KindTokens>): KindTokens {
+    const message = createBaseKindTokens();
+    message.kind = object.kind ?? 0;
+    message.chunkCount = object.chunkCount ?? 0;
+    message.tokens = object.tokens ?? 0;
+    message.tokensAfter = object.tokensAfter ?? 0;
+    return message;
+  },
+};
+
+function createBasePlannedChunk(): PlannedChunk {
+  return { chunkId: "", kind: 0, role: 0, tokens: 0, tokensAfter: 0, action: 0, reasons: [], stashId: "", preview: "" };
+}
+
+export const PlannedChunk: MessageFns<PlannedChunk> = {
+  encode(message: PlannedChunk, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.chunkId !== "") {
+      writer.uint32(10).string(message.chunkId);
+    }
+    if (message.kind !== 0) {
+      writer.uint32(16).int32(message.kind);
+    }
+    if (message.role !== 0) {
+      writer.uint32(24).int32(message.role);
+    }
+    if (message.tokens !== 0) {
+      writer.uint32(32).int32(message.tokens);
+    }
+    if (message.tokensAfter !== 0) {
+      writer.uint32(40).int32(message.tokensAfter);
+    }
+    if (message.action !== 0) {
+      writer.uint32(48).int32(message.action);
+    }
+    for (const v of message.reasons) {
+      writer.uint32(58).string(v!);
+    }
+    if (message.stashId !== "") {
+      writer.uint32(66).string(message.stashId);
+    }
+    if (message.preview !== "") {
+      writer.uint32(74).string(message.preview);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PlannedChunk {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePlannedChunk();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.chunkId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.kind = reader.int32() as any;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.role = reader.int32() as any;
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.tokens = reader.int32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.tokensAfter = reader.int32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.action = reader.int32() as any;
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.reasons.push(reader.string());
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.stashId = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.preview = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PlannedChunk {
+    return {
+      chunkId: isSet(object.chunkId)
+        ? globalThis.String(object.chunkId)
+        : isSet(object.chunk_id)
+        ? globalThis.String(object.chunk_id)
+        : "",
+      kind: isSet(object.kind) ? chunkKindFromJSON(object.kind) : 0,
+      role: isSet(object.role) ? roleFromJSON(object.role) : 0,
+      tokens: isSet(object.tokens) ? globalThis.Number(object.tokens) : 0,
+      tokensAfter: isSet(object.tokensAfter)
+        ? globalThis.Number(object.tokensAfter)
+        : isSet(object.tokens_after)
+        ? globalThis.Number(object.tokens_after)
+        : 0,
+      action: isSet(object.action) ? actionFromJSON(object.action) : 0,
+      reasons: globalThis.Array.isArray(object?.reasons) ? object.reasons.map((e: any) => globalThis.String(e)) : [],
+      stashId: isSet(object.stashId)
+        ? globalThis.String(object.stashId)
+        : isSet(object.stash_id)
+        ? globalThis.String(object.stash_id)
+        : "",
+      preview: isSet(object.preview) ? globalThis.String(object.preview) : "",
+    };
+  },
+
+  toJSON(message: PlannedChunk): unknown {
+    const obj: any = {};
+    if (message.chunkId !== "") {
+      obj.chunkId = message.chunkId;
+    }
+    if (message.kind !== 0) {
+      obj.kind = chunkKindToJSON(message.kind);
+    }
+    if (message.role !== 0) {
+      obj.role = roleToJSON(message.role);
+    }
+    if (message.tokens !== 0) {
+      obj.tokens = Math.round(message.tokens);
+    }
+    if (message.tokensAfter !== 0) {
+      obj.tokensAfter = Math.round(message.tokensAfter);
+    }
+    if (message.action !== 0) {
+      obj.action = actionToJSON(message.action);
+    }
+    if (message.reasons?.length) {
+      obj.reasons = message.reasons;
+    }
+    if (message.stashId !== "") {
+      obj.stashId = message.stashId;
+    }
+    if (message.preview !== "") {
+      obj.preview = message.preview;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<PlannedChunk>): PlannedChunk {
+    return PlannedChunk.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<PlannedChunk>): PlannedChunk {
+    const message = createBasePlannedChunk();
+    message.chunkId = object.chunkId ?? "";
+    message.kind = object.kind ?? 0;
+    message.role = object.role ?? 0;
+    message.tokens = object.tokens ?? 0;
+    message.tokensAfter = object.tokensAfter ?? 0;
+    message.action = object.action ?? 0;
+    message.reasons = object.reasons?.map((e) => e) || [];
+    message.stashId = object.stashId ?? "";
+    message.preview = object.preview ?? "";
+    return message;
+  },
+};
+
+function createBaseGetLastPlanResponse(): GetLastPlanResponse {
+  return {
+    found: false,
+    plannedUnixMs: 0,
+    tokensBefore: 0,
+    tokensAfter: 0,
+    targetTokens: 0,
+    dryRun: false,
+    kinds: [],
+    largest: [],
+  };
+}
+
+export const GetLastPlanResponse: MessageFns<GetLastPlanResponse> = {
+  encode(message: GetLastPlanResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.found !== false) {
+      writer.uint32(8).bool(message.found);
+    }
+    if (message.plannedUnixMs !== 0) {
+      writer.uint32(16).int64(message.plannedUnixMs);
+    }
+    if (message.tokensBefore !== 0) {
+      writer.uint32(24).int64(message.tokensBefore);
+    }
+    if (message.tokensAfter !== 0) {
+      writer.uint32(32).int64(message.tokensAfter);
+    }
+    if (message.targetTokens !== 0) {
+      writer.uint32(40).int64(message.targetTokens);
+    }
+    if (message.dryRun !== false) {
+      writer.uint32(48).bool(message.dryRun);
+    }
+    for (const v of message.kinds) {
+      KindTokens.encode(v!, writer.uint32(58).fork()).join();
+    }
+    for (const v of message.largest) {
+      PlannedChunk.encode(v!, writer.uint32(66).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetLastPlanResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetLastPlanResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.found = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.plannedUnixMs = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.tokensBefore = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.tokensAfter = longToNumber(reader.int64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.targetTokens = longToNumber(reader.int64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.dryRun = reader.bool();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.kinds.push(KindTokens.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.largest.push(PlannedChunk.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetLastPlanResponse {
+    return {
+      found: isSet(object.found) ? globalThis.Boolean(object.found) : false,
+      plannedUnixMs: isSet(object.plannedUnixMs)
+        ? globalThis.Number(object.plannedUnixMs)
+        : isSet(object.planned_unix_ms)
+        ? globalThis.Number(object.planned_unix_ms)
+        : 0,
+      tokensBefore: isSet(object.tokensBefore)
+        ? globalThis.Number(object.tokensBefore)
+        : isSet(object.tokens_before)
+        ? globalThis.Number(object.tokens_before)
+        : 0,
+      tokensAfter: isSet(object.tokensAfter)
+        ? globalThis.Number(object.tokensAfter)
+        : isSet(object.tokens_after)
+        ? globalThis.Number(object.tokens_after)
+        : 0,
+      targetTokens: isSet(object.targetTokens)
+        ? globalThis.Number(object.targetTokens)
+        : isSet(object.target_tokens)
+        ? globalThis.Number(object.target_tokens)
+        : 0,
+      dryRun: isSet(object.dryRun)
+        ? globalThis.Boolean(object.dryRun)
+        : isSet(object.dry_run)
+        ? globalThis.Boolean(object.dry_run)
+        : false,
+      kinds: globalThis.Array.isArray(object?.kinds)
+        ? object.kinds.map((e: any) => KindTokens.fromJSON(e))
+        : [],
+      largest: globalThis.Array.isArray(object?.largest)
+        ? object.largest.map((e: any) => PlannedChunk.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: GetLastPlanResponse): unknown {
+    const obj: any = {};
+    if (message.found !== false) {
+      obj.found = message.found;
+    }
+    if (message.plannedUnixMs !== 0) {
+      obj.plannedUnixMs = Math.round(message.plannedUnixMs);
+    }
+    if (message.tokensBefore !== 0) {
+      obj.tokensBefore = Math.round(message.tokensBefore);
+    }
+    if (message.tokensAfter !== 0) {
+      obj.tokensAfter = Math.round(message.tokensAfter);
+    }
+    if (message.targetTokens !== 0) {
+      obj.targetTokens = Math.round(message.targetTokens);
+    }
+    if (message.dryRun !== false) {
+      obj.dryRun = message.dryRun;
+    }
+    if (message.kinds?.length) {
+      obj.kinds = message.kinds.map((e) => KindTokens.toJSON(e));
+    }
+    if (message.largest?.length) {
+      obj.largest = message.largest.map((e) => PlannedChunk.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetLastPlanResponse>): GetLastPlanResponse {
+    return GetLastPlanResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetLastPlanResponse>): GetLastPlanResponse {
+    const message = createBaseGetLastPlanResponse();
+    message.found = object.found ?? false;
+    message.plannedUnixMs = object.plannedUnixMs ?? 0;
+    message.tokensBefore = object.tokensBefore ?? 0;
+    message.tokensAfter = object.tokensAfter ?? 0;
+    message.targetTokens = object.targetTokens ?? 0;
+    message.dryRun = object.dryRun ?? false;
+    message.kinds = object.kinds?.map((e) => KindTokens.fromPartial(e)) || [];
+    message.largest = object.largest?.map((e) => PlannedChunk.fromPartial(e)) || [];
+    return message;
+  },
+};
+
 /**
  * ContextOptimizer keeps a per-session registry of conversation chunks and
  * decides, on every prompt construction, what to keep, trim, mask, stash or
@@ -6711,6 +7771,31 @@ export const ContextOptimizerService = {
       Buffer.from(GetServerInfoResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetServerInfoResponse => GetServerInfoResponse.decode(value),
   },
+  /** ListSessions lists the caller's sessions, most recently used first. */
+  listSessions: {
+    path: "/ctxopt.v1.ContextOptimizer/ListSessions" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListSessionsRequest): Buffer => Buffer.from(ListSessionsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListSessionsRequest => ListSessionsRequest.decode(value),
+    responseSerialize: (value: ListSessionsResponse): Buffer =>
+      Buffer.from(ListSessionsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListSessionsResponse => ListSessionsResponse.decode(value),
+  },
+  /**
+   * GetLastPlan reports the last collection Optimize ran on a session since
+   * the server started: tokens by chunk kind and the largest chunks with the
+   * decision taken on each and why.
+   */
+  getLastPlan: {
+    path: "/ctxopt.v1.ContextOptimizer/GetLastPlan" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetLastPlanRequest): Buffer => Buffer.from(GetLastPlanRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetLastPlanRequest => GetLastPlanRequest.decode(value),
+    responseSerialize: (value: GetLastPlanResponse): Buffer => Buffer.from(GetLastPlanResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetLastPlanResponse => GetLastPlanResponse.decode(value),
+  },
 } as const;
 
 export interface ContextOptimizerServer extends UntypedServiceImplementation {
@@ -6752,6 +7837,14 @@ export interface ContextOptimizerServer extends UntypedServiceImplementation {
    * clients take them from this one source instead of writing their own.
    */
   getServerInfo: handleUnaryCall<GetServerInfoRequest, GetServerInfoResponse>;
+  /** ListSessions lists the caller's sessions, most recently used first. */
+  listSessions: handleUnaryCall<ListSessionsRequest, ListSessionsResponse>;
+  /**
+   * GetLastPlan reports the last collection Optimize ran on a session since
+   * the server started: tokens by chunk kind and the largest chunks with the
+   * decision taken on each and why.
+   */
+  getLastPlan: handleUnaryCall<GetLastPlanRequest, GetLastPlanResponse>;
 }
 
 export interface ContextOptimizerClient extends Client {
@@ -6974,6 +8067,42 @@ export interface ContextOptimizerClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetServerInfoResponse) => void,
+  ): ClientUnaryCall;
+  /** ListSessions lists the caller's sessions, most recently used first. */
+  listSessions(
+    request: ListSessionsRequest,
+    callback: (error: ServiceError | null, response: ListSessionsResponse) => void,
+  ): ClientUnaryCall;
+  listSessions(
+    request: ListSessionsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListSessionsResponse) => void,
+  ): ClientUnaryCall;
+  listSessions(
+    request: ListSessionsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListSessionsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * GetLastPlan reports the last collection Optimize ran on a session since
+   * the server started: tokens by chunk kind and the largest chunks with the
+   * decision taken on each and why.
+   */
+  getLastPlan(
+    request: GetLastPlanRequest,
+    callback: (error: ServiceError | null, response: GetLastPlanResponse) => void,
+  ): ClientUnaryCall;
+  getLastPlan(
+    request: GetLastPlanRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetLastPlanResponse) => void,
+  ): ClientUnaryCall;
+  getLastPlan(
+    request: GetLastPlanRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetLastPlanResponse) => void,
   ): ClientUnaryCall;
 }
 

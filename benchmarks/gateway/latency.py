@@ -1,0 +1,117 @@
+"""What the gateway adds to a model call, and to the first byte of a stream.
+
+For each wire format and history size, a session grows by one exchange per
+call (as an agent's does); each call goes once straight to the fake provider
+and once through the gateway, alternately, and the difference of the two
+distributions' percentiles is what the gateway adds. The first gateway call
+of a session (every chunk new to the engine) is reported apart as `cold`.
+Two regimes: the model's own window (at 100 messages below the threshold, so
+the original bytes go up; 1,000 messages pass Claude's 200k and are pruned)
+and a window at half the history (collections, sticky rewrites).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from benchmarks.gateway.histories import Trajectory, request
+from tests.gateway.checks import tokens_of
+
+PATHS = {
+    "anthropic": ("/anthropic", "/v1/messages"),
+    "openai-chat": ("/openai", "/v1/chat/completions"),
+    "openai-responses": ("/openai", "/v1/responses"),
+    "gemini": ("/gemini", "/v1beta/models/gemini-2.5-pro:generateContent"),
+}
+LISTS = {
+    "anthropic": "messages",
+    "openai-chat": "messages",
+    "openai-responses": "input",
+    "gemini": "contents",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    fmt: str
+    messages: int
+    regime: str  # "model-window" or "half-window"
+
+
+def synthetic(trajectories: list[Trajectory], exchanges: int) -> Trajectory:
+    """One long session: the first task, then steps taken in turn from every trajectory."""
+    pool = [s for t in trajectories for s in t.steps]
+    steps = tuple(pool[i % len(pool)] for i in range(exchanges))
+    first = trajectories[0]
+    return Trajectory("synthetic", first.system, first.task, steps)
+
+
+def _post(
+    client: httpx.Client, url: str, body: dict[str, Any], headers: dict[str, str]
+) -> tuple[float, float]:
+    """Seconds to the whole answer, and to its first byte when streamed."""
+    started = time.perf_counter()
+    with client.stream("POST", url, json=body, headers=headers) as response:
+        first = 0.0
+        for _ in response.iter_raw():
+            first = first or time.perf_counter() - started
+        response.raise_for_status()
+    return time.perf_counter() - started, first
+
+
+def _streamed(fmt: str, url: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    if fmt == "gemini":
+        return url.replace(":generateContent", ":streamGenerateContent") + "?alt=sse", body
+    return url, {**body, "stream": True}
+
+
+def measure(
+    client: httpx.Client, gateway: str, upstream: str, case: Case, session: Trajectory, calls: int
+) -> dict[str, float]:
+    """`session` must hold `case.messages // 2 + calls` steps."""
+    exchanges = case.messages // 2
+    prefix, path = PATHS[case.fmt]
+    direct_url, gateway_url = upstream + path, gateway + prefix + path
+    base = request(case.fmt, session, exchanges)
+    headers = {
+        "x-api-key": "bench",
+        "x-ctxopt-session": f"bench-{case.fmt}-{case.messages}-{case.regime}",
+    }
+    if case.regime == "half-window":
+        headers["x-ctxopt-window-tokens"] = str(tokens_of(base) // 2)
+    cold, _ = _post(client, gateway_url, base, headers)
+    direct: list[float] = []
+    through: list[float] = []
+    first_direct: list[float] = []
+    first_through: list[float] = []
+    for call in range(1, calls + 1):
+        body = request(case.fmt, session, exchanges + call)
+        direct.append(_post(client, direct_url, body, {})[0])
+        through.append(_post(client, gateway_url, body, headers)[0])
+        stream_direct, streamed = _streamed(case.fmt, direct_url, body)
+        stream_through, _ = _streamed(case.fmt, gateway_url, body)
+        first_direct.append(_post(client, stream_direct, streamed, {})[1])
+        first_through.append(_post(client, stream_through, streamed, headers)[1])
+    return {
+        "cold_ms": cold * 1000,
+        "direct_p50_ms": _pct(direct, 50),
+        "direct_p99_ms": _pct(direct, 99),
+        "gateway_p50_ms": _pct(through, 50),
+        "gateway_p99_ms": _pct(through, 99),
+        "added_p50_ms": _pct(through, 50) - _pct(direct, 50),
+        "added_p99_ms": _pct(through, 99) - _pct(direct, 99),
+        "ttfb_direct_p50_ms": _pct(first_direct, 50),
+        "ttfb_gateway_p50_ms": _pct(first_through, 50),
+        "ttfb_added_p50_ms": _pct(first_through, 50) - _pct(first_direct, 50),
+    }
+
+
+def _pct(values: list[float], percent: int) -> float:
+    if len(values) == 1:
+        return values[0] * 1000
+    return statistics.quantiles(values, n=100, method="inclusive")[percent - 1] * 1000

@@ -1,0 +1,1 @@
+"""The model-API gateway: Anthropic, OpenAI and Gemini requests pruned on their way up."""

@@ -1,0 +1,178 @@
+"""Routes: one prefix per wire format, each request pruned then relayed.
+
+`/anthropic/...`, `/openai/...` and `/gemini/...` go to their upstream plus
+the path after the prefix; the message endpoints are pruned on the way, every
+other path under a prefix (token counting, model lists, files) passes as is.
+Anything else answers 404 naming the three prefixes; a body over the size
+limit answers 413; with `CTXOPT_AUTH_TOKEN` set, the ctxopt token is required
+in `x-ctxopt-token`. Nothing a client sends crashes the server.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ctxopt.api.gateway import windows
+from ctxopt.api.gateway.formats.anthropic import AnthropicMessages
+from ctxopt.api.gateway.formats.conversation import WireFormat
+from ctxopt.api.gateway.formats.gemini import GeminiContents
+from ctxopt.api.gateway.formats.openai_chat import OpenAIChat
+from ctxopt.api.gateway.formats.openai_responses import OpenAIResponses
+from ctxopt.api.gateway.forward import relay, upstream_headers
+from ctxopt.api.gateway.pipeline import Outcome, Pipeline, Prepared
+from ctxopt.api.grpc.interceptors import Tokens, Unauthenticated
+from ctxopt.config import Config
+
+log = logging.getLogger("ctxopt.gateway")
+
+TOKEN_HEADER = "x-ctxopt-token"
+PREFIXES = ("anthropic", "openai", "gemini")
+_GEMINI_CALL = re.compile(
+    r"^v1(beta|alpha)?/models/[^/:]+:(generateContent|streamGenerateContent)$"
+)
+_FORMATS: dict[str, WireFormat] = {
+    "anthropic": AnthropicMessages(),
+    "chat": OpenAIChat(),
+    "responses": OpenAIResponses(),
+    "gemini": GeminiContents(),
+}
+# Upstream reads wait this long between two bytes: a model may think a while.
+READ_TIMEOUT_S = 600.0
+
+
+def wire_format(prefix: str, path: str) -> WireFormat | None:
+    """The format whose message list this POST carries, None for any other path."""
+    path = path.strip("/")
+    if prefix == "anthropic" and path == "v1/messages":
+        return _FORMATS["anthropic"]
+    if prefix == "openai" and path == "v1/chat/completions":
+        return _FORMATS["chat"]
+    if prefix == "openai" and path == "v1/responses":
+        return _FORMATS["responses"]
+    if prefix == "gemini" and _GEMINI_CALL.match(path):
+        return _FORMATS["gemini"]
+    return None
+
+
+def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
+    upstreams = {
+        "anthropic": config.upstream_anthropic.rstrip("/"),
+        "openai": config.upstream_openai.rstrip("/"),
+        "gemini": config.upstream_gemini.rstrip("/"),
+    }
+    holder: dict[str, httpx.AsyncClient] = {}
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        timeout = httpx.Timeout(connect=30.0, read=READ_TIMEOUT_S, write=60.0, pool=30.0)
+        # no Nagle delay between a request's head and body on the way up either
+        nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+        transport = httpx.AsyncHTTPTransport(socket_options=nodelay)
+        async with httpx.AsyncClient(
+            timeout=timeout, trust_env=False, transport=transport
+        ) as client:
+            holder["client"] = client
+            yield
+
+    async def gateway(request: Request) -> Response:
+        prefix = request.path_params["prefix"]
+        if prefix not in upstreams:
+            return await not_found(request)
+        if tokens.required:
+            try:
+                tokens.owner([("authorization", f"Bearer {request.headers.get(TOKEN_HEADER, '')}")])
+            except Unauthenticated:
+                return _error(401, f"missing or unknown {TOKEN_HEADER} header")
+        header = request.headers.get(windows.WINDOW_HEADER)
+        if header is not None:
+            try:
+                windows.parse_window(header)
+            except ValueError:
+                return _error(
+                    400, f"{windows.WINDOW_HEADER}: not a positive whole number: {header[:40]!r}"
+                )
+        try:
+            body = await _body(request, config.max_message_bytes)
+        except _TooLarge:
+            return _error(413, f"request body over {config.max_message_bytes} bytes")
+        except ClientDisconnect:
+            return Response(status_code=400)
+        path = request.path_params["path"]
+        fmt = wire_format(prefix, path) if request.method == "POST" else None
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        prepared = Prepared(body, Outcome.PASS_THROUGH)
+        if fmt is not None:
+            try:
+                prepared = await run_in_threadpool(pipeline.prepare, fmt, path, body, headers)
+            except Exception:  # never worse: a gateway bug still forwards the request
+                log.exception("gateway: %s request forwarded unchanged after an error", fmt.name)
+        url = f"{upstreams[prefix]}/{path}"
+        if request.url.query:
+            url = f"{url}?{request.url.query}"
+        extra = [
+            ("x-ctxopt-outcome", prepared.outcome.value),
+            ("x-ctxopt-tokens-before", str(prepared.tokens_before)),
+            ("x-ctxopt-tokens-after", str(prepared.tokens_after)),
+        ]
+
+        def done(status: int, prompt_tokens: int | None) -> None:
+            if prepared.state is not None and prompt_tokens is not None and status < 400:
+                pipeline.report_usage(prepared.state, prompt_tokens)
+            if fmt is not None:
+                line = {**prepared.log, "status": status, "provider_prompt_tokens": prompt_tokens}
+                log.info("gateway call", extra={"fields": {"gateway": line}})
+
+        return await relay(
+            holder["client"],
+            request.method,
+            url,
+            upstream_headers(request.headers.items()),
+            prepared.body,
+            extra,
+            fmt,
+            done,
+        )
+
+    async def not_found(request: Request) -> Response:
+        names = ", ".join(f"/{p}" for p in PREFIXES)
+        return _error(404, f"no route {request.url.path!r}: the gateway serves {names}")
+
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+    routes = [
+        Route("/{prefix}/{path:path}", gateway, methods=methods),
+        Route("/{path:path}", not_found, methods=methods),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _TooLarge
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise _TooLarge
+    return bytes(body)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"type": "ctxopt_gateway", "message": message}}, status_code=status
+    )

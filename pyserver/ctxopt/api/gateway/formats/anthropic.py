@@ -1,0 +1,241 @@
+"""Anthropic Messages (`POST /v1/messages`): blocks to chunks and back, and its rules.
+
+Rules kept: every `tool_use` is answered by a `tool_result` with its id in the
+next user message and every result answers one; the first message is a user
+message and roles alternate; `thinking`/`redacted_thinking` blocks are signed,
+so they go whole or stay byte for byte; at most 4 `cache_control` breakpoints,
+and one on a block that goes moves to the nearest kept block before it.
+`<system-reminder>` text Claude Code puts inside messages is never changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ctxopt.api.gateway.formats.conversation import (
+    Block,
+    Conversation,
+    Edit,
+    JsonObject,
+    Rewrite,
+    Turn,
+    build,
+    digest,
+    dump_text,
+    text_of,
+)
+from ctxopt.model import ChunkKind, Role
+
+MAX_CACHE_BREAKPOINTS = 4  # the API refuses a request with more
+# What an image costs at most at the API's default resizing (1.15 megapixels / 750).
+IMAGE_TOKENS = 1600
+SYSTEM_REMINDER = "<system-reminder>"
+_ROLES = {"user": Role.USER, "assistant": Role.MODEL}
+_SIGNED = ("thinking", "redacted_thinking")
+# a block: output messages, message, block, and whether that content list is ours
+_Slot = tuple[list[JsonObject], int, int, bool]
+
+
+class AnthropicMessages:
+    name = "anthropic"
+
+    def opening(self, body: JsonObject) -> Any:
+        messages = body["messages"]
+        return (body.get("system"), messages[0] if messages else None)
+
+    def parse(
+        self, body: JsonObject, path: str, previous: Conversation | None
+    ) -> Conversation | None:
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            raise ValueError("messages: not a list")
+        frame = [(ChunkKind.SYSTEM, body.get("system")), (ChunkKind.TOOL_SCHEMA, body.get("tools"))]
+        return build(str(body.get("model", "")), frame, messages, _turn, previous)
+
+    def render(
+        self,
+        body: JsonObject,
+        conversation: Conversation,
+        edits: Mapping[tuple[int, int], Edit],
+        dropped: frozenset[int],
+    ) -> JsonObject:
+        messages: list[JsonObject] = []
+        touched = {ref[0] for ref in edits} | dropped
+        last_kept: _Slot | None = None  # where a removed block's cache marker moves to
+        for index, message in enumerate(body["messages"]):
+            content = message.get("content")
+            if index not in touched:
+                messages.append(message)
+                if isinstance(content, list) and content:
+                    last_kept = (messages, len(messages) - 1, len(content) - 1, False)
+                continue
+            if index in dropped:
+                for block in content if isinstance(content, list) else []:
+                    _move_marker(block, last_kept)
+                continue
+            if isinstance(content, str):
+                edit = edits.get((index, -1))
+                out = dict(message)
+                if edit is not None and edit.text is not None:
+                    out["content"] = edit.text
+                messages.append(out)
+                continue
+            blocks: list[JsonObject] = []
+            messages.append({**message, "content": blocks})
+            for position, block in enumerate(content):
+                edit = edits.get((index, position))
+                if edit is not None and edit.text is None:
+                    _move_marker(block, last_kept)
+                    continue
+                blocks.append(block if edit is None else _rewritten(block, edit.text or ""))
+                last_kept = (messages, len(messages) - 1, len(blocks) - 1, True)
+        return {**body, "messages": messages}
+
+    def violations(self, body: JsonObject) -> list[str]:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return ["messages: empty"]
+        found: list[str] = []
+        if messages[0].get("role") != "user":
+            found.append("messages[0]: not a user message")
+        for i in range(1, len(messages)):
+            if messages[i].get("role") == messages[i - 1].get("role"):
+                found.append(f"messages[{i}]: same role as the message before")
+        for i, message in enumerate(messages):
+            calls = _ids(message, "tool_use", "id")
+            answers = (
+                _ids(messages[i + 1], "tool_result", "tool_use_id")
+                if i + 1 < len(messages)
+                else None
+            )
+            if calls and answers is not None and not calls <= answers:
+                found.append(f"messages[{i}]: tool_use {sorted(calls - answers)} unanswered")
+            results = _ids(message, "tool_result", "tool_use_id")
+            asked = _ids(messages[i - 1], "tool_use", "id") if i > 0 else set()
+            if results - asked:
+                found.append(
+                    f"messages[{i}]: tool_result {sorted(results - asked)} answers no call"
+                )
+        markers = _markers(body)
+        if markers > MAX_CACHE_BREAKPOINTS:
+            found.append(f"cache_control: {markers} breakpoints, at most {MAX_CACHE_BREAKPOINTS}")
+        return found
+
+    def prompt_tokens(self, payload: JsonObject) -> int | None:
+        """`usage` of a response, or of `message_start` in a stream: the prompt is
+        the uncached input plus what was read from and written to the cache."""
+        message = payload.get("message")
+        usage = (message if isinstance(message, dict) else payload).get("usage")
+        if not isinstance(usage, dict) or not isinstance(usage.get("input_tokens"), int):
+            return None
+        keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        return sum(v for k in keys if isinstance(v := usage.get(k), int))
+
+
+def _turn(index: int, message: Any) -> Turn:
+    if not isinstance(message, dict) or message.get("role") not in _ROLES:
+        raise ValueError(f"messages[{index}]: no user or assistant role")
+    role = _ROLES[message["role"]]
+    content = message.get("content")
+    if isinstance(content, str):
+        return Turn(role, [_text_block(content, (index, -1))], items=(index,))
+    if not isinstance(content, list):
+        raise ValueError(f"messages[{index}].content: neither text nor a list")
+    return Turn(role, [_block(b, (index, i)) for i, b in enumerate(content)], items=(index,))
+
+
+def _text_block(text: str, ref: tuple[int, int]) -> Block:
+    if text.lstrip().startswith(SYSTEM_REMINDER):
+        return Block(ChunkKind.SYSTEM, text, Rewrite.NEVER, ref=ref)
+    if not text.strip():
+        return Block(ChunkKind.MESSAGE, "[empty text]", Rewrite.NEVER, ref=ref)
+    return Block(ChunkKind.MESSAGE, text, ref=ref)
+
+
+def _block(block: Any, ref: tuple[int, int]) -> Block:
+    kind = block.get("type") if isinstance(block, dict) else None
+    if kind == "text" and isinstance(block.get("text"), str):
+        return _text_block(block["text"], ref)
+    if kind == "thinking":
+        return Block(
+            ChunkKind.ENRICHMENT, str(block.get("thinking")) or "[thinking]", Rewrite.DROP, ref=ref
+        )
+    if kind == "redacted_thinking":
+        size = len(str(block.get("data", ""))) // 4 + 1
+        return Block(
+            ChunkKind.ENRICHMENT, "[redacted thinking]", Rewrite.DROP, tokens=size, ref=ref
+        )
+    if kind == "tool_use":
+        text = f"{block.get('name')} {dump_text(block.get('input'))}"
+        return Block(ChunkKind.TOOL_CALL, text, Rewrite.CALL, call_id=str(block.get("id")), ref=ref)
+    if kind == "tool_result":
+        text = _result_text(block.get("content")) or "[empty result]"
+        if block.get("is_error"):
+            text = f"[error] {text}"
+        return Block(ChunkKind.TOOL_RESULT, text, answers=str(block.get("tool_use_id")), ref=ref)
+    if kind in ("image", "document"):
+        text = f"[{kind} {digest(dump_text(block.get('source')))}]"
+        return Block(ChunkKind.MESSAGE, text, tokens=IMAGE_TOKENS, ref=ref)
+    return Block(ChunkKind.MESSAGE, dump_text(block), Rewrite.NEVER, ref=ref)
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return text_of(
+        p.get("text", "") if p.get("type") == "text" else f"[{p.get('type')}]"
+        for p in content
+        if isinstance(p, dict)
+    )
+
+
+def _rewritten(block: JsonObject, text: str) -> JsonObject:
+    """The block with its content replaced, its id and cache marker kept."""
+    kind = block.get("type")
+    if kind == "tool_result":
+        return {**block, "content": text}
+    if kind == "tool_use":
+        return {**block, "input": {}}
+    if kind == "text":
+        return {**block, "text": text}
+    out: JsonObject = {"type": "text", "text": text}
+    if "cache_control" in block:
+        out["cache_control"] = block["cache_control"]
+    return out
+
+
+def _move_marker(removed: Any, last_kept: _Slot | None) -> None:
+    """A removed block's cache breakpoint goes to the nearest kept block before it
+    (the prefix up to there is what was cached); the input is never mutated: the
+    message and block that get it are copies."""
+    if not isinstance(removed, dict) or "cache_control" not in removed or last_kept is None:
+        return
+    messages, index, position, owned = last_kept
+    content = messages[index]["content"] if owned else list(messages[index]["content"])
+    target = content[position]
+    if "cache_control" not in target and target.get("type") not in _SIGNED:
+        content[position] = {**target, "cache_control": removed["cache_control"]}
+        if not owned:
+            messages[index] = {**messages[index], "content": content}
+
+
+def _ids(message: Any, kind: str, key: str) -> set[str]:
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return set()
+    return {str(b.get(key)) for b in content if isinstance(b, dict) and b.get("type") == kind}
+
+
+def _markers(body: JsonObject) -> int:
+    count = 0
+    for group in (body.get("system"), body.get("tools")):
+        if isinstance(group, list):
+            count += sum(1 for b in group if isinstance(b, dict) and "cache_control" in b)
+    for message in body.get("messages", []):
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            count += sum(1 for b in content if isinstance(b, dict) and "cache_control" in b)
+    return count

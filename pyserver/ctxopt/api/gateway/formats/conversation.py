@@ -1,0 +1,204 @@
+"""What every wire format maps its message list to, and the edits it maps back.
+
+A format parses a request body into a `Conversation`: the fixed frame (system
+prompt, tool declarations) and the history as `Turn`s of `Block`s, each block
+one piece the engine sees as a chunk. The pipeline decides `Edit`s per block
+and whole turns to drop; the format renders them back into its own JSON. The
+engine never sees a format, and a format never sees the engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+import orjson
+
+from ctxopt.model import ChunkKind, Role
+
+JsonObject = dict[str, Any]
+
+
+class Rewrite(Enum):
+    """How a block may change."""
+
+    TEXT = "text"  # its content may become an excerpt or a placeholder
+    DROP = "drop"  # signed content (thinking): kept byte for byte, or dropped whole
+    CALL = "call"  # a tool call: its id and name stay, its arguments may be emptied
+    NEVER = "never"  # structure the provider checks (a call's arguments): as sent
+
+
+@dataclass(slots=True)
+class Block:
+    kind: ChunkKind
+    text: str  # what the engine scores and counts
+    rewrite: Rewrite = Rewrite.TEXT
+    call_id: str = ""  # the call this block makes
+    answers: str = ""  # the call this block answers
+    tokens: int = 0  # a count the engine takes as given (media), 0: the engine counts
+    ref: tuple[int, int] = (0, -1)  # where it lives: (message or item, part; -1 the whole)
+
+
+@dataclass(slots=True)
+class Turn:
+    role: Role
+    blocks: list[Block]
+    locked: bool = False  # a system or developer message inside the list: never changed
+    items: tuple[int, ...] = ()  # the raw messages (or items) it is made of
+
+
+@dataclass(slots=True)
+class Conversation:
+    model: str
+    frame: list[tuple[ChunkKind, str]]  # system prompt and tool declarations, never changed
+    turns: list[Turn]
+    # the raw turns and frame values, compared to the next call's so that only
+    # what changed is mapped again; `reused` leading turns came from the last call
+    raw_turns: list[Any] = field(default_factory=list)
+    frame_raw: list[tuple[ChunkKind, Any]] = field(default_factory=list)
+    reused: int = 0
+
+
+def build(
+    model: str,
+    frame_values: Sequence[tuple[ChunkKind, Any]],
+    raw_turns: list[Any],
+    make_turn: Callable[[int, Any], Turn],
+    previous: Conversation | None,
+) -> Conversation:
+    """The conversation of `raw_turns`, reusing the previous call's mapping of
+    the unchanged prefix: the host resends its whole history on every call, and
+    comparing the parsed JSON is far cheaper than mapping it again."""
+    frame_raw = [(kind, value) for kind, value in frame_values if value]
+    old_frame = previous.frame_raw if previous is not None else []
+    frame = [
+        previous.frame[i]
+        if previous is not None and i < len(old_frame) and old_frame[i] == item
+        else (item[0], dump_text(item[1]))
+        for i, item in enumerate(frame_raw)
+    ]
+    same = 0
+    if previous is not None:
+        limit = min(len(raw_turns), len(previous.raw_turns))
+        while same < limit and raw_turns[same] == previous.raw_turns[same]:
+            same += 1
+    old = previous.turns[:same] if previous is not None else []
+    turns = old + [make_turn(i, raw_turns[i]) for i in range(same, len(raw_turns))]
+    return Conversation(model, frame, turns, raw_turns, frame_raw, same)
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """A block's new content; `text` None drops the block; on a call block any
+    text empties its arguments (the step's result placeholder restores it)."""
+
+    text: str | None
+
+
+class WireFormat(Protocol):
+    """One provider's message shape: parse, render, and that provider's rules."""
+
+    name: str
+
+    def opening(self, body: JsonObject) -> Any:
+        """What starts the conversation (system prompt, first message): the
+        session key when the client names none. Raises ValueError on a shape it
+        cannot read."""
+        ...
+
+    def parse(
+        self, body: JsonObject, path: str, previous: Conversation | None
+    ) -> Conversation | None:
+        """The conversation (the unchanged prefix of `previous` reused), or None
+        when the request must pass untouched (history held by the provider).
+        Raises ValueError on a shape it cannot read."""
+        ...
+
+    def render(
+        self,
+        body: JsonObject,
+        conversation: Conversation,
+        edits: Mapping[tuple[int, int], Edit],
+        dropped: frozenset[int],
+    ) -> JsonObject:
+        """A copy of `body` with block edits (by `Block.ref`) and the raw messages
+        (or items) `dropped` left out; the input is untouched."""
+        ...
+
+    def violations(self, body: JsonObject) -> list[str]:
+        """The provider's history rules this body breaks (empty: valid)."""
+        ...
+
+    def prompt_tokens(self, payload: JsonObject) -> int | None:
+        """The prompt size the provider reported in a response or stream event."""
+        ...
+
+
+def dump_text(value: Any) -> str:
+    """A JSON value as stable text (keys sorted): what the engine sees of structure."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def digest(*parts: str) -> str:
+    h = hashlib.blake2b(digest_size=6)
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def chunk_id(turn: int, block: int, role: Role, item: Block) -> str:
+    """Position plus content: the host resends its whole history on every call,
+    so the same block at the same place gets the same id call after call
+    (cache markers and other decoration are not part of the text)."""
+    return f"{turn}.{block}.{digest(role.name, item.kind.name, item.call_id, item.text)}"
+
+
+def droppable_units(turns: Sequence[Turn], protected: set[int]) -> list[list[int]]:
+    """Runs of turns that can go together, oldest first, keeping every rule a
+    format checks: each run starts with a model turn and takes every non-model
+    turn after it (the answers to its calls), so pairs stay whole, roles still
+    alternate and the first turn stays a user turn. The turns before the first
+    model turn (the task), locked turns and `protected` turns stay."""
+    units: list[list[int]] = []
+    index = next((i for i, t in enumerate(turns) if t.role == Role.MODEL), len(turns))
+    while index < len(turns):
+        unit = [index]
+        index += 1
+        while index < len(turns) and turns[index].role != Role.MODEL:
+            unit.append(index)
+            index += 1
+        if not any(turns[i].locked or i in protected for i in unit):
+            units.append(unit)
+    return units
+
+
+def latest_turns(turns: Sequence[Turn]) -> list[int]:
+    """The latest turn as the API needs it whole: the newest user message, or
+    the newest tool results with the model turn that made the calls (its
+    thinking or reasoning included)."""
+    if not turns:
+        return []
+    last = len(turns) - 1
+    answers = any(b.answers for b in turns[last].blocks)
+    if turns[last].role == Role.MODEL or answers:
+        start = last
+        while start > 0 and turns[start].role != Role.MODEL:
+            start -= 1
+        return list(range(start, last + 1))
+    return [last]
+
+
+def first_prompt(turns: Sequence[Turn]) -> int | None:
+    """The first user turn that answers no call: the task every later step serves."""
+    for i, turn in enumerate(turns):
+        if turn.role == Role.USER and not turn.locked and not any(b.answers for b in turn.blocks):
+            return i
+    return None
+
+
+def text_of(parts: Iterator[str]) -> str:
+    return "\n".join(p for p in parts if p)

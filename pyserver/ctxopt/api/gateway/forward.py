@@ -1,0 +1,160 @@
+"""The pass-through: a request to its upstream, the response back as it arrives.
+
+Headers go both ways except hop-by-hop ones, `host` and `content-length` on
+the way up and the gateway's own `x-ctxopt-*` headers (the ctxopt token stays
+here). The response's bytes are relayed as they come (SSE events included, no
+buffering); a `UsageSniffer` reads the provider's reported prompt size from a
+copy as they pass, for the pipeline's calibration.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterable
+
+import httpx
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ctxopt.api.gateway.formats.conversation import WireFormat
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length"}
+CTXOPT_PREFIX = "x-ctxopt-"
+USAGE_MARKERS = (b"usage", b"input_tokens", b"prompt_tokens", b"promptTokenCount")
+MAX_SNIFFED_BYTES = 16 * 1024 * 1024  # a unary body larger than this is not read for usage
+
+
+def upstream_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    listed = {
+        name.strip().lower()
+        for key, value in headers
+        if key.lower() == "connection"
+        for name in value.split(",")
+    }
+    return [
+        (k, v)
+        for k, v in headers
+        if k.lower() not in NOT_FORWARDED
+        and k.lower() not in listed
+        and not k.lower().startswith(CTXOPT_PREFIX)
+    ]
+
+
+class UsageSniffer:
+    """The prompt size a response reports, read from its bytes as they pass:
+    SSE `data:` lines that mention usage, or a JSON body (gzip or deflate
+    decoded on the side; other encodings are not read)."""
+
+    def __init__(self, fmt: WireFormat | None, content_type: str, encoding: str) -> None:
+        self._fmt = fmt
+        self._sse = "text/event-stream" in content_type
+        self._json = "json" in content_type
+        encoding = encoding.strip().lower()
+        self._inflate = zlib.decompressobj(47) if encoding in ("gzip", "deflate") else None
+        self._readable = fmt is not None and encoding in ("", "identity", "gzip", "deflate")
+        self._pending = b""
+        self._body = bytearray()
+        self.prompt_tokens: int | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        if not self._readable or not chunk:
+            return
+        try:
+            data = self._inflate.decompress(chunk) if self._inflate is not None else chunk
+        except zlib.error:
+            self._readable = False
+            return
+        if self._sse:
+            lines = (self._pending + data).split(b"\n")
+            self._pending = lines.pop()
+            for line in lines:
+                self._line(line)
+        elif self._json:
+            if len(self._body) + len(data) > MAX_SNIFFED_BYTES:
+                self._readable = False
+                return
+            self._body += data
+
+    def finish(self) -> int | None:
+        if self._readable and self._sse and self._pending:
+            self._line(self._pending)
+        if self._readable and self._json and self._body:
+            self._payload(bytes(self._body))
+        return self.prompt_tokens
+
+    def _line(self, line: bytes) -> None:
+        if line.startswith(b"data:") and any(m in line for m in USAGE_MARKERS):
+            self._payload(line[5:])
+
+    def _payload(self, data: bytes) -> None:
+        assert self._fmt is not None
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            return
+        # a Gemini stream without alt=sse is one JSON array of responses
+        for item in payload if isinstance(payload, list) else [payload]:
+            if isinstance(item, dict):
+                found = self._fmt.prompt_tokens(item)
+                if found is not None:
+                    self.prompt_tokens = found
+
+
+async def relay(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    headers: list[tuple[str, str]],
+    content: bytes,
+    extra_headers: list[tuple[str, str]],
+    fmt: WireFormat | None,
+    done: Callable[[int, int | None], None],
+) -> Response:
+    """Send upstream and stream the answer back unchanged (plus `extra_headers`);
+    `done(status, prompt_tokens)` runs once the last byte has gone out."""
+    request = client.build_request(method, url, headers=headers, content=content)
+    try:
+        upstream = await client.send(request, stream=True)
+    except httpx.HTTPError as e:
+        done(502, None)
+        where = f"{request.url.scheme}://{request.url.netloc.decode()}"
+        message = f"ctxopt gateway: upstream {where} unreachable ({type(e).__name__})"
+        return JSONResponse(
+            {"error": {"type": "upstream_unreachable", "message": message}},
+            status_code=502,
+            headers=dict(extra_headers),
+        )
+    sniffer = UsageSniffer(
+        fmt,
+        upstream.headers.get("content-type", ""),
+        upstream.headers.get("content-encoding", ""),
+    )
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in upstream.aiter_raw():
+                sniffer.feed(chunk)
+                yield chunk
+        finally:
+            await upstream.aclose()
+            done(upstream.status_code, sniffer.finish())
+
+    response = StreamingResponse(body(), status_code=upstream.status_code)
+    response.raw_headers = [
+        (k, v) for k, v in upstream.headers.raw if k.decode("latin-1").lower() not in HOP_BY_HOP
+    ] + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra_headers]
+    return response
