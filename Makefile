@@ -9,8 +9,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PY_STAMP := $(VENV)/.installed
 TS_STAMP := ts-client/node_modules/.installed
+# The real agent CLIs (Claude Code, Codex, Gemini CLI) the end-to-end tests drive, pinned by
+# tests/agents/package-lock.json and installed there only, never globally
+AGENTS_STAMP := tests/agents/node_modules/.installed
 
-.PHONY: install run serve test lint generate check-generated test-py test-ts bench-smoke
+.PHONY: install install-agents run serve test lint generate check-generated test-py test-ts bench-smoke
 
 $(PY_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,7 +24,13 @@ $(TS_STAMP): ts-client/package.json ts-client/package-lock.json
 	cd ts-client && npm install --no-audit --no-fund --loglevel=error
 	@touch $@
 
+$(AGENTS_STAMP): tests/agents/package.json tests/agents/package-lock.json
+	cd tests/agents && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
 install: $(PY_STAMP) $(TS_STAMP)
+
+install-agents: $(AGENTS_STAMP)
 
 generate: install
 	scripts/generate.sh
@@ -35,7 +44,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-test-py: install
+test-py: install install-agents
 	$(VENV)/bin/pytest
 
 test-ts: install

@@ -1,4 +1,5 @@
-"""`ctxopt`: serve gRPC, serve MCP over stdio, export or import a session.
+"""`ctxopt`: serve gRPC, serve MCP over stdio, run an agent through the gateway, export or
+import a session.
 
 Every setting is a `CTXOPT_*` environment variable (config.py); the flags
 below override the ones people change at the command line.
@@ -13,8 +14,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from ctxopt import launch
 from ctxopt.config import Config
 from ctxopt.errors import CtxoptError, InvalidArgument
+from ctxopt.launch import DEFAULT_GATEWAY_ADDR, HOSTS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,6 +62,17 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="allow plaintext on a non-loopback address (CTXOPT_INSECURE)",
     )
+
+    run = commands.add_parser(
+        "run", help="run an agent CLI through the gateway, starting `ctxopt serve` if needed"
+    )
+    _data_dir(run)
+    run.add_argument(
+        "--gateway-addr",
+        help=f"the gateway's HOST:PORT (CTXOPT_GATEWAY_ADDR, else {DEFAULT_GATEWAY_ADDR})",
+    )
+    run.add_argument("host", choices=HOSTS, help="the agent CLI")
+    run.add_argument("host_args", nargs=argparse.REMAINDER, help="passed to the host unchanged")
 
     mcp = commands.add_parser("mcp", help="run the MCP server over stdio")
     _data_dir(mcp)
@@ -105,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
             from ctxopt.api.grpc.server import serve
 
             serve(config)
+        elif args.command == "run":
+            address = config.gateway_addr or DEFAULT_GATEWAY_ADDR
+            data_dir = Path(config.resolved_data_dir)
+            return launch.run(args.host, args.host_args, address=address, data_dir=data_dir)
         elif args.command == "mcp":
             from ctxopt.api.mcp.server import serve_stdio
 

@@ -21,36 +21,51 @@ class Host(Enum):
     OTHER = "other"
 
 
+# Gemini CLI 0.61.0 sends `GeminiCLI/<version>/<model>`, or `GeminiCLI-<client>/...` when it
+# names its client (`GeminiCLI-tui/0.61.0/...`, also under `gemini -p`): bundle/chunk-JDPZ4CE3.js
+# line 311949 of @google/gemini-cli 0.61.0. Claude Code 2.1.332 sends `claude-cli/2.1.332
+# (external, sdk-cli)`, Codex 0.169.0 `codex_exec/0.169.0 (...)`: recorded by tests/agents.
 USER_AGENT_PREFIXES: dict[str, Host] = {
     "claude-cli/": Host.CLAUDE_CODE,
     "codex_exec/": Host.CODEX,
     "codex_cli_rs/": Host.CODEX,
     "geminicli/": Host.GEMINI_CLI,
+    "geminicli-": Host.GEMINI_CLI,
 }
 
-# Claude Code: the window it assumes for a model unless the model id asks for
-# 1M ("[1m]"), and its auto-compact point: window - min(max output, 20,000)
-# - AUTOCOMPACT_BUFFER_TOKENS (13,000), i.e. 167,000 of 200,000 (83.5%).
-# Source: Claude Code's autoCompact threshold as quoted from the shipped
-# binary in anthropics/claude-code issue #31806; CLAUDE_AUTOCOMPACT_PCT_OVERRIDE
-# in the Claude Code settings docs can only lower it.
+# Claude Code: its auto-compact point is window - min(max output, 20,000) - 13,000
+# (the constants `kfo=20000` and `$Ue=13000` beside CLAUDE_AUTOCOMPACT_PCT_OVERRIDE in the
+# 2.1.332 binary, @anthropic-ai/claude-code-linux-x64/claude). Measured offline with
+# `python -m tests.agents.compaction_points` (the provider reports a chosen prompt size):
+# claude-sonnet-4-6, a 200,000-token model in its table, compacts between 166,000 and
+# 168,000 reported tokens (167,000); claude-opus-5-5 (its default) and claude-sonnet-5-5,
+# which its model table marks `native_1m` (window 1e6) without any "[1m]" suffix, compact
+# at 966,759 +-100 (967,000 less its estimate of the newest tool output). claude-opus-4-5
+# did not compact by itself up to 985,000 (it waits for the API's "prompt is too long").
+# CLAUDE_AUTOCOMPACT_PCT_OVERRIDE and CLAUDE_CODE_AUTO_COMPACT_WINDOW can only lower it.
 CLAUDE_CODE_WINDOW = 200_000
 CLAUDE_CODE_OUTPUT_RESERVE = 20_000
 CLAUDE_CODE_AUTOCOMPACT_BUFFER = 13_000
 
-# Codex: `context_window` of its bundled model metadata for the GPT-5 family
-# (272,000) and `ModelInfo::auto_compact_token_limit()`, which is at most 90%
-# of the context window (codex-rs/protocol/src/openai_models.rs, openai/codex).
+# Codex: the `context_window` of its bundled model metadata (gpt-5.5: 272,000, with
+# `auto_compact_token_limit` null, in the models.json inside the 0.169.0 binary,
+# @openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex), whose default
+# auto-compact limit is 90% of it. Measured offline as above: gpt-5.5 compacts at 244,579
+# +-100 reported tokens, i.e. 244,800 less its estimate of the newest tool output.
 CODEX_WINDOW = 272_000
 CODEX_AUTO_COMPACT_PERCENT = 90
 
-# Gemini CLI: compresses the history at 50% of tokenLimit(model)
-# (DEFAULT_COMPRESSION_TOKEN_THRESHOLD in chatCompressionService.ts; the TS
-# adapter's GEMINI_CLI_COMPRESSION_PERCENT), with tokenLimit from
-# packages/core/src/core/tokenLimits.ts: 1,048,576, 2,097,152 for gemini-1.5-pro.
+# Gemini CLI 0.61.0: compresses when the last prompt reaches 50% of tokenLimit(model)
+# (DEFAULT_COMPRESSION_TOKEN_THRESHOLD = 0.5, chatCompressionService.js, bundle/
+# chunk-JDPZ4CE3.js lines 335493 and 335624-5 of @google/gemini-cli 0.61.0); tokenLimit
+# (tokenLimits.js, lines 333183-333199) is 1,048,576 for every Gemini model and 256,000 for
+# the two Gemma 4 models. Its compression splits only before a user message, so one long
+# `gemini -p` tool loop is never compressed (measured: no compression request at 600,000
+# reported tokens); its tool-output masking (toolOutputMaskingService.js, line 343037)
+# protects the newest 50,000 tokens of tool output.
 GEMINI_CLI_COMPRESSION_PERCENT = 50
 GEMINI_CLI_DEFAULT_LIMIT = 1_048_576
-GEMINI_CLI_LIMITS = {"gemini-1.5-pro": 2_097_152}
+GEMINI_CLI_LIMITS = {"gemma-4-31b-it": 256_000, "gemma-4-26b-a4b-it": 256_000}
 
 
 @dataclass(frozen=True, slots=True)
