@@ -226,8 +226,41 @@ def test_the_ceiling_is_the_lower_of_the_window_and_the_hosts_compaction_line(
     assert hosts.ceiling(window, agent, model, host_lines=False).tokens == window
 
 
+# Claude Code 2.1.332 compacts at window - 20,000 - 13,000: 966,759 measured on its default
+# claude-opus-5-5 and on claude-sonnet-5-5 (hosts.py), 167,000 on claude-sonnet-4-6
+CLAUDE_MODELS = [
+    ("claude-opus-5-5", 1_000_000),
+    ("claude-opus-5", 1_000_000),
+    ("claude-opus-4-7", 1_000_000),
+    ("claude-opus-4-8", 1_000_000),
+    ("claude-sonnet-5", 1_000_000),
+    ("claude-sonnet-5-5", 1_000_000),
+    ("claude-sonnet-5-20260301", 1_000_000),
+    ("claude-haiku-5-5", 1_000_000),
+    ("claude-fable-5-2", 1_000_000),
+    ("claude-sonnet-4-6[1m]", 1_000_000),
+    ("claude-opus-4-6", 200_000),
+    ("claude-opus-4-5-20251101", 200_000),
+    ("claude-sonnet-4-6", 200_000),
+    ("claude-haiku-4-5", 200_000),
+    ("claude-haiku-5", 200_000),
+    ("claude-3-5-sonnet-20241022", 200_000),
+]
+
+
+@pytest.mark.parametrize(("model", "window"), CLAUDE_MODELS)
+def test_claude_windows_by_family_and_version_and_claude_codes_line_from_them(
+    model: str, window: int
+) -> None:
+    assert windows.model_window(model) == window
+    assert windows.model_window(f"anthropic/{model}") == window
+    line = window - 20_000 - 13_000
+    assert hosts.compaction_line(hosts.Host.CLAUDE_CODE, model) == line
+    agent = "claude-cli/2.1.332 (external, sdk-cli)"
+    assert hosts.ceiling(window, agent, model, host_lines=True).tokens == line
+
+
 def test_windows_by_family_and_unknown_models() -> None:
-    assert windows.model_window("claude-opus-4-5-20251101") == 200_000
     assert windows.model_window("gpt-4o-mini") == 128_000
     assert windows.model_window("models/gemini-1.5-pro-002") == 2_097_152
     assert windows.model_window("llama-3") is None
