@@ -35,13 +35,7 @@ WINDOW = 24_000
 FILES = 8
 LINES_PER_FILE = 400
 NO_PRUNING_WINDOW = 100_000_000
-# Claude Code 2.1.332 puts `"role": "system"` messages inside `messages` (its environment
-# and reminders); the gateway's Anthropic parser refuses them ("messages[1]: no user or
-# assistant role"), so every Claude Code request passes through unpruned
-CLAUDE_SYSTEM_MESSAGES = pytest.mark.xfail(
-    strict=True, reason="gateway defect (reported): Claude Code's system-role messages"
-)
-HOSTS = [pytest.param("claude", marks=CLAUDE_SYSTEM_MESSAGES), "codex", "gemini"]
+HOSTS = ["claude", "codex", "gemini"]
 # How the gateway names each host it recognises from the User-Agent (api/gateway/hosts.py)
 RECOGNISED_AS = {"claude": "claude-code", "codex": "codex", "gemini": "gemini-cli"}
 
