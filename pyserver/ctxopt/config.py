@@ -14,6 +14,9 @@ from typing import Any, Literal
 from ctxopt.model import DEFAULT_PRESSURE_PERCENT, DEFAULT_TARGET_PERCENT, DEFAULT_THRESHOLD_PERCENT
 
 Tokenizer = Literal["cl100k", "gemini"]
+# on: prune; shadow: plan and log, forward the original; off: forward as sent
+GatewayMode = Literal["on", "shadow", "off"]
+GATEWAY_MODES: tuple[GatewayMode, ...] = ("on", "shadow", "off")
 
 
 def default_data_dir() -> str:
@@ -40,8 +43,10 @@ class Config:
     # The model-API gateway over HTTP in the same process ("" is off), the
     # providers it forwards to (base URLs without a version path), the window
     # for every request (0: the model table's) and whether a recognised agent's
-    # own compaction line caps the prompt (api/gateway/hosts.py)
+    # own compaction line caps the prompt (api/gateway/hosts.py); `gateway_mode`
+    # "shadow" plans and logs but forwards the original, "off" forwards as sent
     gateway_addr: str = ""
+    gateway_mode: GatewayMode = "on"
     upstream_anthropic: str = "https://api.anthropic.com"
     upstream_openai: str = "https://api.openai.com"
     upstream_gemini: str = "https://generativelanguage.googleapis.com"

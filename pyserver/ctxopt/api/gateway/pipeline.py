@@ -114,8 +114,18 @@ class Pipeline:
     ) -> Prepared:
         """The request to send upstream for `raw` (headers with lower-case names)."""
         started = time.perf_counter()
-        prepared = self._prepare(fmt, path, raw, headers)
+        mode = self.config.gateway_mode
+        if mode == "off":
+            prepared = Prepared(raw, Outcome.PASS_THROUGH, note="gateway mode off")
+        else:
+            prepared = self._prepare(fmt, path, raw, headers)
+        if mode == "shadow" and prepared.body is not raw:
+            # the plan is made, remembered and reported; the original goes upstream
+            prepared.body = raw
+            if prepared.state is not None:
+                prepared.state.last_sent_tokens = prepared.tokens_before
         prepared.log.update(
+            mode=mode,
             format=fmt.name,
             session=prepared.session_id,
             tokens_before=prepared.tokens_before,
