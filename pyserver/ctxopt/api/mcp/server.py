@@ -213,6 +213,7 @@ class SearchResult(BaseModel):
 class RestoreResult(BaseModel):
     restored: list[str] = Field(description="the ids and the rest of their groups")
     session_tokens: int
+    originals: dict[str, str] = Field(description="each restored id's text, byte for byte")
 
 
 # ---- the adapters ---------------------------------------------------------
@@ -352,7 +353,10 @@ class ContextTools:
     def restore(self, session_id: str, ids: list[str], force: bool) -> RestoreResult:
         budget = self.settings.budget()
         restored, tokens = self.engine.restore(OWNER, session_id, ids, budget, force)
-        return RestoreResult(restored=restored, session_tokens=tokens)
+        back = self.engine.chunks(OWNER, session_id, restored)
+        return RestoreResult(
+            restored=restored, session_tokens=tokens, originals={c.id: c.text for c in back}
+        )
 
     def _candidates(self, session_id: str, decisions: Sequence[Decision]) -> list[Candidate]:
         ids = [d.chunk_id for d in decisions]
