@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import grpc
 import httpx
 import pytest
 from ctxopt.api.gateway.formats.anthropic import AnthropicMessages
+from ctxopt.v1 import ctxopt_pb2 as pb
 
 from tests.gateway.checks import gateway_log_lines
 from tests.gateway.conftest import upstream_env
@@ -132,9 +134,17 @@ def test_the_ctxopt_token_is_required_when_auth_is_on(
         assert httpx.post(url, json=HELLO).status_code == 401
         assert httpx.post(url, json=HELLO, headers={"x-ctxopt-token": "wrong"}).status_code == 401
         assert not upstream.requests
-        ok = httpx.post(url, json=HELLO, headers={"x-ctxopt-token": "tok-123"})
+        ok = httpx.post(url, json=HELLO, headers={"x-ctxopt-token": "tok-123", "x-api-key": "k"})
         assert ok.status_code == 200
         assert "x-ctxopt-token" not in upstream.requests[-1].headers
+        # the session belongs to the token's owner: gRPC with that token reaches it
+        (line,) = gateway_log_lines(server, lambda _line: True)
+        request = pb.GetSessionStatsRequest(session_id=line["session"])
+        with grpc.insecure_channel(server.address) as channel:
+            stats = server.stub(channel).GetSessionStats(
+                request, metadata=[("authorization", "Bearer tok-123")], timeout=30
+            )
+        assert stats.chunk_count == 1
 
 
 def test_two_credentials_never_share_a_session_and_none_is_logged(
