@@ -108,3 +108,18 @@ def test_without_pruning_requests_arrive_byte_identical(host: str, tmp_path: Pat
         assert call.reached_provider.raw == call.sent_by_host.raw
         assert call.log["outcome"] == "below-threshold"
         _assert_headers_match_log(call)
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_with_the_gateway_off_requests_arrive_byte_identical(host: str, tmp_path: Path) -> None:
+    """`--gateway-mode off` under the window that has every pruned run act."""
+    run = run_through_gateway(
+        host, tmp_path, window=WINDOW, files=3, lines_per_file=LINES_PER_FILE, mode="off"
+    )
+    _assert_ran_to_the_end(run)
+    assert run.calls
+    for call in run.calls:
+        assert call.reached_provider.raw == call.sent_by_host.raw
+        assert call.log["outcome"] == "pass-through"
+        assert call.log["mode"] == "off"
+        _assert_headers_match_log(call)
