@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-from ctxopt.api.gateway import hosts, windows
+from ctxopt.api.gateway import hosts, sessions, windows
 from ctxopt.api.gateway.formats.anthropic import AnthropicMessages
 from ctxopt.api.gateway.formats.conversation import Edit, Rewrite, droppable_units, latest_turns
 from ctxopt.api.gateway.formats.gemini import GeminiContents
@@ -266,3 +266,56 @@ def test_windows_by_family_and_unknown_models() -> None:
     assert windows.model_window("llama-3") is None
     with pytest.raises(ValueError):
         windows.parse_window("-5")
+
+
+def test_session_ids_are_namespaced_by_the_provider_key_and_owner_never_the_key() -> None:
+    key_a, key_b = {"x-api-key": "sk-a-secret"}, {"authorization": "Bearer sk-b-secret"}
+    ids = {
+        sessions.session_of("anthropic", sessions.namespace_of(headers, owner), name, "opening")
+        for headers in (key_a, key_b, {})
+        for owner in ("", "team")
+        for name in ("", "my-session")
+    }
+    assert len(ids) == 12, "no two keys, owners or names share a session"
+    assert not any("secret" in i for i in ids)
+    namespace = sessions.namespace_of(key_a, "")
+    assert sessions.session_of("anthropic", namespace, " my-session ", None) == (
+        f"{namespace}.my-session"
+    )
+    assert len(namespace) == 12 and namespace == sessions.namespace_of(dict(key_a), "")
+
+
+def test_anthropic_system_messages_are_locked_turns_the_rules_look_past() -> None:
+    """Claude Code's `"role": "system"` messages inside `messages`: locked turns in
+    place; roles and pairs are checked on the user and assistant messages around them."""
+    system = {"role": "system", "content": "# Environment"}
+    step = anthropic_body()["messages"][1:3]  # a call and its result
+    for message in step:
+        for block in message["content"]:
+            block.pop("cache_control", None)
+    messages = [
+        {"role": "user", "content": "task"},
+        system,
+        *step,
+        system,
+        *step,
+        {"role": "system", "content": [{"type": "text", "text": "reminder"}]},
+    ]
+    body = {"model": "claude-opus-5-5", "messages": messages}
+    assert ANTHROPIC.violations(body) == []
+    conversation = ANTHROPIC.parse(body, "", None)
+    assert conversation is not None
+    locked = [t.locked for t in conversation.turns]
+    assert locked == [False, True, False, False, True, False, False, True]
+    assert latest_turns(conversation.turns) == [5, 6, 7], "the newest step and what follows"
+    assert droppable_units(conversation.turns, {5, 6, 7}) == [[2, 3]], "the system turn stays"
+    after_drop = {**body, "messages": [m for i, m in enumerate(messages) if i not in (2, 3)]}
+    assert ANTHROPIC.violations(after_drop) == []
+    broken = {**body, "messages": [messages[0], system, messages[2], system, messages[2]]}
+    assert ANTHROPIC.violations(broken) == [
+        "messages[4]: same role as the message before",
+        "messages[2]: tool_use ['t1'] unanswered",
+    ]
+    assert ANTHROPIC.violations({"messages": [system, messages[2]]}) == [
+        "messages[1]: not a user message"
+    ]

@@ -164,7 +164,7 @@ class Pipeline:
             opening = fmt.opening(body)
         except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
             return Prepared(raw, Outcome.PASS_THROUGH, note=f"not parsed: {e}"[:200])
-        namespace = namespace_of(headers)
+        namespace = namespace_of(headers, owner)
         session_id = session_of(fmt.name, namespace, headers.get(SESSION_HEADER, ""), opening)
         state = self.sessions.get(session_id, owner)
         with state.lock:

@@ -36,10 +36,11 @@ MAX_HEADER_SESSION_CHARS = 160
 MAX_LIVE_SESSIONS = 1024
 
 
-def namespace_of(headers: Mapping[str, str]) -> str:
+def namespace_of(headers: Mapping[str, str], owner: str) -> str:
     """The keyed one-way hash of the request's provider credential (of the empty
-    credential when it carries none), 12 hex digits."""
-    credential = "\n".join(headers.get(name, "") for name in CREDENTIAL_HEADERS)
+    credential when it carries none), 12 hex digits; the owner is hashed with it,
+    so two ctxopt identities sending one key never meet on a session id either."""
+    credential = "\n".join([owner, *(headers.get(name, "") for name in CREDENTIAL_HEADERS)])
     digest = hmac.new(NAMESPACE_KEY, credential.encode(), hashlib.sha256).hexdigest()
     return digest[:NAMESPACE_CHARS]
 
