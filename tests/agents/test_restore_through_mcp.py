@@ -33,6 +33,7 @@ FILES = 6
 LINES_PER_FILE = 60  # about 1,000 tokens a file
 TIMEOUT_S = 30.0
 HINT = re.compile(r'context_stash_restore\(session_id="([^"]+)", ids=\["([^"]+)"\]\)')
+STASHED_AS = re.compile(r"stashed as (\S+);")
 KEY = "sk-ant-test"
 HEADERS = {
     "user-agent": "claude-cli/2.1.332 (external, sdk-cli)",
@@ -100,15 +101,15 @@ def _restore(port: int, session_id: str, chunk_id: str) -> dict[str, Any]:
     return anyio.run(main)
 
 
-def _stash_hits(server: ServerProcess, session_id: str) -> set[str]:
-    """The chunk ids gRPC finds in the session's stash, as the command line would
-    (the ctxopt identity: auth is off)."""
+def _stash_hits(server: ServerProcess, session_id: str) -> set[tuple[str, str]]:
+    """The (chunk id, stash id) pairs gRPC finds in the session's stash, as the
+    command line would (the ctxopt identity: auth is off)."""
     with grpc.insecure_channel(server.address) as channel:
         found = server.stub(channel).SearchStash(
             pb.SearchStashRequest(session_id=session_id, query="txt", limit=100),
             timeout=TIMEOUT_S,
         )
-    return {hit.chunk_id for hit in found.hits}
+    return {(hit.chunk_id, hit.stash_id) for hit in found.hits}
 
 
 def test_a_stashed_tool_result_comes_back_byte_for_byte_after_the_mcp_restore(
@@ -143,13 +144,15 @@ def test_a_stashed_tool_result_comes_back_byte_for_byte_after_the_mcp_restore(
                 if placeholders:
                     call_id, placeholder = next(iter(placeholders.items()))
                     hint = HINT.search(placeholder)
+                    stashed_as = STASHED_AS.search(placeholder)
                     break
             assert hint is not None, "no tool result was stashed"
             session_id, chunk_id = hint.groups()
             # the session is namespaced by a hash of the provider key, never the key itself
             namespace, _, _ = session_id.partition(".")
             assert len(namespace) == 12 and KEY not in session_id
-            assert chunk_id in _stash_hits(server, session_id)
+            assert stashed_as is not None, placeholder
+            assert (chunk_id, stashed_as.group(1)) in _stash_hits(server, session_id)
             original = texts[int(call_id.removeprefix("toolu_"))]
             restored = _restore(port, session_id, chunk_id)
             assert chunk_id in restored["restored"]
