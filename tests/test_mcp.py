@@ -182,6 +182,8 @@ def test_prune_stashes_by_default_and_restore_brings_it_back(tmp_path: Path) -> 
         ok, restored = await call("context_stash_restore", {"ids": ["t4"], "force": True})
         assert ok and restored["restored"] == ["t4"]
         assert restored["session_tokens"] > pruned["tokens_after"]
+        original = next(c["text"] for c in turns() if c["id"] == "t4")
+        assert restored["originals"] == {"t4": original}, "the text comes back at once"
 
     with_mcp(tmp_path, body)
 

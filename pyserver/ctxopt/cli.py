@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ctxopt import __version__, cli_client, launch
-from ctxopt.config import Config
+from ctxopt.config import GATEWAY_MODES, Config
 from ctxopt.errors import CtxoptError, FailedPrecondition, InvalidArgument
 from ctxopt.launch import DEFAULT_GATEWAY_ADDR, HOSTS
 from ctxopt.preflight import Names, check_data_dir, check_serve, check_settings
@@ -50,6 +50,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     serve.add_argument(
         "--gateway-addr",
         help="also serve the model-API gateway over HTTP at HOST:PORT (CTXOPT_GATEWAY_ADDR)",
+    )
+    serve.add_argument(
+        "--gateway-mode",
+        choices=GATEWAY_MODES,
+        help="on: prune; shadow: plan and log, forward the original; off: forward as sent "
+        "(CTXOPT_GATEWAY_MODE, default on)",
     )
     serve.add_argument(
         "--gateway-window-tokens",

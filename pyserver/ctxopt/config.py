@@ -17,6 +17,9 @@ from ctxopt.planner import knobs
 
 Tokenizer = Literal["cl100k", "gemini"]
 LogFormat = Literal["json", "text"]
+# on: prune; shadow: plan and log, forward the original; off: forward as sent
+GatewayMode = Literal["on", "shadow", "off"]
+GATEWAY_MODES: tuple[GatewayMode, ...] = ("on", "shadow", "off")
 
 
 def default_data_dir() -> str:
@@ -45,8 +48,10 @@ class Config:
     # The model-API gateway over HTTP in the same process ("" is off), the
     # providers it forwards to (base URLs without a version path), the window
     # for every request (0: the model table's) and whether a recognised agent's
-    # own compaction line caps the prompt (api/gateway/hosts.py)
+    # own compaction line caps the prompt (api/gateway/hosts.py); `gateway_mode`
+    # "shadow" plans and logs but forwards the original, "off" forwards as sent
     gateway_addr: str = ""
+    gateway_mode: GatewayMode = "on"
     upstream_anthropic: str = "https://api.anthropic.com"
     upstream_openai: str = "https://api.openai.com"
     upstream_gemini: str = "https://generativelanguage.googleapis.com"

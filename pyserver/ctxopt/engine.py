@@ -218,6 +218,14 @@ class Engine:
             require_known(session.entries.keys(), chunk_ids, "chunk_ids")
             return [session.entries[i].chunk for i in chunk_ids]
 
+    def whole(self, owner: str, session_id: str, chunk_ids: Sequence[str]) -> list[str]:
+        """Which of these ids the session holds with their original text (restored
+        since they were stashed or shortened); unknown ids are not whole."""
+        session = self.sessions.get(owner, session_id)
+        with session.lock:
+            entries = session.entries
+            return [i for i in chunk_ids if i in entries and not entries[i].origin]
+
     # ---- planning ------------------------------------------------------
 
     def optimize(self, owner: str, session_id: str, options: OptimizeOptions) -> Plan:

@@ -1,10 +1,12 @@
 """What the gateway stashed comes back byte for byte through `ctxopt mcp`'s restore tool.
 
 One `ctxopt serve --gateway-addr ... --mcp-addr ...` process: a host's tool loop
-(Claude Code's wire format, with its key) goes through the gateway until a
-tool result is replaced by a placeholder naming its session and chunk; the
-agent calls the MCP restore tool the placeholder names; the host's next call
-carries the original again, byte for byte, to the provider.
+(Claude Code's wire format and User-Agent, its key, the official `anthropic`
+SDK) goes through the gateway until a tool result is replaced by a placeholder
+naming its session and chunk; gRPC, as the ctxopt identity like the command
+line, finds it in that session's stash; the agent calls the MCP restore tool
+the placeholder names and gets the original's text at once; the host's next
+call carries the original again, byte for byte, to the provider.
 """
 
 from __future__ import annotations
@@ -15,24 +17,25 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import anyio
-import httpx
-import pytest
+import grpc
+from ctxopt.v1 import ctxopt_pb2 as pb
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.agents.scripted_provider import write_workspace
 from tests.gateway.upstream import FakeUpstream, fake_upstream
-from tests.serverproc import serving
+from tests.serverproc import ServerProcess, serving
 
 WINDOW = 6_000
 FILES = 6
 LINES_PER_FILE = 60  # about 1,000 tokens a file
 TIMEOUT_S = 30.0
 HINT = re.compile(r'context_stash_restore\(session_id="([^"]+)", ids=\["([^"]+)"\]\)')
+STASHED_AS = re.compile(r"stashed as (\S+);")
+KEY = "sk-ant-test"
 HEADERS = {
-    "x-api-key": "sk-ant-test",
-    "anthropic-version": "2023-06-01",
     "user-agent": "claude-cli/2.1.332 (external, sdk-cli)",
     "x-ctxopt-window-tokens": str(WINDOW),
 }
@@ -57,10 +60,13 @@ def _tool_loop(texts: list[str]) -> list[dict[str, Any]]:
     return messages
 
 
-def _send(client: httpx.Client, gateway: str, messages: list[dict[str, Any]]) -> None:
-    body = {"model": "claude-sonnet-4-6", "max_tokens": 1024, "messages": messages}
-    reply = client.post(f"{gateway}/anthropic/v1/messages", headers=HEADERS, json=body)
-    assert reply.status_code == 200, reply.text
+def _send(client: anthropic.Anthropic, messages: list[dict[str, Any]]) -> None:
+    reply = client.messages.create(
+        model="claude-sonnet-4-6",
+        max_tokens=1024,
+        messages=messages,  # type: ignore[arg-type]
+    )
+    assert reply.content
 
 
 def _results(upstream: FakeUpstream) -> dict[str, str]:
@@ -95,14 +101,17 @@ def _restore(port: int, session_id: str, chunk_id: str) -> dict[str, Any]:
     return anyio.run(main)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway + MCP defect (reported): the MCP tools act as owner '' while the gateway's "
-    "session belongs to the hash of the host's key, so the restore its placeholder names is "
-    "refused ('session belongs to another client'); and without a key, the restore succeeds "
-    "but the gateway re-applies its sticky decision, so the next request still carries the "
-    "placeholder",
-)
+def _stash_hits(server: ServerProcess, session_id: str) -> set[tuple[str, str]]:
+    """The (chunk id, stash id) pairs gRPC finds in the session's stash, as the
+    command line would (the ctxopt identity: auth is off)."""
+    with grpc.insecure_channel(server.address) as channel:
+        found = server.stub(channel).SearchStash(
+            pb.SearchStashRequest(session_id=session_id, query="txt", limit=100),
+            timeout=TIMEOUT_S,
+        )
+    return {(hit.chunk_id, hit.stash_id) for hit in found.hits}
+
+
 def test_a_stashed_tool_result_comes_back_byte_for_byte_after_the_mcp_restore(
     tmp_path: Path,
 ) -> None:
@@ -120,22 +129,35 @@ def test_a_stashed_tool_result_comes_back_byte_for_byte_after_the_mcp_restore(
                 f"127.0.0.1:{port}",
                 env=env,
             ) as server,
-            httpx.Client(timeout=TIMEOUT_S, trust_env=False) as client,
+            anthropic.Anthropic(
+                api_key=KEY,
+                base_url=f"{server.gateway_url}/anthropic",
+                default_headers=HEADERS,
+                max_retries=0,
+                timeout=TIMEOUT_S,
+            ) as client,
         ):
             hint = None
             for count in range(1, len(texts) + 1):  # the host resends its growing history
-                _send(client, server.gateway_url, _tool_loop(texts[:count]))
+                _send(client, _tool_loop(texts[:count]))
                 placeholders = {k: v for k, v in _results(upstream).items() if HINT.search(v)}
                 if placeholders:
                     call_id, placeholder = next(iter(placeholders.items()))
                     hint = HINT.search(placeholder)
+                    stashed_as = STASHED_AS.search(placeholder)
                     break
             assert hint is not None, "no tool result was stashed"
             session_id, chunk_id = hint.groups()
+            # the session is namespaced by a hash of the provider key, never the key itself
+            namespace, _, _ = session_id.partition(".")
+            assert len(namespace) == 12 and KEY not in session_id
+            assert stashed_as is not None, placeholder
+            assert (chunk_id, stashed_as.group(1)) in _stash_hits(server, session_id)
             original = texts[int(call_id.removeprefix("toolu_"))]
             restored = _restore(port, session_id, chunk_id)
             assert chunk_id in restored["restored"]
-            _send(client, server.gateway_url, _tool_loop(texts[:count]))
+            assert restored["originals"][chunk_id].encode() == original.encode()
+            _send(client, _tool_loop(texts[:count]))
             assert _results(upstream)[call_id] == original
     log = [json.loads(line) for line in server.log_text().splitlines() if line.startswith("{")]
     assert any(entry.get("gateway", {}).get("outcome") == "optimized" for entry in log)

@@ -35,13 +35,7 @@ WINDOW = 24_000
 FILES = 8
 LINES_PER_FILE = 400
 NO_PRUNING_WINDOW = 100_000_000
-# Claude Code 2.1.332 puts `"role": "system"` messages inside `messages` (its environment
-# and reminders); the gateway's Anthropic parser refuses them ("messages[1]: no user or
-# assistant role"), so every Claude Code request passes through unpruned
-CLAUDE_SYSTEM_MESSAGES = pytest.mark.xfail(
-    strict=True, reason="gateway defect (reported): Claude Code's system-role messages"
-)
-HOSTS = [pytest.param("claude", marks=CLAUDE_SYSTEM_MESSAGES), "codex", "gemini"]
+HOSTS = ["claude", "codex", "gemini"]
 # How the gateway names each host it recognises from the User-Agent (api/gateway/hosts.py)
 RECOGNISED_AS = {"claude": "claude-code", "codex": "codex", "gemini": "gemini-cli"}
 
@@ -113,4 +107,19 @@ def test_without_pruning_requests_arrive_byte_identical(host: str, tmp_path: Pat
     for call in run.calls:
         assert call.reached_provider.raw == call.sent_by_host.raw
         assert call.log["outcome"] == "below-threshold"
+        _assert_headers_match_log(call)
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_with_the_gateway_off_requests_arrive_byte_identical(host: str, tmp_path: Path) -> None:
+    """`--gateway-mode off` under the window that has every pruned run act."""
+    run = run_through_gateway(
+        host, tmp_path, window=WINDOW, files=3, lines_per_file=LINES_PER_FILE, mode="off"
+    )
+    _assert_ran_to_the_end(run)
+    assert run.calls
+    for call in run.calls:
+        assert call.reached_provider.raw == call.sent_by_host.raw
+        assert call.log["outcome"] == "pass-through"
+        assert call.log["mode"] == "off"
         _assert_headers_match_log(call)

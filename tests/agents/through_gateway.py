@@ -53,10 +53,17 @@ class GatewayRun:
 
 
 def run_through_gateway(
-    host: str, tmp_path: Path, *, window: int, files: int, lines_per_file: int
+    host: str,
+    tmp_path: Path,
+    *,
+    window: int,
+    files: int,
+    lines_per_file: int,
+    mode: str = "on",
 ) -> GatewayRun:
     """Run `host` on a scratch workspace of `files` large files through a gateway whose
-    window is `window` tokens, to a provider that has it read every file."""
+    window is `window` tokens (in `--gateway-mode` `mode`), to a provider that has it
+    read every file."""
     workspace = tmp_path / "workspace"
     names = write_workspace(workspace, files=files, lines_per_file=lines_per_file)
     script = AgentScript(read_and_inspect(names))
@@ -65,7 +72,7 @@ def run_through_gateway(
             f"CTXOPT_UPSTREAM_{provider}": upstream.url
             for provider in ("ANTHROPIC", "OPENAI", "GEMINI")
         }
-        window_flag = ("--gateway-window-tokens", str(window))
+        window_flag = ("--gateway-window-tokens", str(window), "--gateway-mode", mode)
         with (
             serving(
                 tmp_path, "--gateway-addr", "127.0.0.1:0", *window_flag, env=provider_env

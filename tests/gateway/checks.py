@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 from ctxopt.api.gateway.app import wire_format
 from ctxopt.tokens import TokenCounter
 
+from tests.serverproc import ServerProcess
+
 COUNTER = TokenCounter("cl100k")
+# The gateway writes a call's log line once the response's last byte has gone out,
+# so a client may read the answer before the line is there: readers wait for it.
+LOG_TIMEOUT_S = 30.0
+LOG_POLL_S = 0.02
 LISTS = {
     "anthropic": "messages",
     "openai-chat": "messages",
@@ -51,3 +60,22 @@ def assert_valid(
     assert tokens_of(sent[key]) + tokens_of(frame) <= window
     for name in set(original) - {key}:
         assert sent[name] == original[name], f"{name} changed"
+
+
+def gateway_log_lines(
+    server: ServerProcess, wanted: Callable[[dict[str, Any]], bool], count: int = 1
+) -> list[dict[str, Any]]:
+    """The gateway's log lines `wanted` picks, once there are at least `count` of them
+    (polled up to LOG_TIMEOUT_S; a timeout fails with what there is)."""
+    deadline = time.monotonic() + LOG_TIMEOUT_S
+    while True:
+        lines = [
+            json.loads(line)["gateway"]
+            for line in server.log_text().splitlines()
+            if line.startswith("{") and '"gateway"' in line
+        ]
+        found = [line for line in lines if wanted(line)]
+        if len(found) >= count or time.monotonic() > deadline:
+            assert len(found) >= count, f"{len(found)} of {count} log lines after {LOG_TIMEOUT_S}s"
+            return found
+        time.sleep(LOG_POLL_S)

@@ -197,3 +197,37 @@ def test_sticky_decisions_keep_the_prefix_byte_identical(
         1 for before, after in itertools.pairwise(sent) if after[: len(before) - 1] == before[:-1]
     )
     assert same_prefix >= len(sent) // 2, "between collections the prefix does not change"
+
+
+def test_claude_codes_system_messages_inside_messages_stay_and_the_rest_is_pruned(
+    gateway: ServerProcess, upstream: FakeUpstream
+) -> None:
+    """Claude Code 2.1.332 puts its environment block as a `"role": "system"` message
+    at messages[1] (recorded by tests/agents), and may add one later: each stays where
+    it is, byte for byte, and the tool loop around them is pruned by the usual rules."""
+    environment = {
+        "role": "system",
+        "content": "# Environment\nYou have been invoked in the following environment:\n"
+        " - Primary working directory: /work\n",
+    }
+    later = {"role": "system", "content": [{"type": "text", "text": "Tokens left: plenty."}]}
+    messages = thinking_loop(16)
+    messages.insert(1, environment)
+    messages.insert(12, later)  # after a user turn's tool results
+    body: dict[str, Any] = {"model": "claude-opus-5-5", "max_tokens": 100, "messages": messages}
+    headers = {"x-ctxopt-window-tokens": "9000", "user-agent": "claude-cli/2.1.332 (external)"}
+    raw = client(gateway).messages.with_raw_response.create(**body, extra_headers=headers)
+    assert raw.headers["x-ctxopt-outcome"] == "optimized"
+    sent = upstream.calls("/v1/messages")[-1].body
+    assert_valid("anthropic", body, sent, 9000)
+    system = [(i, m) for i, m in enumerate(sent["messages"]) if m["role"] == "system"]
+    assert [m for _, m in system] == [environment, later]
+    assert system[0][0] == 1
+    before = sent["messages"][system[1][0] - 1]["content"]  # the results of step 4
+    assert [b.get("tool_use_id") for b in before] == ["a4", "b4", None], "kept in its place"
+    assert any(
+        isinstance(b.get("content"), str) and "context_stash_restore" in b["content"]
+        for m in sent["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+    )

@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-from ctxopt.api.gateway import hosts, windows
+from ctxopt.api.gateway import hosts, sessions, windows
 from ctxopt.api.gateway.formats.anthropic import AnthropicMessages
 from ctxopt.api.gateway.formats.conversation import Edit, Rewrite, droppable_units, latest_turns
 from ctxopt.api.gateway.formats.gemini import GeminiContents
@@ -226,10 +226,96 @@ def test_the_ceiling_is_the_lower_of_the_window_and_the_hosts_compaction_line(
     assert hosts.ceiling(window, agent, model, host_lines=False).tokens == window
 
 
+# Claude Code 2.1.332 compacts at window - 20,000 - 13,000: 966,759 measured on its default
+# claude-opus-5-5 and on claude-sonnet-5-5 (hosts.py), 167,000 on claude-sonnet-4-6
+CLAUDE_MODELS = [
+    ("claude-opus-5-5", 1_000_000),
+    ("claude-opus-5", 1_000_000),
+    ("claude-opus-4-7", 1_000_000),
+    ("claude-opus-4-8", 1_000_000),
+    ("claude-sonnet-5", 1_000_000),
+    ("claude-sonnet-5-5", 1_000_000),
+    ("claude-sonnet-5-20260301", 1_000_000),
+    ("claude-haiku-5-5", 1_000_000),
+    ("claude-fable-5-2", 1_000_000),
+    ("claude-sonnet-4-6[1m]", 1_000_000),
+    ("claude-opus-4-6", 200_000),
+    ("claude-opus-4-5-20251101", 200_000),
+    ("claude-sonnet-4-6", 200_000),
+    ("claude-haiku-4-5", 200_000),
+    ("claude-haiku-5", 200_000),
+    ("claude-3-5-sonnet-20241022", 200_000),
+]
+
+
+@pytest.mark.parametrize(("model", "window"), CLAUDE_MODELS)
+def test_claude_windows_by_family_and_version_and_claude_codes_line_from_them(
+    model: str, window: int
+) -> None:
+    assert windows.model_window(model) == window
+    assert windows.model_window(f"anthropic/{model}") == window
+    line = window - 20_000 - 13_000
+    assert hosts.compaction_line(hosts.Host.CLAUDE_CODE, model) == line
+    agent = "claude-cli/2.1.332 (external, sdk-cli)"
+    assert hosts.ceiling(window, agent, model, host_lines=True).tokens == line
+
+
 def test_windows_by_family_and_unknown_models() -> None:
-    assert windows.model_window("claude-opus-4-5-20251101") == 200_000
     assert windows.model_window("gpt-4o-mini") == 128_000
     assert windows.model_window("models/gemini-1.5-pro-002") == 2_097_152
     assert windows.model_window("llama-3") is None
     with pytest.raises(ValueError):
         windows.parse_window("-5")
+
+
+def test_session_ids_are_namespaced_by_the_provider_key_and_owner_never_the_key() -> None:
+    key_a, key_b = {"x-api-key": "sk-a-secret"}, {"authorization": "Bearer sk-b-secret"}
+    ids = {
+        sessions.session_of("anthropic", sessions.namespace_of(headers, owner), name, "opening")
+        for headers in (key_a, key_b, {})
+        for owner in ("", "team")
+        for name in ("", "my-session")
+    }
+    assert len(ids) == 12, "no two keys, owners or names share a session"
+    assert not any("secret" in i for i in ids)
+    namespace = sessions.namespace_of(key_a, "")
+    assert sessions.session_of("anthropic", namespace, " my-session ", None) == (
+        f"{namespace}.my-session"
+    )
+    assert len(namespace) == 12 and namespace == sessions.namespace_of(dict(key_a), "")
+
+
+def test_anthropic_system_messages_are_locked_turns_the_rules_look_past() -> None:
+    """Claude Code's `"role": "system"` messages inside `messages`: locked turns in
+    place; roles and pairs are checked on the user and assistant messages around them."""
+    system = {"role": "system", "content": "# Environment"}
+    step = anthropic_body()["messages"][1:3]  # a call and its result
+    for message in step:
+        for block in message["content"]:
+            block.pop("cache_control", None)
+    messages = [
+        {"role": "user", "content": "task"},
+        system,
+        *step,
+        system,
+        *step,
+        {"role": "system", "content": [{"type": "text", "text": "reminder"}]},
+    ]
+    body = {"model": "claude-opus-5-5", "messages": messages}
+    assert ANTHROPIC.violations(body) == []
+    conversation = ANTHROPIC.parse(body, "", None)
+    assert conversation is not None
+    locked = [t.locked for t in conversation.turns]
+    assert locked == [False, True, False, False, True, False, False, True]
+    assert latest_turns(conversation.turns) == [5, 6, 7], "the newest step and what follows"
+    assert droppable_units(conversation.turns, {5, 6, 7}) == [[2, 3]], "the system turn stays"
+    after_drop = {**body, "messages": [m for i, m in enumerate(messages) if i not in (2, 3)]}
+    assert ANTHROPIC.violations(after_drop) == []
+    broken = {**body, "messages": [messages[0], system, messages[2], system, messages[2]]}
+    assert ANTHROPIC.violations(broken) == [
+        "messages[4]: same role as the message before",
+        "messages[2]: tool_use ['t1'] unanswered",
+    ]
+    assert ANTHROPIC.violations({"messages": [system, messages[2]]}) == [
+        "messages[1]: not a user message"
+    ]

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import anthropic
+import grpc
 import httpx
 import pytest
 from ctxopt.api.gateway.formats.anthropic import AnthropicMessages
+from ctxopt.v1 import ctxopt_pb2 as pb
 
+from tests.gateway.checks import gateway_log_lines
 from tests.gateway.conftest import upstream_env
 from tests.gateway.upstream import FakeUpstream
-from tests.serverproc import ServerProcess, serving
+from tests.serverproc import CTXOPT, ServerProcess, serving
 
 HELLO: dict[str, Any] = {
     "model": "claude-sonnet-4-6",
@@ -129,9 +134,17 @@ def test_the_ctxopt_token_is_required_when_auth_is_on(
         assert httpx.post(url, json=HELLO).status_code == 401
         assert httpx.post(url, json=HELLO, headers={"x-ctxopt-token": "wrong"}).status_code == 401
         assert not upstream.requests
-        ok = httpx.post(url, json=HELLO, headers={"x-ctxopt-token": "tok-123"})
+        ok = httpx.post(url, json=HELLO, headers={"x-ctxopt-token": "tok-123", "x-api-key": "k"})
         assert ok.status_code == 200
         assert "x-ctxopt-token" not in upstream.requests[-1].headers
+        # the session belongs to the token's owner: gRPC with that token reaches it
+        (line,) = gateway_log_lines(server, lambda _line: True)
+        request = pb.GetSessionStatsRequest(session_id=line["session"])
+        with grpc.insecure_channel(server.address) as channel:
+            stats = server.stub(channel).GetSessionStats(
+                request, metadata=[("authorization", "Bearer tok-123")], timeout=30
+            )
+        assert stats.chunk_count == 1
 
 
 def test_two_credentials_never_share_a_session_and_none_is_logged(
@@ -150,7 +163,7 @@ def test_two_credentials_never_share_a_session_and_none_is_logged(
     assert len(sessions) == 2, "each credential gets its own session"
     log = gateway.log_text()
     assert "sk-owner-aaaa" not in log and "sk-owner-bbbb" not in log
-    lines = [json.loads(line)["gateway"] for line in log.splitlines() if '"gateway"' in line]
+    lines = gateway_log_lines(gateway, lambda _line: True)
     assert {"format", "session", "tokens_before", "tokens_after", "outcome", "ms"} <= set(lines[-1])
 
 
@@ -197,11 +210,7 @@ def test_the_providers_prompt_size_is_read_from_the_response(
         headers={"x-ctxopt-session": f"usage-{streamed}"},
     )
     assert answer.status_code == 200
-    lines = [
-        json.loads(line)["gateway"]
-        for line in gateway.log_text().splitlines()
-        if '"gateway"' in line and f"usage-{streamed}" in line
-    ]
+    lines = gateway_log_lines(gateway, lambda line: line["session"].endswith(f"usage-{streamed}"))
     assert lines[-1]["provider_prompt_tokens"] == 4321
     assert lines[-1]["status"] == 200
 
@@ -227,3 +236,45 @@ def test_concurrent_calls_of_one_session_and_of_many_all_keep_the_rules(
     for recorded in upstream.calls("/v1/messages"):
         assert AnthropicMessages().violations(recorded.body) == []
         assert recorded.body["messages"][-1] == {"role": "user", "content": "what did you find?"}
+
+
+@pytest.mark.parametrize("mode", ["off", "shadow"])
+def test_with_pruning_off_or_in_shadow_the_provider_gets_the_bytes_as_sent(
+    tmp_path: Path, upstream: FakeUpstream, mode: str
+) -> None:
+    """`--gateway-mode off` forwards byte for byte as `pass-through`; `shadow`
+    (here through CTXOPT_GATEWAY_MODE) plans and logs the pruning it would do and
+    forwards the original bytes too."""
+    args = ("--gateway-mode", mode) if mode == "off" else ()
+    env = upstream_env(upstream) | ({"CTXOPT_GATEWAY_MODE": mode} if mode == "shadow" else {})
+    with serving(tmp_path, "--gateway-addr", "127.0.0.1:0", *args, env=env) as server:
+        url = f"{server.gateway_url}/anthropic/v1/messages"
+        for turns in (20, 24):
+            raw = json.dumps(HELLO | {"messages": long_history(turns)}, indent=1).encode()
+            answer = httpx.post(
+                url,
+                content=raw,
+                headers={"x-ctxopt-window-tokens": "6000", "content-type": "application/json"},
+            )
+            assert answer.status_code == 200
+            assert upstream.requests[-1].raw == raw
+        expected = "pass-through" if mode == "off" else "optimized"
+        assert answer.headers["x-ctxopt-outcome"] == expected
+        lines = gateway_log_lines(server, lambda _line: True, count=2)
+        assert [line["outcome"] for line in lines] == [expected] * 2
+        assert {line["mode"] for line in lines} == {mode}
+        if mode == "shadow":  # what it would have sent
+            assert lines[-1]["tokens_after"] < lines[-1]["tokens_before"]
+
+
+def test_an_unknown_gateway_mode_stops_the_server_with_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(CTXOPT), "serve", "--addr", "127.0.0.1:0", "--data-dir", str(tmp_path)],
+        env={**os.environ, "CTXOPT_GATEWAY_ADDR": "127.0.0.1:0", "CTXOPT_GATEWAY_MODE": "maybe"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "gateway_mode" in done.stderr and "on, shadow, off" in done.stderr

@@ -89,9 +89,12 @@ def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
         prefix = request.path_params["prefix"]
         if prefix not in upstreams:
             return await not_found(request)
+        owner = ""  # the ctxopt identity, as gRPC and MCP have it ("" with auth off)
         if tokens.required:
             try:
-                tokens.owner([("authorization", f"Bearer {request.headers.get(TOKEN_HEADER, '')}")])
+                owner = tokens.owner(
+                    [("authorization", f"Bearer {request.headers.get(TOKEN_HEADER, '')}")]
+                )
             except Unauthenticated:
                 return _error(401, f"missing or unknown {TOKEN_HEADER} header")
         header = request.headers.get(windows.WINDOW_HEADER)
@@ -114,7 +117,9 @@ def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
         prepared = Prepared(body, Outcome.PASS_THROUGH)
         if fmt is not None:
             try:
-                prepared = await run_in_threadpool(pipeline.prepare, fmt, path, body, headers)
+                prepared = await run_in_threadpool(
+                    pipeline.prepare, fmt, path, body, headers, owner
+                )
             except Exception:  # never worse: a gateway bug still forwards the request
                 log.exception("gateway: %s request forwarded unchanged after an error", fmt.name)
         url = f"{upstreams[prefix]}/{path}"

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from ctxopt.api.gateway.windows import claude_window
+
 
 class Host(Enum):
     CLAUDE_CODE = "claude-code"
@@ -43,7 +45,8 @@ USER_AGENT_PREFIXES: dict[str, Host] = {
 # at 966,759 +-100 (967,000 less its estimate of the newest tool output). claude-opus-4-5
 # did not compact by itself up to 985,000 (it waits for the API's "prompt is too long").
 # CLAUDE_AUTOCOMPACT_PCT_OVERRIDE and CLAUDE_CODE_AUTO_COMPACT_WINDOW can only lower it.
-CLAUDE_CODE_WINDOW = 200_000
+# Its window per model is the gateway's own Claude table (windows.claude_window), which
+# follows the same model table of the binary.
 CLAUDE_CODE_OUTPUT_RESERVE = 20_000
 CLAUDE_CODE_AUTOCOMPACT_BUFFER = 13_000
 
@@ -86,8 +89,7 @@ def host_of(user_agent: str) -> Host:
 def compaction_line(host: Host, model: str) -> int | None:
     """Where `host` starts compacting its history for `model`, in tokens."""
     if host == Host.CLAUDE_CODE:
-        window = 1_000_000 if "[1m]" in model.lower() else CLAUDE_CODE_WINDOW
-        return window - CLAUDE_CODE_OUTPUT_RESERVE - CLAUDE_CODE_AUTOCOMPACT_BUFFER
+        return claude_window(model) - CLAUDE_CODE_OUTPUT_RESERVE - CLAUDE_CODE_AUTOCOMPACT_BUFFER
     if host == Host.CODEX:
         return CODEX_WINDOW * CODEX_AUTO_COMPACT_PERCENT // 100
     if host == Host.GEMINI_CLI:

@@ -39,7 +39,13 @@ from ctxopt.api.gateway.formats.conversation import (
     latest_turns,
 )
 from ctxopt.api.gateway.placeholders import estimate, replacement
-from ctxopt.api.gateway.sessions import SESSION_HEADER, Sessions, SessionState, owner_of, session_of
+from ctxopt.api.gateway.sessions import (
+    SESSION_HEADER,
+    Sessions,
+    SessionState,
+    namespace_of,
+    session_of,
+)
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.model import (
@@ -110,12 +116,23 @@ class Pipeline:
         self.sessions = Sessions()
 
     def prepare(
-        self, fmt: WireFormat, path: str, raw: bytes, headers: Mapping[str, str]
+        self, fmt: WireFormat, path: str, raw: bytes, headers: Mapping[str, str], owner: str
     ) -> Prepared:
-        """The request to send upstream for `raw` (headers with lower-case names)."""
+        """The request to send upstream for `raw` (headers with lower-case names),
+        in a session of `owner` (the ctxopt identity)."""
         started = time.perf_counter()
-        prepared = self._prepare(fmt, path, raw, headers)
+        mode = self.config.gateway_mode
+        if mode == "off":
+            prepared = Prepared(raw, Outcome.PASS_THROUGH, note="gateway mode off")
+        else:
+            prepared = self._prepare(fmt, path, raw, headers, owner)
+        if mode == "shadow" and prepared.body is not raw:
+            # the plan is made, remembered and reported; the original goes upstream
+            prepared.body = raw
+            if prepared.state is not None:
+                prepared.state.last_sent_tokens = prepared.tokens_before
         prepared.log.update(
+            mode=mode,
             format=fmt.name,
             session=prepared.session_id,
             tokens_before=prepared.tokens_before,
@@ -138,7 +155,7 @@ class Pipeline:
             state.token_scale = max(1.0, ratio)
 
     def _prepare(
-        self, fmt: WireFormat, path: str, raw: bytes, headers: Mapping[str, str]
+        self, fmt: WireFormat, path: str, raw: bytes, headers: Mapping[str, str], owner: str
     ) -> Prepared:
         try:
             body = orjson.loads(raw)
@@ -147,8 +164,8 @@ class Pipeline:
             opening = fmt.opening(body)
         except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
             return Prepared(raw, Outcome.PASS_THROUGH, note=f"not parsed: {e}"[:200])
-        owner = owner_of(headers)
-        session_id = session_of(fmt.name, owner, headers.get(SESSION_HEADER, ""), opening)
+        namespace = namespace_of(headers, owner)
+        session_id = session_of(fmt.name, namespace, headers.get(SESSION_HEADER, ""), opening)
         state = self.sessions.get(session_id, owner)
         with state.lock:
             try:
@@ -218,6 +235,10 @@ class Pipeline:
             call.frame_tokens = sum(call.sizes[c.id] for c in frame)
             return self._fallback(call, raw, f"engine: {e}"[:200])
         state.conversation, state.turn_ids = conversation, ids
+        try:
+            self._forget_restored(state)
+        except Exception as e:  # never worse: the decisions that stuck still apply
+            log.warning("gateway: restored check failed for %s: %s", state.session_id, e)
         call.frame_tokens = sum(state.tokens.get(c.id, 0) for c in frame)
         edits, after, seen, before = self._project(call)
         note = ""
@@ -264,6 +285,21 @@ class Pipeline:
             for counted in result.chunks:
                 state.tokens[counted.id] = counted.tokens
                 state.live.add(counted.id)
+
+    def _forget_restored(self, state: SessionState) -> None:
+        """Decisions on chunks the engine session holds whole again (brought back
+        through MCP, gRPC or the command line) stop sticking: the host's next
+        request carries the original instead of the placeholder or excerpt."""
+        decided = [i for i, d in state.decisions.items() if d.action != Action.DELETE]
+        if not decided:
+            return
+        back = self.engine.whole(state.owner, state.session_id, decided)
+        for whole in back:
+            del state.decisions[whole]
+            state.replacements.pop(whole, None)
+            state.live.add(whole)
+        if back:
+            state.version += 1
 
     def _collect(
         self, call: _Call, projected: int, seen: int

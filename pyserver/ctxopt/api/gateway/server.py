@@ -17,7 +17,7 @@ import uvicorn
 from ctxopt.api.gateway.app import build_app
 from ctxopt.api.gateway.pipeline import Pipeline
 from ctxopt.api.grpc.interceptors import Tokens
-from ctxopt.config import Config
+from ctxopt.config import GATEWAY_MODES, Config
 from ctxopt.engine import Engine
 from ctxopt.errors import FailedPrecondition
 
@@ -28,6 +28,10 @@ STOP_TIMEOUT_S = 10.0
 
 class GatewayServer:
     def __init__(self, engine: Engine, config: Config, tokens: Tokens) -> None:
+        if config.gateway_mode not in GATEWAY_MODES:
+            raise FailedPrecondition(
+                "gateway_mode", config.gateway_mode, f"must be one of {', '.join(GATEWAY_MODES)}"
+            )
         host, _, port = config.gateway_addr.rpartition(":")
         tls = bool(config.tls_cert and config.tls_key)
         if not host or not port.isdigit():

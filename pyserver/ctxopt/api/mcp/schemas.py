@@ -172,3 +172,4 @@ class SearchResult(BaseModel):
 class RestoreResult(BaseModel):
     restored: list[str] = Field(description="the ids and the rest of their groups")
     session_tokens: int
+    originals: dict[str, str] = Field(description="each restored id's text, byte for byte")

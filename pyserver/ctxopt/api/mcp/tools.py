@@ -203,7 +203,10 @@ class ContextTools:
     def restore(self, session_id: str, ids: list[str], force: bool) -> RestoreResult:
         budget = self.settings.budget()
         restored, tokens = self.engine.restore(OWNER, session_id, ids, budget, force)
-        return RestoreResult(restored=restored, session_tokens=tokens)
+        back = self.engine.chunks(OWNER, session_id, restored)
+        return RestoreResult(
+            restored=restored, session_tokens=tokens, originals={c.id: c.text for c in back}
+        )
 
     def _candidates(self, session_id: str, decisions: Sequence[Decision]) -> list[Candidate]:
         ids = [d.chunk_id for d in decisions]

@@ -5,11 +5,16 @@ next user message and every result answers one; the first message is a user
 message and roles alternate; `thinking`/`redacted_thinking` blocks are signed,
 so they go whole or stay byte for byte; at most 4 `cache_control` breakpoints,
 and one on a block that goes moves to the nearest kept block before it.
-`<system-reminder>` text Claude Code puts inside messages is never changed.
+`<system-reminder>` text Claude Code puts inside messages is never changed, nor
+are the `"role": "system"` messages it puts inside `messages` (its environment
+block, since 2.1.332): they are instructions, kept whole where they are, and
+the rules on roles and pairs are about the user and assistant messages around
+them (recorded from Claude Code by tests/agents, which the provider accepts).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +37,7 @@ MAX_CACHE_BREAKPOINTS = 4  # the API refuses a request with more
 IMAGE_TOKENS = 1600
 SYSTEM_REMINDER = "<system-reminder>"
 _ROLES = {"user": Role.USER, "assistant": Role.MODEL}
+_SYSTEM_ROLE = "system"
 _SIGNED = ("thinking", "redacted_thinking")
 # a block: output messages, message, block, and whether that content list is ours
 _Slot = tuple[list[JsonObject], int, int, bool]
@@ -67,7 +73,8 @@ class AnthropicMessages:
             content = message.get("content")
             if index not in touched:
                 messages.append(message)
-                if isinstance(content, list) and content:
+                # a system message's blocks never take a marker: they stay as sent
+                if isinstance(content, list) and content and message.get("role") != _SYSTEM_ROLE:
                     last_kept = (messages, len(messages) - 1, len(content) - 1, False)
                 continue
             if index in dropped:
@@ -97,22 +104,29 @@ class AnthropicMessages:
         if not isinstance(messages, list) or not messages:
             return ["messages: empty"]
         found: list[str] = []
-        if messages[0].get("role") != "user":
-            found.append("messages[0]: not a user message")
-        for i in range(1, len(messages)):
-            if messages[i].get("role") == messages[i - 1].get("role"):
+        # the conversation proper: system messages inside the list stand aside
+        talk = [
+            (i, m)
+            for i, m in enumerate(messages)
+            if not (isinstance(m, dict) and m.get("role") == _SYSTEM_ROLE)
+        ]
+        if not talk:
+            return ["messages: no user or assistant message"]
+        first, opening = talk[0]
+        if opening.get("role") != "user":
+            found.append(f"messages[{first}]: not a user message")
+        for (_, before), (i, message) in itertools.pairwise(talk):
+            if message.get("role") == before.get("role"):
                 found.append(f"messages[{i}]: same role as the message before")
-        for i, message in enumerate(messages):
+        for n, (i, message) in enumerate(talk):
             calls = _ids(message, "tool_use", "id")
             answers = (
-                _ids(messages[i + 1], "tool_result", "tool_use_id")
-                if i + 1 < len(messages)
-                else None
+                _ids(talk[n + 1][1], "tool_result", "tool_use_id") if n + 1 < len(talk) else None
             )
             if calls and answers is not None and not calls <= answers:
                 found.append(f"messages[{i}]: tool_use {sorted(calls - answers)} unanswered")
             results = _ids(message, "tool_result", "tool_use_id")
-            asked = _ids(messages[i - 1], "tool_use", "id") if i > 0 else set()
+            asked = _ids(talk[n - 1][1], "tool_use", "id") if n > 0 else set()
             if results - asked:
                 found.append(
                     f"messages[{i}]: tool_result {sorted(results - asked)} answers no call"
@@ -134,8 +148,12 @@ class AnthropicMessages:
 
 
 def _turn(index: int, message: Any) -> Turn:
+    if isinstance(message, dict) and message.get("role") == _SYSTEM_ROLE:
+        text = dump_text(message.get("content"))
+        block = Block(ChunkKind.SYSTEM, text, Rewrite.NEVER, ref=(index, -1))
+        return Turn(Role.SYSTEM, [block], locked=True, items=(index,))
     if not isinstance(message, dict) or message.get("role") not in _ROLES:
-        raise ValueError(f"messages[{index}]: no user or assistant role")
+        raise ValueError(f"messages[{index}]: no user, assistant or system role")
     role = _ROLES[message["role"]]
     content = message.get("content")
     if isinstance(content, str):

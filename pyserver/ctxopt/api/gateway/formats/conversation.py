@@ -162,7 +162,9 @@ def droppable_units(turns: Sequence[Turn], protected: set[int]) -> list[list[int
     format checks: each run starts with a model turn and takes every non-model
     turn after it (the answers to its calls), so pairs stay whole, roles still
     alternate and the first turn stays a user turn. The turns before the first
-    model turn (the task), locked turns and `protected` turns stay."""
+    model turn (the task) and `protected` turns stay; locked turns (instructions
+    inside the list) stay where they are, and the formats' rules on roles and
+    pairs look past them."""
     units: list[list[int]] = []
     index = next((i for i, t in enumerate(turns) if t.role == Role.MODEL), len(turns))
     while index < len(turns):
@@ -171,8 +173,8 @@ def droppable_units(turns: Sequence[Turn], protected: set[int]) -> list[list[int
         while index < len(turns) and turns[index].role != Role.MODEL:
             unit.append(index)
             index += 1
-        if not any(turns[i].locked or i in protected for i in unit):
-            units.append(unit)
+        if not any(i in protected for i in unit):
+            units.append([i for i in unit if not turns[i].locked])
     return units
 
 
@@ -180,16 +182,18 @@ def latest_turns(turns: Sequence[Turn]) -> list[int]:
     """The latest turn as the API needs it whole: the newest user message, or
     the newest tool results with the model turn that made the calls (its
     thinking or reasoning included)."""
-    if not turns:
+    talk = [i for i, turn in enumerate(turns) if not turn.locked]
+    if not talk:
         return []
-    last = len(turns) - 1
+    # instructions after it (locked turns) stay with it: they are never changed anyway
+    last = talk[-1]
     answers = any(b.answers for b in turns[last].blocks)
     if turns[last].role == Role.MODEL or answers:
         start = last
         while start > 0 and turns[start].role != Role.MODEL:
             start -= 1
-        return list(range(start, last + 1))
-    return [last]
+        return list(range(start, len(turns)))
+    return list(range(last, len(turns)))
 
 
 def first_prompt(turns: Sequence[Turn]) -> int | None:
