@@ -277,4 +277,4 @@ def test_an_unknown_gateway_mode_stops_the_server_with_one_line(tmp_path: Path) 
         check=False,
     )
     assert done.returncode != 0
-    assert "gateway_mode" in done.stderr and "on, shadow, off" in done.stderr
+    assert "CTXOPT_GATEWAY_MODE" in done.stderr and "on, shadow, off" in done.stderr
