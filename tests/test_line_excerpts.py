@@ -22,8 +22,9 @@ from tests.factory import chunk, filler, options
 
 S = "s"
 ALL = LineWeights(relevance=1.0, identifier=1.0, cited=1.0, error=1.0, echoed=1.0)
-# Every signal off: a test turns on the one it shows.
+# Line excerpts on (off by default) with every signal off: a test turns on the one it shows.
 NONE = {
+    "line_excerpts": True,
     "line_relevance": 0.0,
     "line_identifier": 0.0,
     "line_cited": 0.0,
@@ -173,7 +174,7 @@ def test_an_output_keeps_the_line_holding_a_rare_query_term() -> None:
 
 def test_the_excerpt_names_its_stash_and_the_lines_it_dropped_and_restores_whole() -> None:
     output = listing(60, {30: QUOTED})
-    engine = Engine(Config(data_dir=":memory:"))
+    engine = Engine(Config(data_dir=":memory:"), Tuning(line_excerpts=True))
     engine.append("", S, session(f"THOUGHT: this line is wrong:\n{QUOTED}", output))
     plan = engine.optimize("", S, options(engine.stats("", S).tokens // 3, "pricing"))
     decision = next(d for d in plan.decisions if d.chunk_id == "out")

@@ -124,7 +124,7 @@ def agent_session(view: str) -> list[Chunk]:
 
 
 def test_an_output_shrinks_to_the_lines_the_work_points_at_verbatim() -> None:
-    engine = Engine(Config(data_dir=":memory:"))
+    engine = Engine(Config(data_dir=":memory:"), Tuning(line_excerpts=True))  # off by default
     engine.append("", S, agent_session(code(60, "a", quoted_at=40)))
     plan = engine.optimize("", S, options(engine.stats("", S).tokens // 3, "discount"))
     excerpt = next(d for d in plan.decisions if d.chunk_id == "out")

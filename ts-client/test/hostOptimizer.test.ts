@@ -347,10 +347,10 @@ test("the service is asked for the adapter's STRATEGY unless the caller names an
   const client = new CtxoptClient(server.address, { deadlineMs: 5000 });
   try {
     await optimizer({}, { client: recording(client, asked) }).optimize(toolSession(30));
-    await optimizer({}, { client: recording(client, asked), strategy: Strategy.STRATEGY_BUDGET }).optimize(toolSession(30));
+    await optimizer({}, { client: recording(client, asked), strategy: Strategy.STRATEGY_HYBRID }).optimize(toolSession(30));
     assert.deepEqual(
       asked.map((r) => r.strategy),
-      [STRATEGY, Strategy.STRATEGY_BUDGET],
+      [STRATEGY, Strategy.STRATEGY_HYBRID],
     );
   } finally {
     client.close();

@@ -50,8 +50,11 @@ class Tuning:
     anchors_last: bool = True  # anchored excerpts go only after everything else of their tier
     link_df_share: float = 0.0  # a query term at most this share of chunks hold is a link
     # Hybrid order: a unit the model has quoted goes after the rest of its tier
-    # (below the echo holders); the budget strategy always orders by it.
-    quoted_last: bool = True
+    # (below the echo holders); the budget strategy always orders by it. Off,
+    # like line excerpts: cross-validation chooses only what keeps LoCoMo
+    # recall and SWE hunk coverage at every budget (benchmarks/quality/cv.py),
+    # and both cost hunk coverage at 20%.
+    quoted_last: bool = False
     # Line excerpts of tool outputs (scoring/line_value.py): an output shrinks
     # to the lines its signals point at, each with its enclosing def/class
     # header and `line_context` lines either side, within `line_budget` of its
@@ -59,7 +62,7 @@ class Tuning:
     # of the later-needed lines in 8% of the output text, and lines naming what
     # the model wrote 72% in 24%; query terms, errors and cited numbers point
     # at no more than their share, so they weigh half (cross-validated: 0 or 0.5).
-    line_excerpts: bool = True
+    line_excerpts: bool = False
     line_context: int = 1
     line_budget: float = 1.0  # tighter caps (0.3, 0.5) lost needed lines at every budget
     line_retention: float = 0.8  # share of an output's value its line excerpt keeps

@@ -42,12 +42,13 @@ export const HOST_PRESSURE_PERCENT = GEMINI_CLI_COMPRESSION_PERCENT * PRESSURE_S
 export const RECENT_TURNS = 2;
 
 /**
- * How the service chooses what goes (cross-validated with the shares): the
- * service's default, HYBRID with line excerpts of tool outputs, keeps as much
- * of what the agent needs later on the replayed sessions as policy tiers and
- * age (STRATEGY_BUDGET) and bills no more.
+ * How the service chooses what goes (cross-validated with the shares): policy
+ * tiers and age (STRATEGY_BUDGET) keep more of what the agent needs later on
+ * the replayed sessions than the service's default, HYBRID of whole outputs
+ * (relevance-weighted trims and masks); line excerpts of tool outputs, which
+ * made HYBRID as good here, are off by default (docs/quality.md).
  */
-export const STRATEGY = Strategy.STRATEGY_HYBRID;
+export const STRATEGY = Strategy.STRATEGY_BUDGET;
 
 /**
  * The model's text beside its tool calls goes before the tool outputs
