@@ -21,7 +21,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import type { Content } from "../src/gemini/types.js";
 import { geminiCliCompactionLine } from "../src/pipeline/ceiling.js";
-import { estimateContentsTokens } from "../src/tokens.js";
+import { estimateContentsTokens } from "../src/gemini/tokens.js";
 import { type Drive, driveGeminiCli } from "../test/support/geminiCliDriver.js";
 import { packageRoot } from "../test/support/paths.js";
 import { startServer } from "../test/support/server.js";

@@ -18,7 +18,7 @@ import { ServiceGate } from "./pipeline/serviceGate.js";
 import { SessionMirror, type SyncReport } from "./sessionMirror.js";
 import { countActions } from "./serviceErrors.js";
 import { buildSummary, type ContextSummary, type SummaryBase, summaryLine } from "./summary.js";
-import { estimateContentsTokens, estimateTextTokens } from "./tokens.js";
+import { estimateContentsTokens, estimateTextTokens } from "./gemini/tokens.js";
 
 export {
   GEMINI_CLI_COMPRESSION_PERCENT,

@@ -40,4 +40,4 @@ export {
 export { closeContentOptimizers, optimizeContents, type OptimizeContentsOptions } from "./genai.js";
 export { CATEGORIES, type Category, type ContextReport, explainContents, type ExplainedChunk, formatReport, readContextFile } from "./explain.js";
 export { type BuildOutcome, type ContextSummary, summaryLine } from "./summary.js";
-export { estimateContentTokens, estimateContentsTokens, estimatePartTokens, estimateTextTokens } from "./tokens.js";
+export { estimateContentTokens, estimateContentsTokens, estimatePartTokens, estimateTextTokens } from "./gemini/tokens.js";

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { findViolations } from "../src/gemini/history.js";
 import type { ContextReport } from "../src/explain.js";
-import { estimateContentsTokens } from "../src/tokens.js";
+import { estimateContentsTokens } from "../src/gemini/tokens.js";
 import { type Drive, driveGeminiCli } from "./support/geminiCliDriver.js";
 import { cliPath } from "./support/paths.js";
 import { type RunningServer, startServer } from "./support/server.js";

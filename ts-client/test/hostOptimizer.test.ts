@@ -21,7 +21,7 @@ import {
   THRESHOLD_SHARE,
 } from "../src/hostOptimizer.js";
 import { PromptBuilder } from "../src/promptBuilder.js";
-import { estimateContentsTokens } from "../src/tokens.js";
+import { estimateContentsTokens } from "../src/gemini/tokens.js";
 import { call, model, response, text, user } from "./support/histories.js";
 import { closedPort } from "./support/network.js";
 import { type RunningServer, startServer } from "./support/server.js";

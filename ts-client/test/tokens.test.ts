@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { estimatePartTokens, estimateTextTokens } from "../src/tokens.js";
+import { estimatePartTokens, estimateTextTokens } from "../src/gemini/tokens.js";
 
 test("an ASCII character costs a quarter of a token", () => {
   assert.equal(estimateTextTokens("abcdefgh"), 2);

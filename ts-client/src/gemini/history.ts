@@ -1,6 +1,6 @@
 import type { Content, Part } from "./types.js";
 import { Chunk, GcPolicy, Role } from "../generated/ctxopt/v1/ctxopt.js";
-import { estimateTextTokens } from "../tokens.js";
+import { estimateTextTokens } from "./tokens.js";
 import type { MappedContent, MappedPart } from "./mapping.js";
 import { canonicalJson, isEmptyPart, isVerbatimPart } from "./parts.js";
 

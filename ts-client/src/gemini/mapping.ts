@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import type { Content, Part } from "./types.js";
 import { Chunk, ChunkKind, GcPolicy, Role } from "../generated/ctxopt/v1/ctxopt.js";
-import { estimatePartTokens, estimateTextTokens } from "../tokens.js";
+import { estimatePartTokens, estimateTextTokens } from "./tokens.js";
 import { callFilePath, canonicalJson, fencedCodeShare, partChunkText, partShape } from "./parts.js";
 
 export type GeminiRole = "user" | "model";

@@ -5,7 +5,7 @@ import type { ContentGenerator } from "@google/gemini-cli-core";
 import type { Content, Part } from "../../src/gemini/types.js";
 import { type ContextOptimizerOptions, withContextOptimizer } from "../../src/geminiCli.js";
 import type { ContextSummary } from "../../src/summary.js";
-import { estimateContentsTokens, estimateTextTokens } from "../../src/tokens.js";
+import { estimateContentsTokens, estimateTextTokens } from "../../src/gemini/tokens.js";
 import type { Session } from "./trajectories.js";
 
 type Core = typeof import("@google/gemini-cli-core");

@@ -1,4 +1,4 @@
-import type { Content, Part } from "./gemini/types.js";
+import type { Content, Part } from "./types.js";
 
 /**
  * Gemini CLI's local token estimate (`utils/tokenCalculation.ts` of
