@@ -436,14 +436,12 @@ class Engine:
 
     def list_sessions(self, owner: str, limit: int) -> tuple[list[SessionSummary], int]:
         """The owner's sessions, most recently used first, and how many it holds."""
-        if limit < 0:
-            raise InvalidArgument("limit", limit, "must be 0 (the default) or more")
+        validate.validate_page_size(limit, "limit")
         return self.store.list_sessions(owner, limit or DEFAULT_SESSION_LIST)
 
     def last_plan(self, owner: str, session_id: str, top: int) -> PlanReport | None:
         """The last collection Optimize ran on the session since start (None: none)."""
-        if top < 0:
-            raise InvalidArgument("top", top, "must be 0 (the default) or more")
+        validate.validate_page_size(top, "top")
         session = self.sessions.get(owner, session_id)
         recorded = self.last_plans.get(owner, session_id)
         if recorded is None:

@@ -207,6 +207,12 @@ def validate_incremental_batch(batch: int, field: str = "incremental_batch") -> 
         raise InvalidArgument(field, batch, "must not be negative")
 
 
+def validate_page_size(size: int, field: str) -> None:
+    """How many rows a listing answers (0: the server's default)."""
+    if size < 0:
+        raise InvalidArgument(field, size, "must be 0 (the default) or more")
+
+
 def validate_options(options: OptimizeOptions, config: Config) -> None:
     """An Optimize / OptimizeContext request besides its chunks."""
     validate_budget(options.budget)
