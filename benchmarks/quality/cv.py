@@ -70,20 +70,21 @@ class Candidate:
     tuning: Tuning
 
 
-def line_candidate(exponent: float, retention: float, quoted: bool, minor: float) -> Candidate:
+def line_candidate(exponent: float, quoted: bool, minor: float, code: float) -> Candidate:
     """Hybrid with line excerpts of tool outputs; `minor` weighs the signals
     that pointed at no more than their share of the needed lines (query
-    terms, errors, cited numbers)."""
+    terms, errors, cited numbers), `code` the statements of source code."""
     return Candidate(
-        f"hybrid exponent={exponent} line_retention={retention} quoted_last={quoted} minor={minor}",
+        f"hybrid exponent={exponent} quoted_last={quoted} minor={minor} code={code}",
         Strategy.HYBRID,
         Tuning(
+            line_excerpts=True,
             density_exponent=exponent,
-            line_retention=retention,
             quoted_last=quoted,
             line_relevance=minor,
             line_error=minor,
             line_cited=minor,
+            line_code=code,
         ),
     )
 
@@ -94,11 +95,11 @@ def line_candidate(exponent: float, retention: float, quoted: bool, minor: float
 # excerpts: the TS adapter's budget order and the hybrid of whole outputs.
 GRID = (
     *(
-        line_candidate(exponent, retention, quoted, minor)
+        line_candidate(exponent, quoted, minor, code)
         for exponent in (0.7, 0.0)
-        for retention in (0.8,)  # 0.5 lost needed-later recall at every budget on trial runs
         for quoted in (True, False)
         for minor in (0.0, 0.5)
+        for code in (0.0, 0.5, 1.0)
     ),
     Candidate("budget (quoted last, oldest first)", Strategy.BUDGET, Tuning()),
 )

@@ -72,6 +72,9 @@ class Tuning:
     line_cited: float = 0.5
     line_error: float = 0.5
     line_echoed: float = 1.0
+    # Statements of source code (scoring/line_value.is_code): on the development trajectories
+    # 10% of them are needed later against 3% of the other output lines.
+    line_code: float = 0.0
     # Pseudo-relevance feedback: the query grows by the rarest terms its best
     # hits share, so a turn that answers in other words than the question still scores.
     feedback_weight: float = 0.3  # beside the query's own weight 1; chosen by cross-validation
