@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from ctxopt.config import Config
+from ctxopt.engine import Engine
 from ctxopt.model import (
     Action,
     Budget,
+    Chunk,
     ChunkKind,
     GcPolicy,
     OptimizeOptions,
@@ -15,6 +18,7 @@ from ctxopt.model import (
     Strategy,
     Weights,
 )
+from ctxopt.planner.knobs import Tuning
 
 from tests.factory import chunk, conversation, engine, filler, options
 
@@ -361,3 +365,36 @@ def test_removal_resumes_through_call_and_result_groups_after_a_repair() -> None
     assert [r.rule for r in plan.repairs] == ["first_user_turn"]
     assert plan.feasible and plan.tokens_after <= target
     assert "task" in plan.kept_ids and {"c1", "r1", "c3", "r3"} <= removed(plan)
+
+
+def _two_lookups(kind_call: ChunkKind, kind_output: ChunkKind) -> list[Chunk]:
+    """A task, then two lookups: a long one the query names twice and a short
+    one it names once, then two recent turns that are roots."""
+    long_text = "rotation schedule rotation " + filler(90, "a")
+    short_text = "rotation noted " + filler(8, "b")
+    return [
+        chunk("task", "check the password rotation", turn=0),
+        chunk("c1", "look up the schedule", role=Role.MODEL, kind=kind_call, turn=1),
+        chunk("o1", long_text, kind=kind_output, turn=2, parent_id="c1" if kind_call else ""),
+        chunk("c2", "look up the notes", role=Role.MODEL, kind=kind_call, turn=3),
+        chunk("o2", short_text, kind=kind_output, turn=4, parent_id="c2" if kind_call else ""),
+        chunk("r1", filler(10, "r"), role=Role.MODEL, turn=5),
+        chunk("r2", filler(10, "s"), turn=6),
+    ]
+
+
+def _kept_with(step_exponent: float, chunks: list[Chunk]) -> list[str]:
+    e = Engine(Config(data_dir=":memory:"), Tuning(step_density_exponent=step_exponent))
+    e.append("", S, chunks)
+    return e.optimize("", S, options(360, "password rotation schedule")).kept_ids
+
+
+def test_a_long_agent_step_is_worth_less_per_token_with_the_step_exponent() -> None:
+    steps = _two_lookups(ChunkKind.TOOL_CALL, ChunkKind.TOOL_RESULT)
+    assert "o1" in _kept_with(0.0, steps) and "o2" not in _kept_with(0.0, steps)
+    assert "o2" in _kept_with(0.7, steps) and "o1" not in _kept_with(0.7, steps)
+
+
+def test_the_step_exponent_leaves_a_conversation_alone() -> None:
+    turns = _two_lookups(ChunkKind.MESSAGE, ChunkKind.MESSAGE)
+    assert _kept_with(0.7, turns) == _kept_with(0.0, turns)

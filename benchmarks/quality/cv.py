@@ -70,16 +70,18 @@ class Candidate:
     tuning: Tuning
 
 
-def line_candidate(exponent: float, quoted: bool, minor: float, code: float) -> Candidate:
-    """Hybrid with line excerpts of tool outputs; `minor` weighs the signals
-    that pointed at no more than their share of the needed lines (query
-    terms, errors, cited numbers), `code` the statements of source code."""
+def line_candidate(step_exponent: float, quoted: bool, minor: float, code: float) -> Candidate:
+    """Hybrid with line excerpts of tool outputs; `step_exponent` is the size
+    exponent of an agent's steps (a conversation's turns keep 0, which LoCoMo
+    needs), `minor` weighs the signals that pointed at no more than their
+    share of the needed lines (query terms, errors, cited numbers), `code` the
+    statements of source code."""
     return Candidate(
-        f"hybrid exponent={exponent} quoted_last={quoted} minor={minor} code={code}",
+        f"hybrid step_exponent={step_exponent} quoted_last={quoted} minor={minor} code={code}",
         Strategy.HYBRID,
         Tuning(
             line_excerpts=True,
-            density_exponent=exponent,
+            step_density_exponent=step_exponent,
             quoted_last=quoted,
             line_relevance=minor,
             line_error=minor,
@@ -91,15 +93,17 @@ def line_candidate(exponent: float, quoted: bool, minor: float, code: float) -> 
 
 # The choices made here; everything else is fixed a priori (or was chosen by
 # an earlier run of this grid: anchor retention 0.5, feedback 0.3, no
-# discount for repeats). The last two are the strategies before line
-# excerpts: the TS adapter's budget order and the hybrid of whole outputs.
+# discount for repeats, line retention 0.8, a conversation's size exponent 0,
+# since 0.7 lost LoCoMo recall at every budget). The last two are the
+# strategies before line excerpts: the TS adapter's budget order and the
+# hybrid of whole outputs.
 GRID = (
     *(
-        line_candidate(exponent, quoted, minor, code)
-        for exponent in (0.7, 0.0)
+        line_candidate(step_exponent, quoted, minor, code)
+        for step_exponent in (0.0, 0.7)
         for quoted in (True, False)
         for minor in (0.0, 0.5)
-        for code in (0.0, 0.5, 1.0)
+        for code in (0.0, 0.5)
     ),
     Candidate("budget (quoted last, oldest first)", Strategy.BUDGET, Tuning()),
 )

@@ -30,6 +30,10 @@ class Tuning:
     """Knobs of the hybrid strategy and its scoring (tuned on ../shared/datasets)."""
 
     density_exponent: float = 0.0  # value / tokens**exponent; chosen by cross-validation
+    # The same for an agent's step (a unit holding a tool call or its output): a step's value
+    # is spread over its lines, so a long one is worth less per token than a turn of
+    # conversation, whose exponent stays apart (cross-validated).
+    step_density_exponent: float = 0.0
     trim_min_tokens: int = 2000  # shorter ones are kept whole or stashed (excerpts lost hunks)
     trim_min_lines: int = 6
     trim_fraction: float = 0.5  # an excerpt of a quarter lost the code a fix needed (SWE)

@@ -10,7 +10,9 @@ age; truncate by age alone):
     2. inside a tier: what holds the latest copy of an echo line last, then
        what the model quoted (`Tuning.quoted_last`), then unreachable from
        the roots before reachable;
-    3. then by value per token, lowest first (a greedy knapsack), where a long
+    3. then by value per token, lowest first (a greedy knapsack: value /
+       tokens^exponent, with its own exponent for an agent's step: a unit
+       holding a tool call or output), where a long
        chunk is first shrunk (TRIM to its query-relevant lines, or MASK a tool
        result) and removed only later, if still needed.
 
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ctxopt.model import GcPolicy, Strategy
+from ctxopt.model import ChunkKind, GcPolicy, Strategy
 from ctxopt.planner.knobs import Tuning
 from ctxopt.planner.selection import OUT, SHRUNK, Selection
 from ctxopt.text.lines import LineBook
@@ -88,7 +90,11 @@ def unit_priorities(sel: Selection, book: LineBook | None, *, tuning: Tuning) ->
         reachable = np.ones_like(reachable)
     shrinkable = unit_shrunk < unit_tokens * tuning.shrink_worth
 
-    exponent = tuning.density_exponent
+    kinds = session.columns.kind[:n]
+    agent_step = sel.unit_max(
+        (kinds == int(ChunkKind.TOOL_RESULT)) | (kinds == int(ChunkKind.TOOL_CALL))
+    )
+    exponent = np.where(agent_step, tuning.step_density_exponent, tuning.density_exponent)
     out_cost = np.where(shrinkable, unit_shrunk, unit_tokens)
     out_value = np.where(shrinkable, unit_shrunk_value, unit_value)
     density_out = out_value / np.maximum(out_cost, 1.0) ** exponent
