@@ -21,8 +21,7 @@ from ctxopt.scoring.line_value import (
 from tests.factory import chunk, filler, options
 
 S = "s"
-# Every signal but code, which the texts below are made of (its own tests show it)
-ALL = LineWeights(relevance=1.0, identifier=1.0, cited=1.0, error=1.0, echoed=1.0, code=0.0)
+ALL = LineWeights(relevance=1.0, identifier=1.0, cited=1.0, error=1.0, echoed=1.0)
 # Line excerpts on (off by default) with every signal off: a test turns on the one it shows.
 NONE = {
     "line_excerpts": True,
@@ -31,7 +30,6 @@ NONE = {
     "line_cited": 0.0,
     "line_error": 0.0,
     "line_echoed": 0.0,
-    "line_code": 0.0,
 }
 
 
@@ -105,11 +103,6 @@ def test_error_and_traceback_lines_score() -> None:
 def test_echoed_lines_score() -> None:
     text = profile("a\nb\nc")
     assert line_scores(text, LineFacts(echoed=frozenset({2})), ALL) == [0.0, 0.0, 1.0]
-
-
-def test_statements_of_code_score() -> None:
-    text = profile("Ran 3 tests\n    total = price * count\nOK")
-    assert line_scores(text, LineFacts(), LineWeights(0, 0, 0, 0, 0, code=1.0)) == [0.0, 1.0, 0.0]
 
 
 def test_relevance_is_scaled_to_the_most_relevant_line() -> None:
@@ -219,30 +212,3 @@ def test_hybrid_removes_an_output_the_model_never_quoted_before_one_it_quoted() 
 
     assert removed(quoted_last=True) == {"o2"}  # one token over: the first in order goes
     assert removed(quoted_last=False) == {"o1"}
-
-
-def test_an_output_keeps_its_statements_of_code_over_log_lines() -> None:
-    statement = "        discount = order.subtotal * tier_rate(order.customer)"
-    log = [f"PASSED tests/test_module_{i}.py::test_case_{i} in 0.{i:02d}s" for i in range(60)]
-    log[30] = statement
-    chunks = session("THOUGHT: run the tests", "\n".join(log))
-    assert statement in kept_lines(excerpt_of(chunks, line_code=1.0))
-    assert statement not in kept_lines(excerpt_of(chunks))
-
-
-def test_what_counts_as_a_statement_of_code() -> None:
-    code = [
-        "    def total(self, items):",
-        "   120\t        self.rate[key] += 1",
-        "        return sum(prices)",
-        "@property",
-        "    elif value is None:",
-    ]
-    other = [
-        "FAILED tests/test_a.py::test_b - AssertionError",
-        "    assert x == y",
-        "drwxr-xr-x  2 root root 4096 pricing",
-        "Ran 12 tests in 0.004s",
-    ]
-    assert all(profile(line).code for line in code), code
-    assert not any(profile(line).code for line in other), other

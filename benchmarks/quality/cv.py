@@ -70,14 +70,13 @@ class Candidate:
     tuning: Tuning
 
 
-def line_candidate(step_exponent: float, quoted: bool, minor: float, code: float) -> Candidate:
+def line_candidate(step_exponent: float, quoted: bool, minor: float) -> Candidate:
     """Hybrid with line excerpts of tool outputs; `step_exponent` is the size
     exponent of an agent's steps (a conversation's turns keep 0, which LoCoMo
     needs), `minor` weighs the signals that pointed at no more than their
-    share of the needed lines (query terms, errors, cited numbers), `code` the
-    statements of source code."""
+    share of the needed lines (query terms, errors, cited numbers)."""
     return Candidate(
-        f"hybrid step_exponent={step_exponent} quoted_last={quoted} minor={minor} code={code}",
+        f"hybrid step_exponent={step_exponent} quoted_last={quoted} minor={minor}",
         Strategy.HYBRID,
         Tuning(
             line_excerpts=True,
@@ -86,7 +85,6 @@ def line_candidate(step_exponent: float, quoted: bool, minor: float, code: float
             line_relevance=minor,
             line_error=minor,
             line_cited=minor,
-            line_code=code,
         ),
     )
 
@@ -99,11 +97,10 @@ def line_candidate(step_exponent: float, quoted: bool, minor: float, code: float
 # hybrid of whole outputs.
 GRID = (
     *(
-        line_candidate(step_exponent, quoted, minor, code)
+        line_candidate(step_exponent, quoted, minor)
         for step_exponent in (0.0, 0.7)
         for quoted in (True, False)
         for minor in (0.0, 0.5)
-        for code in (0.0, 0.5)
     ),
     Candidate("budget (quoted last, oldest first)", Strategy.BUDGET, Tuning()),
 )

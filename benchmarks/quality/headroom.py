@@ -44,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 from ctxopt.engine import Engine
 from ctxopt.model import ChunkKind, Role, Strategy
-from ctxopt.scoring.line_value import is_code, is_error
+from ctxopt.scoring.line_value import is_error
 
 from benchmarks.quality.cv import FOLDS, MEMORY
 from benchmarks.quality.datasets import BUDGETS, DEFAULT_DATA, RESULTS, SWE_FILE, Step, load_swe
@@ -65,6 +65,12 @@ FEATURES = (
     "error",
 )
 _VIEW = re.compile(r"\bsed -n\b|\bcat |\bnl |\bhead\b|\btail\b|\bgrep\b")
+# A statement of source code, after a listing's line number: a definition, a return, a
+# branch or loop, a decorator, or an assignment to a (dotted, subscripted) name.
+_CODE = re.compile(
+    r"^\s*(?:\d+[\t:|]\s*)?(?:(?:async\s+)?def |class |return\b|if |elif |else:|for |while "
+    r"|try:|except\b|with |raise |@\w|[A-Za-z_][\w.]*(?:\[[^\]]*\])?\s*(?:[-+*/|&]|//)?=[^=])"
+)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
 L2 = 1e-3  # ridge on the logistic weights: a few thousand positives, ten features
 NEWTON_STEPS = 25
@@ -113,7 +119,7 @@ def step_lines(step: Step, fold: int, count: Callable[[Sequence[str]], list[int]
                 float(written),
                 float(not written and long and text in later),
                 float(long and held[text] > 1),
-                float(is_code(raw)),
+                float(bool(_CODE.match(raw))),
                 float(bool(_VIEW.search(command))),
                 math.log1p(age) / 3,
                 float(not long),

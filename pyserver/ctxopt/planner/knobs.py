@@ -32,8 +32,9 @@ class Tuning:
     density_exponent: float = 0.0  # value / tokens**exponent; chosen by cross-validation
     # The same for an agent's step (a unit holding a tool call or its output): a step's value
     # is spread over its lines, so a long one is worth less per token than a turn of
-    # conversation, whose exponent stays apart (cross-validated).
-    step_density_exponent: float = 0.0
+    # conversation, whose exponent stays apart (cross-validated: 0 or 0.7; with line
+    # excerpts, 0.7 wins back the hunk coverage excerpts had cost at 20%).
+    step_density_exponent: float = 0.7
     trim_min_tokens: int = 2000  # shorter ones are kept whole or stashed (excerpts lost hunks)
     trim_min_lines: int = 6
     trim_fraction: float = 0.5  # an excerpt of a quarter lost the code a fix needed (SWE)
@@ -54,10 +55,10 @@ class Tuning:
     anchors_last: bool = True  # anchored excerpts go only after everything else of their tier
     link_df_share: float = 0.0  # a query term at most this share of chunks hold is a link
     # Hybrid order: a unit the model has quoted goes after the rest of its tier
-    # (below the echo holders); the budget strategy always orders by it. Off,
-    # like line excerpts: cross-validation chooses only what keeps LoCoMo
-    # recall and SWE hunk coverage at every budget (benchmarks/quality/cv.py),
-    # and both cost hunk coverage at 20%.
+    # (below the echo holders); the budget strategy always orders by it. Off:
+    # cross-validation chooses only what keeps LoCoMo recall and SWE hunk
+    # coverage at every budget (benchmarks/quality/cv.py), and it costs hunk
+    # coverage at 20-30%.
     quoted_last: bool = False
     # Line excerpts of tool outputs (scoring/line_value.py): an output shrinks
     # to the lines its signals point at, each with its enclosing def/class
@@ -66,7 +67,7 @@ class Tuning:
     # of the later-needed lines in 8% of the output text, and lines naming what
     # the model wrote 72% in 24%; query terms, errors and cited numbers point
     # at no more than their share, so they weigh half (cross-validated: 0 or 0.5).
-    line_excerpts: bool = False
+    line_excerpts: bool = True
     line_context: int = 1
     line_budget: float = 1.0  # tighter caps (0.3, 0.5) lost needed lines at every budget
     line_retention: float = 0.8  # share of an output's value its line excerpt keeps
@@ -76,9 +77,6 @@ class Tuning:
     line_cited: float = 0.5
     line_error: float = 0.5
     line_echoed: float = 1.0
-    # Statements of source code (scoring/line_value.is_code): on the development trajectories
-    # 10% of them are needed later against 3% of the other output lines.
-    line_code: float = 0.0
     # Pseudo-relevance feedback: the query grows by the rarest terms its best
     # hits share, so a turn that answers in other words than the question still scores.
     feedback_weight: float = 0.3  # beside the query's own weight 1; chosen by cross-validation

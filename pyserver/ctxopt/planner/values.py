@@ -174,7 +174,6 @@ def _shrink_options(
                 tuning.line_cited,
                 tuning.line_error,
                 tuning.line_echoed,
-                tuning.line_code,
             ),
         )
         for slot in np.flatnonzero(outputs).tolist():

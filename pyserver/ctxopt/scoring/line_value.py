@@ -14,16 +14,13 @@ pure function of the output's lines and a few facts about the session:
   prints it) is one the model cited (`sed -n '120,140p'`, `line 131`);
 - errors: error and traceback lines, where the next step starts;
 - echoes: lines other chunks repeat or the model quoted (the caller passes
-  them: see `ctxopt.scoring.lines`);
-- code: the line is a statement of source code (a definition, an assignment,
-  a return, a branch or a loop), as a file view prints it: what an agent
-  edits and cites next, unlike the lines of logs and listings.
+  them: see `ctxopt.scoring.lines`).
 
 Each kept line brings its structural context: the enclosing `def`/`class`
 header above it and `context` lines either side, so an excerpt reads as code.
 
 >>> text = "import os\\nclass Cart:\\n    def total(self):\\n        return sum_of(self.x)"
->>> weights = LineWeights(relevance=1, identifier=1, cited=1, error=1, echoed=1, code=0)
+>>> weights = LineWeights(relevance=1, identifier=1, cited=1, error=1, echoed=1)
 >>> scores = line_scores(profile(text), LineFacts(identifiers=frozenset({"sum_of"})), weights)
 >>> excerpt_lines(profile(text).headers, scores, [1.0] * 4, budget=3.0, context=0)
 (1, 2, 3)
@@ -54,12 +51,6 @@ _ERROR = re.compile(
     r"|\b[A-Z]\w*(?:Error|Exception)\b|\bFAILED\b|\berror:|^E\s{2,}|AssertionError"
 )
 _HEADER = re.compile(r"^\s*(?:async\s+def|def|class|function|func|fn|impl|struct|interface)\b")
-# A statement of source code, after a listing's line number: a definition, a return, a
-# branch or loop, a decorator, or an assignment to a (dotted, subscripted) name.
-_CODE = re.compile(
-    r"^\s*(?:(?:async\s+)?def |class |return\b|if |elif |else:|for |while |try:|except\b"
-    r"|with |raise |@\w|[A-Za-z_][\w.]*(?:\[[^\]]*\])?\s*(?:[-+*/|&]|//)?=[^=])"
-)
 
 
 @lru_cache(maxsize=PROFILE_CACHE_SIZE)
@@ -117,15 +108,6 @@ def is_error(line: str) -> bool:
     return _ERROR.search(line) is not None
 
 
-def is_code(line: str) -> bool:
-    """Whether the line is a statement of source code (a listing's number ignored).
-
-    >>> [is_code(x) for x in ["   12\t    total = price * n", "PASSED tests/a.py", "x == y"]]
-    [True, False, False]
-    """
-    return _CODE.match(_body(line)) is not None
-
-
 @lru_cache(maxsize=64)
 def model_facts(model_texts: tuple[str, ...]) -> tuple[frozenset[str], frozenset[int]]:
     """The names and the line numbers the model's texts hold, pooled (cached:
@@ -146,7 +128,6 @@ class LineProfile:
     names: tuple[frozenset[str], ...]
     numbers: tuple[int | None, ...]  # each line's own number, if it prints one
     errors: frozenset[int]  # the error and traceback lines
-    code: frozenset[int]  # the statements of source code
     all_names: frozenset[str]
     all_numbers: frozenset[int]
     headers: tuple[int | None, ...]  # each line's enclosing def/class header
@@ -162,7 +143,6 @@ def profile(text: str) -> LineProfile:
         line_names,
         numbers,
         frozenset(i for i, line in enumerate(lines) if is_error(line)),
-        frozenset(i for i, line in enumerate(lines) if is_code(line)),
         frozenset().union(*line_names),
         frozenset(n for n in numbers if n is not None),
         enclosing_headers(lines),
@@ -192,7 +172,6 @@ class LineWeights:
     cited: float
     error: float
     echoed: float
-    code: float
 
 
 def line_scores(text: LineProfile, facts: LineFacts, weights: LineWeights) -> list[float]:
@@ -214,9 +193,6 @@ def line_scores(text: LineProfile, facts: LineFacts, weights: LineWeights) -> li
         scores[number] += weights.error
     for number in facts.echoed:
         scores[number] += weights.echoed
-    if weights.code:
-        for number in text.code:
-            scores[number] += weights.code
     return scores
 
 
