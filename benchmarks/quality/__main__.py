@@ -87,7 +87,10 @@ def method_factories(engine: Engine) -> dict[str, Callable[[], Method]]:
         "-neighbours": lambda: ablation("-neighbours", config=replace(MEMORY, neighbour_share=0.0)),
         "-trim": lambda: ablation("-trim", tuning=Tuning(trim_min_tokens=2**31)),
         "-anchors": lambda: ablation("-anchors", tuning=Tuning(anchored_excerpts=False)),
-        "+line-excerpts": lambda: ablation("+line-excerpts", tuning=Tuning(line_excerpts=True)),
+        "-line-excerpts": lambda: ablation("-line-excerpts", tuning=Tuning(line_excerpts=False)),
+        "-step-exponent": lambda: ablation(
+            "-step-exponent", tuning=Tuning(step_density_exponent=0.0)
+        ),
         "+quoted-last": lambda: ablation("+quoted-last", tuning=Tuning(quoted_last=True)),
         "-anchors-last": lambda: ablation("-anchors-last", tuning=Tuning(anchors_last=False)),
         "+repeated": lambda: ablation("+repeated", tuning=Tuning(discount_repeated=True)),
