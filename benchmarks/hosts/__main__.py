@@ -1,0 +1,293 @@
+"""Savings per host: each host alone against the same host behind the gateway.
+
+    python -m benchmarks.hosts [--smoke] [--limit N] [--out PATH] [--data PATH]
+
+The development SWE trajectories are replayed call by call in each host's
+wire format (Claude Code: Anthropic Messages, Codex CLI: OpenAI Responses,
+Gemini CLI: Gemini generateContent) under a window W of 40% of each
+trajectory's final size (as the session replay), each host's compaction line
+scaled to W by its own rule's proportion (benchmarks/hosts/profiles.py).
+
+- host: the host alone (benchmarks/hosts/baselines.py): Claude Code and Codex
+  send the whole history until their line, then summarise it (the
+  summarising call billed); Gemini CLI runs its own compression and
+  tool-output masking (gemini-cli-core 0.61.0, the masking thresholds scaled
+  to W as its compression line); Claude Code also with Anthropic context
+  editing on.
+- ctxopt: the same host's requests through a real `ctxopt serve
+  --gateway-addr` to a fake provider (benchmarks/hosts/through.py); what the
+  provider received is what is billed and scored.
+
+Per row: calls, billed input tokens at the provider's cache prices (with the
+host's summarising calls), the ratio to the host alone, needed-later recall
+(mean over the calls with needed lines, on the text the provider received),
+calls over W, and what the gateway added per call (p50, p95). Prints a
+table; writes JSON and a PNG beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from ctxopt.api.gateway.windows import claude_window
+from ctxopt.tokens import TokenCounter
+
+from benchmarks.gateway.histories import DEFAULT_SWE, MODELS, load
+from benchmarks.hosts import through
+from benchmarks.hosts.baselines import Compacting, HostPrompts, Size, compacting, context_editing
+from benchmarks.hosts.profiles import CLAUDE_CODE, CODEX, GEMINI_CLI, PROFILES, Profile
+from benchmarks.hosts.prompts import Case
+from benchmarks.latency.typescript import TS_CLIENT
+from benchmarks.replay.ledger import Billing, bill_calls
+from benchmarks.replay.node import SUMMARY_CHARS, Job, check_node, run_jobs
+from benchmarks.replay.report import Tally, percentile
+from benchmarks.replay.sessions import SHARE_WINDOW, WINDOW_SHARE, Prompt, load_sessions
+from tests.gateway.conftest import upstream_env
+from tests.gateway.upstream import fake_upstream
+from tests.serverproc import serving
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+SMOKE_TRAJECTORIES = 2
+# Gemini CLI's compression statuses after which it had asked the model for a summary, twice
+# (the summary, then its "probe" verification: chatCompressionService.js of gemini-cli-core)
+GEMINI_SUMMARISED = ("COMPRESSED", "COMPRESSION_FAILED_INFLATED_TOKEN_COUNT")
+HOST, CONTEXT_EDITING, CTXOPT = "host", "host + context editing", "ctxopt"
+
+
+@dataclass(slots=True)
+class Leg:
+    """One way of sending a host's calls, over every trajectory."""
+
+    tally: Tally = field(default_factory=Tally)
+    summarising: list[Billing] = field(default_factory=list)
+
+    def add(
+        self,
+        case: Case,
+        window: int,
+        prompts: list[Prompt],
+        count: TokenCounter,
+        *,
+        ms: list[float] | None = None,
+        outcomes: list[str] | None = None,
+    ) -> None:
+        times = ms if ms is not None else [0.0] * len(prompts)
+        self.tally.add(case.session, window, prompts, times, count.count_many, outcomes or ())
+
+    def row(self, profile: Profile, method: str, *, timed: bool) -> dict[str, Any]:
+        billings = [*self.tally.billings, *self.summarising]
+        return {
+            "host": profile.name,
+            "format": profile.fmt,
+            "method": method,
+            "calls": len(self.tally.billings),
+            "summarising_calls": len(self.summarising),
+            "prompt_tokens": sum(b.prompt_tokens for b in billings),
+            "billed_tokens": round(sum(profile.prices.billed(b) for b in billings)),
+            "needed_later_recall": round(self.tally.mean_recall(), 4),
+            "over_window_calls": self.tally.over_window,
+            "added_p50_ms": percentile(self.tally.ms, 50) if timed else None,
+            "added_p95_ms": percentile(self.tally.ms, 95) if timed else None,
+            **({"outcomes": self.tally.outcomes} if self.tally.outcomes else {}),
+        }
+
+
+def summarising_billings(
+    calls: list[Prompt], summarising: dict[int, Prompt], count: TokenCounter
+) -> list[Billing]:
+    """Each summarising call billed after the call before it (the same history, cached)."""
+    return [
+        bill_calls([calls[k - 1], prompt], count.count_many)[1] for k, prompt in summarising.items()
+    ]
+
+
+def size_of(count: TokenCounter) -> Size:
+    return lambda prompt: sum(count.count_many([text for _, text in prompt]))
+
+
+def host_alone(
+    profile: Profile, case: Case, window: int, count: TokenCounter, *, edited: bool = False
+) -> HostPrompts:
+    model = Compacting(
+        line=profile.line(window),
+        keep_task=profile is CODEX,
+        edit=context_editing(window, claude_window(profile.model)) if edited else None,
+    )
+    return compacting(case, profile.fmt, model, size_of(count))
+
+
+def gemini_summarising(
+    prompts: list[Prompt], outcomes: list[str], count: TokenCounter
+) -> list[Billing]:
+    """Gemini CLI's summary and its verification, each sending at most the
+    previous prompt's history under their own system instruction (so the
+    first is uncached, the second cached as the first)."""
+    billings = []
+    for k, outcome in enumerate(outcomes):
+        if k and outcome.split(" + ")[0] in GEMINI_SUMMARISED:
+            tokens = sum(count.count_many([text for _, text in prompts[k - 1]]))
+            billings += [Billing(tokens, 0), Billing(tokens, tokens)]
+    return billings
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
+    count = TokenCounter("cl100k")
+    sessions = load_sessions(args.data, count.count_many, limit=args.limit)
+    trajectories = load(args.data, limit=args.limit)
+    cases = [Case.of(s, t) for s, t in zip(sessions, trajectories, strict=True)]
+    windows = {c.session.instance_id: int(c.session.final_tokens * WINDOW_SHARE) for c in cases}
+    legs = {(p.name, m): Leg() for p in PROFILES for m in (HOST, CTXOPT)}
+    legs[(CLAUDE_CODE.name, CONTEXT_EDITING)] = Leg()
+
+    for profile in (CLAUDE_CODE, CODEX):
+        for case in cases:
+            window = windows[case.session.instance_id]
+            methods = (
+                {HOST: False, CONTEXT_EDITING: True} if profile is CLAUDE_CODE else {HOST: False}
+            )
+            for method, edited in methods.items():
+                sent = host_alone(profile, case, window, count, edited=edited)
+                leg = legs[(profile.name, method)]
+                leg.add(case, window, sent.calls, count)
+                leg.summarising += summarising_billings(sent.calls, sent.summarising, count)
+
+    check_node(TS_CLIENT)
+    jobs = [
+        Job(
+            "gemini-cli-native",
+            HOST,
+            SHARE_WINDOW,
+            c.session,
+            windows[c.session.instance_id],
+            scaled_masking=True,
+        )
+        for c in cases
+    ]
+    by_id = {c.session.instance_id: c for c in cases}
+    for job, result in run_jobs(jobs, address=""):
+        leg = legs[(GEMINI_CLI.name, HOST)]
+        case = by_id[job.session.instance_id]
+        leg.add(case, job.window, result.prompts, count, outcomes=result.outcomes)
+        leg.summarising += gemini_summarising(result.prompts, result.outcomes, count)
+
+    with (
+        fake_upstream() as upstream,
+        tempfile.TemporaryDirectory() as tmp,
+        serving(Path(tmp), "--gateway-addr", "127.0.0.1:0", env=upstream_env(upstream)) as server,
+        httpx.Client(timeout=120) as client,
+    ):
+        for profile in PROFILES:
+            for case in cases:
+                window = windows[case.session.instance_id]
+                sent = through.replay(
+                    client, server.gateway_url, upstream, profile, case, profile.line(window)
+                )
+                legs[(profile.name, CTXOPT)].add(
+                    case, window, sent.prompts, count, ms=sent.added_ms, outcomes=sent.outcomes
+                )
+
+    rows = [
+        leg.row(PROFILES_BY_NAME[host], method, timed=method == CTXOPT)
+        for (host, method), leg in legs.items()
+    ]
+    for row in rows:
+        host_billed = next(
+            r["billed_tokens"] for r in rows if r["host"] == row["host"] and r["method"] == HOST
+        )
+        row["billed_vs_host"] = round(row["billed_tokens"] / host_billed, 3)
+    return {
+        "command": "python -m benchmarks.hosts " + " ".join(sys.argv[1:]),
+        "smoke": args.smoke,
+        "trajectories": len(cases),
+        "window_share": WINDOW_SHARE,
+        "line_share": {p.name: round(p.line_share, 4) for p in PROFILES},
+        "models": {p.name: MODELS[p.fmt] for p in PROFILES},
+        "summary_chars": SUMMARY_CHARS,
+        "rows": rows,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+PROFILES_BY_NAME = {p.name: p for p in PROFILES}
+
+
+def report(results: dict[str, Any]) -> None:
+    print(
+        f"{results['trajectories']} trajectories, window W = {int(results['window_share'] * 100)}% "
+        "of each one's final size; billed input at each provider's cache prices"
+    )
+    print(
+        f"{'host':12} {'method':23} {'calls':>6} {'summ.':>5} {'billed':>11} {'vs host':>8} "
+        f"{'recall':>7} {'over W':>6} {'p50 ms':>7} {'p95 ms':>7}"
+    )
+    for r in results["rows"]:
+        p50 = "-" if r["added_p50_ms"] is None else f"{r['added_p50_ms']:.2f}"
+        p95 = "-" if r["added_p95_ms"] is None else f"{r['added_p95_ms']:.2f}"
+        print(
+            f"{r['host']:12} {r['method']:23} {r['calls']:6} {r['summarising_calls']:5} "
+            f"{r['billed_tokens']:11,} {r['billed_vs_host']:8.3f} {r['needed_later_recall']:7.3f} "
+            f"{r['over_window_calls']:6} {p50:>7} {p95:>7}"
+        )
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    hosts = [p.name for p in PROFILES]
+    methods = (HOST, CONTEXT_EDITING, CTXOPT)
+    rows = {(r["host"], r["method"]): r for r in results["rows"]}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.27
+    for k, method in enumerate(methods):
+        xs = [i + k * width for i, h in enumerate(hosts) if (h, method) in rows]
+        shown = [h for h in hosts if (h, method) in rows]
+        left.bar(xs, [rows[(h, method)]["billed_vs_host"] for h in shown], width, label=method)
+        right.bar(
+            xs, [rows[(h, method)]["needed_later_recall"] for h in shown], width, label=method
+        )
+    for axis, label in (
+        (left, "billed input tokens vs the host alone"),
+        (right, "needed-later recall"),
+    ):
+        axis.set_xticks([i + width for i in range(len(hosts))], hosts)
+        axis.set_ylabel(label)
+        axis.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data", type=Path, default=DEFAULT_SWE, help="the SWE trajectories (.jsonl.gz)"
+    )
+    parser.add_argument("--limit", type=int, default=0, help="trajectories to replay (0: all)")
+    parser.add_argument("--smoke", action="store_true", help="tiny run, for CI")
+    parser.add_argument("--out", type=Path, default=RESULTS / "hosts.json")
+    args = parser.parse_args()
+    if args.smoke and not args.limit:
+        args.limit = SMOKE_TRAJECTORIES
+    results = run(args)
+    report(results)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    plot(results, args.out.with_suffix(".png"))
+    print(f"\nwrote {args.out} and {args.out.with_suffix('.png')} in {results['seconds']} s")
+
+
+if __name__ == "__main__":
+    main()
