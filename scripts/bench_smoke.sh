@@ -24,6 +24,7 @@ run bench_memory "$PY" -m benchmarks.bench_memory --smoke --out "$out/bench_memo
 run quality "$PY" -m benchmarks.quality --smoke --out "$out/quality.json"
 run replay scripts/replay.sh --smoke --out "$out/replay.json"
 run gateway "$PY" -m benchmarks.gateway --smoke --out "$out/gateway.json"
+run hosts "$PY" -m benchmarks.hosts --smoke --out "$out/hosts.json"
 echo "== smoke: bench_ts"
 (cd ts-client && npm run --silent bench -- --smoke)
 "$PY" -c 'import json,sys; json.load(open(sys.argv[1]))' benchmarks/results/smoke/bench_ts.json

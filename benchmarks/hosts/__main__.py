@@ -42,14 +42,15 @@ from ctxopt.tokens import TokenCounter
 
 from benchmarks.gateway.histories import DEFAULT_SWE, MODELS, load
 from benchmarks.hosts import through
-from benchmarks.hosts.baselines import Compacting, HostPrompts, Size, compacting, context_editing
+from benchmarks.hosts.baselines import Compacting, compacting, context_editing
 from benchmarks.hosts.profiles import CLAUDE_CODE, CODEX, GEMINI_CLI, PROFILES, Profile
 from benchmarks.hosts.prompts import Case
 from benchmarks.latency.typescript import TS_CLIENT
 from benchmarks.replay.ledger import Billing, bill_calls
-from benchmarks.replay.node import SUMMARY_CHARS, Job, check_node, run_jobs
+from benchmarks.replay.node import SUMMARY_CHARS, SUMMARY_TEXT, Job, check_node, run_jobs
 from benchmarks.replay.report import Tally, percentile
 from benchmarks.replay.sessions import SHARE_WINDOW, WINDOW_SHARE, Prompt, load_sessions
+from tests.gateway.checks import tokens_of as json_tokens
 from tests.gateway.conftest import upstream_env
 from tests.gateway.upstream import fake_upstream
 from tests.serverproc import serving
@@ -72,7 +73,6 @@ class Leg:
     def add(
         self,
         case: Case,
-        window: int,
         prompts: list[Prompt],
         count: TokenCounter,
         *,
@@ -80,10 +80,11 @@ class Leg:
         outcomes: list[str] | None = None,
     ) -> None:
         times = ms if ms is not None else [0.0] * len(prompts)
-        self.tally.add(case.session, window, prompts, times, count.count_many, outcomes or ())
+        self.tally.add(case.session, case.window, prompts, times, count.count_many, outcomes or ())
 
-    def row(self, profile: Profile, method: str, *, timed: bool) -> dict[str, Any]:
+    def row(self, profile: Profile, method: str) -> dict[str, Any]:
         billings = [*self.tally.billings, *self.summarising]
+        timed = method == CTXOPT  # the host alone adds nothing to a call (its summaries aside)
         return {
             "host": profile.name,
             "format": profile.fmt,
@@ -100,6 +101,10 @@ class Leg:
         }
 
 
+def tokens_of(prompt: Prompt, count: TokenCounter) -> int:
+    return sum(count.count_many([text for _, text in prompt]))
+
+
 def summarising_billings(
     calls: list[Prompt], summarising: dict[int, Prompt], count: TokenCounter
 ) -> list[Billing]:
@@ -107,21 +112,6 @@ def summarising_billings(
     return [
         bill_calls([calls[k - 1], prompt], count.count_many)[1] for k, prompt in summarising.items()
     ]
-
-
-def size_of(count: TokenCounter) -> Size:
-    return lambda prompt: sum(count.count_many([text for _, text in prompt]))
-
-
-def host_alone(
-    profile: Profile, case: Case, window: int, count: TokenCounter, *, edited: bool = False
-) -> HostPrompts:
-    model = Compacting(
-        line=profile.line(window),
-        keep_task=profile is CODEX,
-        edit=context_editing(window, claude_window(profile.model)) if edited else None,
-    )
-    return compacting(case, profile.fmt, model, size_of(count))
 
 
 def gemini_summarising(
@@ -133,9 +123,63 @@ def gemini_summarising(
     billings = []
     for k, outcome in enumerate(outcomes):
         if k and outcome.split(" + ")[0] in GEMINI_SUMMARISED:
-            tokens = sum(count.count_many([text for _, text in prompts[k - 1]]))
+            tokens = tokens_of(prompts[k - 1], count)
             billings += [Billing(tokens, 0), Billing(tokens, tokens)]
     return billings
+
+
+def compacting_leg(
+    profile: Profile, cases: list[Case], count: TokenCounter, *, edited: bool = False
+) -> Leg:
+    """Claude Code or Codex alone (`edited`: with Anthropic context editing)."""
+    leg = Leg()
+    for case in cases:
+        model = Compacting(
+            line=profile.line(case.window),
+            keep_task=profile is CODEX,
+            edit=context_editing(case.window, claude_window(profile.model)) if edited else None,
+        )
+        sent = compacting(case, profile.fmt, model, lambda prompt: tokens_of(prompt, count))
+        leg.add(case, sent.calls, count)
+        leg.summarising += summarising_billings(sent.calls, sent.summarising, count)
+    return leg
+
+
+def gemini_cli_leg(cases: list[Case], count: TokenCounter) -> Leg:
+    """Gemini CLI alone: the session replay's gemini-cli-native leg, masking scaled."""
+    check_node(TS_CLIENT)
+    by_id = {c.session.instance_id: c for c in cases}
+    jobs = [
+        Job("gemini-cli-native", HOST, SHARE_WINDOW, c.session, c.window, scaled_masking=True)
+        for c in cases
+    ]
+    leg = Leg()
+    for job, result in run_jobs(jobs, address=""):  # no ctxopt job: no server
+        leg.add(by_id[job.session.instance_id], result.prompts, count, outcomes=result.outcomes)
+        leg.summarising += gemini_summarising(result.prompts, result.outcomes, count)
+    return leg
+
+
+def ctxopt_legs(cases: list[Case], count: TokenCounter) -> dict[str, Leg]:
+    """Each host through one real gateway, by host name."""
+    legs = {p.name: Leg() for p in PROFILES}
+    # The provider reports the prompt's size as it counts it; here that is cl100k, the count W,
+    # the lines and the hosts' own judgement are in (the fake's default, raw bytes / 4, would
+    # make the gateway shrink its ceiling for a tokenizer that counts more than cl100k).
+    with (
+        fake_upstream(usage=lambda recorded: json_tokens(recorded.body)) as upstream,
+        tempfile.TemporaryDirectory() as tmp,
+        serving(Path(tmp), "--gateway-addr", "127.0.0.1:0", env=upstream_env(upstream)) as server,
+        httpx.Client(timeout=120) as client,
+    ):
+        for profile in PROFILES:
+            for case in cases:
+                line = profile.line(case.window)
+                sent = through.replay(client, server.gateway_url, upstream, profile, case, line)
+                legs[profile.name].add(
+                    case, sent.prompts, count, ms=sent.added_ms, outcomes=sent.outcomes
+                )
+    return legs
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -144,66 +188,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sessions = load_sessions(args.data, count.count_many, limit=args.limit)
     trajectories = load(args.data, limit=args.limit)
     cases = [Case.of(s, t) for s, t in zip(sessions, trajectories, strict=True)]
-    windows = {c.session.instance_id: int(c.session.final_tokens * WINDOW_SHARE) for c in cases}
-    legs = {(p.name, m): Leg() for p in PROFILES for m in (HOST, CTXOPT)}
-    legs[(CLAUDE_CODE.name, CONTEXT_EDITING)] = Leg()
-
-    for profile in (CLAUDE_CODE, CODEX):
-        for case in cases:
-            window = windows[case.session.instance_id]
-            methods = (
-                {HOST: False, CONTEXT_EDITING: True} if profile is CLAUDE_CODE else {HOST: False}
-            )
-            for method, edited in methods.items():
-                sent = host_alone(profile, case, window, count, edited=edited)
-                leg = legs[(profile.name, method)]
-                leg.add(case, window, sent.calls, count)
-                leg.summarising += summarising_billings(sent.calls, sent.summarising, count)
-
-    check_node(TS_CLIENT)
-    jobs = [
-        Job(
-            "gemini-cli-native",
-            HOST,
-            SHARE_WINDOW,
-            c.session,
-            windows[c.session.instance_id],
-            scaled_masking=True,
+    ctxopt = ctxopt_legs(cases, count)
+    legs = {
+        (CLAUDE_CODE, HOST): compacting_leg(CLAUDE_CODE, cases, count),
+        (CLAUDE_CODE, CONTEXT_EDITING): compacting_leg(CLAUDE_CODE, cases, count, edited=True),
+        (CLAUDE_CODE, CTXOPT): ctxopt[CLAUDE_CODE.name],
+        (CODEX, HOST): compacting_leg(CODEX, cases, count),
+        (CODEX, CTXOPT): ctxopt[CODEX.name],
+        (GEMINI_CLI, HOST): gemini_cli_leg(cases, count),
+        (GEMINI_CLI, CTXOPT): ctxopt[GEMINI_CLI.name],
+    }
+    alone = {p: legs[(p, HOST)].row(p, HOST)["billed_tokens"] for p in PROFILES}
+    summary_tokens = count.count(SUMMARY_TEXT)  # each summarising call's output, not billed here
+    rows = []
+    for (profile, method), leg in legs.items():
+        row = leg.row(profile, method)
+        rows.append(
+            {
+                **row,
+                "billed_vs_host": round(row["billed_tokens"] / alone[profile], 3),
+                "summary_output_tokens": row["summarising_calls"] * summary_tokens,
+            }
         )
-        for c in cases
-    ]
-    by_id = {c.session.instance_id: c for c in cases}
-    for job, result in run_jobs(jobs, address=""):
-        leg = legs[(GEMINI_CLI.name, HOST)]
-        case = by_id[job.session.instance_id]
-        leg.add(case, job.window, result.prompts, count, outcomes=result.outcomes)
-        leg.summarising += gemini_summarising(result.prompts, result.outcomes, count)
-
-    with (
-        fake_upstream() as upstream,
-        tempfile.TemporaryDirectory() as tmp,
-        serving(Path(tmp), "--gateway-addr", "127.0.0.1:0", env=upstream_env(upstream)) as server,
-        httpx.Client(timeout=120) as client,
-    ):
-        for profile in PROFILES:
-            for case in cases:
-                window = windows[case.session.instance_id]
-                sent = through.replay(
-                    client, server.gateway_url, upstream, profile, case, profile.line(window)
-                )
-                legs[(profile.name, CTXOPT)].add(
-                    case, window, sent.prompts, count, ms=sent.added_ms, outcomes=sent.outcomes
-                )
-
-    rows = [
-        leg.row(PROFILES_BY_NAME[host], method, timed=method == CTXOPT)
-        for (host, method), leg in legs.items()
-    ]
-    for row in rows:
-        host_billed = next(
-            r["billed_tokens"] for r in rows if r["host"] == row["host"] and r["method"] == HOST
-        )
-        row["billed_vs_host"] = round(row["billed_tokens"] / host_billed, 3)
     return {
         "command": "python -m benchmarks.hosts " + " ".join(sys.argv[1:]),
         "smoke": args.smoke,
@@ -215,9 +221,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rows": rows,
         "seconds": round(time.perf_counter() - started, 1),
     }
-
-
-PROFILES_BY_NAME = {p.name: p for p in PROFILES}
 
 
 def report(results: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from benchmarks.gateway.histories import JsonObject, Trajectory, call_id
 from benchmarks.gateway.latency import LISTS
-from benchmarks.replay.sessions import Message, Prompt, Session
+from benchmarks.replay.sessions import WINDOW_SHARE, Message, Prompt, Session
 
 CALL_PREFIX = call_id(0)[: -len("0000")]
 
@@ -44,6 +44,11 @@ class Case:
     @property
     def calls(self) -> int:
         return len(self.session.calls)
+
+    @property
+    def window(self) -> int:
+        """W: WINDOW_SHARE of the session's final size, as in the session replay."""
+        return int(self.session.final_tokens * WINDOW_SHARE)
 
 
 def rendered(case: Case, body: JsonObject) -> Prompt:
