@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -40,7 +41,7 @@ import httpx
 from ctxopt.api.gateway.windows import claude_window
 from ctxopt.tokens import TokenCounter
 
-from benchmarks.gateway.histories import DEFAULT_SWE, MODELS, load
+from benchmarks.gateway.histories import DEFAULT_SWE, MODELS, Trajectory, load
 from benchmarks.hosts import through
 from benchmarks.hosts.baselines import Compacting, compacting, context_editing
 from benchmarks.hosts.profiles import CLAUDE_CODE, CODEX, GEMINI_CLI, PROFILES, Profile
@@ -49,7 +50,13 @@ from benchmarks.latency.typescript import TS_CLIENT
 from benchmarks.replay.ledger import Billing, bill_calls
 from benchmarks.replay.node import SUMMARY_CHARS, SUMMARY_TEXT, Job, check_node, run_jobs
 from benchmarks.replay.report import Tally, percentile
-from benchmarks.replay.sessions import SHARE_WINDOW, WINDOW_SHARE, Prompt, load_sessions
+from benchmarks.replay.sessions import (
+    SHARE_WINDOW,
+    WINDOW_SHARE,
+    Prompt,
+    concatenated,
+    load_sessions,
+)
 from tests.gateway.checks import tokens_of as json_tokens
 from tests.gateway.conftest import upstream_env
 from tests.gateway.upstream import fake_upstream
@@ -182,12 +189,8 @@ def ctxopt_legs(cases: list[Case], count: TokenCounter) -> dict[str, Leg]:
     return legs
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    started = time.perf_counter()
-    count = TokenCounter("cl100k")
-    sessions = load_sessions(args.data, count.count_many, limit=args.limit)
-    trajectories = load(args.data, limit=args.limit)
-    cases = [Case.of(s, t) for s, t in zip(sessions, trajectories, strict=True)]
+def rows_of(cases: list[Case], count: TokenCounter) -> list[dict[str, Any]]:
+    """Every leg of every host over `cases`, one row each, in table order."""
     ctxopt = ctxopt_legs(cases, count)
     legs = {
         (CLAUDE_CODE, HOST): compacting_leg(CLAUDE_CODE, cases, count),
@@ -210,7 +213,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "summary_output_tokens": row["summarising_calls"] * summary_tokens,
             }
         )
-    return {
+    return rows
+
+
+def long_cases(cases: list[Case], k: int, count: TokenCounter) -> list[Case]:
+    """Sessions of `k` consecutive trajectories worked one after the other
+    (sessions.concatenated), each trajectory's steps up to its last call."""
+    sessions = concatenated([c.session for c in cases], k, count.count_many)
+    long = []
+    for start, session in zip(range(0, len(cases), k), sessions, strict=False):
+        group = cases[start : start + k]
+        steps = tuple(s for c in group for s in c.trajectory.steps[: c.calls - 1])
+        first = group[0].trajectory
+        long.append(
+            Case.of(session, Trajectory(session.instance_id, first.system, first.task, steps))
+        )
+    return long
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
+    count = TokenCounter("cl100k")
+    sessions = load_sessions(args.data, count.count_many, limit=args.limit)
+    trajectories = load(args.data, limit=args.limit)
+    cases = [Case.of(s, t) for s, t in zip(sessions, trajectories, strict=True)]
+    results: dict[str, Any] = {
         "command": "python -m benchmarks.hosts " + " ".join(sys.argv[1:]),
         "smoke": args.smoke,
         "trajectories": len(cases),
@@ -218,21 +245,43 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "line_share": {p.name: round(p.line_share, 4) for p in PROFILES},
         "models": {p.name: MODELS[p.fmt] for p in PROFILES},
         "summary_chars": SUMMARY_CHARS,
-        "rows": rows,
-        "seconds": round(time.perf_counter() - started, 1),
+        "window_median": statistics.median(c.window for c in cases),
+        "rows": rows_of(cases, count),
     }
+    if args.long:
+        long = long_cases(cases, args.long, count)
+        results["long"] = {
+            "trajectories_per_session": args.long,
+            "sessions": len(long),
+            "window_median": statistics.median(c.window for c in long),
+            "rows": rows_of(long, count),
+        }
+    results["seconds"] = round(time.perf_counter() - started, 1)
+    return results
 
 
 def report(results: dict[str, Any]) -> None:
     print(
         f"{results['trajectories']} trajectories, window W = {int(results['window_share'] * 100)}% "
-        "of each one's final size; billed input at each provider's cache prices"
+        f"of each one's final size (median {results['window_median']:,.0f} tokens); "
+        "billed input at each provider's cache prices"
     )
+    table(results["rows"])
+    if "long" in results:
+        long = results["long"]
+        print(
+            f"\n{long['sessions']} sessions of {long['trajectories_per_session']} trajectories "
+            f"each, W median {long['window_median']:,.0f} tokens"
+        )
+        table(long["rows"])
+
+
+def table(rows: list[dict[str, Any]]) -> None:
     print(
         f"{'host':12} {'method':23} {'calls':>6} {'summ.':>5} {'billed':>11} {'vs host':>8} "
         f"{'recall':>7} {'over W':>6} {'p50 ms':>7} {'p95 ms':>7}"
     )
-    for r in results["rows"]:
+    for r in rows:
         p50 = "-" if r["added_p50_ms"] is None else f"{r['added_p50_ms']:.2f}"
         p95 = "-" if r["added_p95_ms"] is None else f"{r['added_p95_ms']:.2f}"
         print(
@@ -279,6 +328,9 @@ def main() -> None:
         "--data", type=Path, default=DEFAULT_SWE, help="the SWE trajectories (.jsonl.gz)"
     )
     parser.add_argument("--limit", type=int, default=0, help="trajectories to replay (0: all)")
+    parser.add_argument(
+        "--long", type=int, default=0, help="also sessions of K trajectories in a row (0: none)"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny run, for CI")
     parser.add_argument("--out", type=Path, default=RESULTS / "hosts.json")
     args = parser.parse_args()
