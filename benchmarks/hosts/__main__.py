@@ -292,30 +292,38 @@ def table(rows: list[dict[str, Any]]) -> None:
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
+    """Billed vs the host alone and recall per host; a second row for --long.
+    A bar's label counts its calls over the window."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    sections = [(f"{results['trajectories']} trajectories", results["rows"])]
+    if "long" in results:
+        long = results["long"]
+        title = f"{long['sessions']} sessions of {long['trajectories_per_session']} trajectories"
+        sections.append((title, long["rows"]))
+    fig, axes = plt.subplots(len(sections), 2, figsize=(11, 4 * len(sections)), squeeze=False)
     hosts = [p.name for p in PROFILES]
-    methods = (HOST, CONTEXT_EDITING, CTXOPT)
-    rows = {(r["host"], r["method"]): r for r in results["rows"]}
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     width = 0.27
-    for k, method in enumerate(methods):
-        xs = [i + k * width for i, h in enumerate(hosts) if (h, method) in rows]
-        shown = [h for h in hosts if (h, method) in rows]
-        left.bar(xs, [rows[(h, method)]["billed_vs_host"] for h in shown], width, label=method)
-        right.bar(
-            xs, [rows[(h, method)]["needed_later_recall"] for h in shown], width, label=method
-        )
-    for axis, label in (
-        (left, "billed input tokens vs the host alone"),
-        (right, "needed-later recall"),
-    ):
-        axis.set_xticks([i + width for i in range(len(hosts))], hosts)
-        axis.set_ylabel(label)
-        axis.legend(fontsize=7)
+    for (title, section), (left, right) in zip(sections, axes, strict=True):
+        rows = {(r["host"], r["method"]): r for r in section}
+        for k, method in enumerate((HOST, CONTEXT_EDITING, CTXOPT)):
+            shown = [h for h in hosts if (h, method) in rows]
+            xs = [hosts.index(h) + k * width for h in shown]
+            over = [f"{rows[(h, method)]['over_window_calls']} over" for h in shown]
+            for axis, key in ((left, "billed_vs_host"), (right, "needed_later_recall")):
+                bars = axis.bar(xs, [rows[(h, method)][key] for h in shown], width, label=method)
+                axis.bar_label(bars, over, fontsize=6)
+        for axis, label in (
+            (left, "billed input vs the host alone"),
+            (right, "needed-later recall"),
+        ):
+            axis.set_xticks([i + width for i in range(len(hosts))], hosts)
+            axis.set_ylabel(label)
+            axis.set_title(title, fontsize=9)
+            axis.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
