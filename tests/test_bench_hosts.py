@@ -12,10 +12,10 @@ from ctxopt.tokens import TokenCounter
 
 from benchmarks.gateway.billing import CLEARED
 from benchmarks.gateway.histories import request, trajectory_of
-from benchmarks.hosts.__main__ import gemini_summarising, summarising_billings
 from benchmarks.hosts.baselines import Compacting, compacting, context_editing, summary_text
+from benchmarks.hosts.legs import gemini_summarising, summarising_billings
 from benchmarks.hosts.profiles import CLAUDE_CODE, CODEX, GEMINI_CLI, Prices
-from benchmarks.hosts.prompts import Case, rendered
+from benchmarks.hosts.prompts import Case, long_cases, rendered
 from benchmarks.quality.metrics import needed_recall
 from benchmarks.replay.ledger import Billing
 from benchmarks.replay.sessions import Prompt, session_of
@@ -157,3 +157,11 @@ def test_each_line_is_its_hosts_rule_proportion_of_the_window() -> None:
 def test_anthropic_bills_cache_writes_and_reads() -> None:
     assert CLAUDE_CODE.prices.billed(Billing(100, 60)) == pytest.approx(40 * 1.25 + 60 * 0.1)
     assert Prices(cached=0.25).billed(Billing(100, 60)) == pytest.approx(40 + 15)
+
+
+def test_a_long_session_is_its_trajectories_steps_up_to_each_last_call() -> None:
+    case = _case()
+    (long,) = long_cases([case, case], 2, lambda texts: [len(t.split()) for t in texts])
+    assert long.calls == 2 * case.calls - 1
+    body = request("gemini", long.trajectory, long.calls - 1)
+    assert rendered(long, body) == long.session.history(long.session.calls[-1])

@@ -64,30 +64,30 @@ def _share(host: Host, model: str, window: int) -> float:
 
 
 CLAUDE_CODE = Profile(
-    "Claude Code",
-    "anthropic",
-    "claude-cli/2.1.332 (external, sdk-cli)",
-    "?beta=true",
-    _share(Host.CLAUDE_CODE, MODELS["anthropic"], claude_window(MODELS["anthropic"])),
+    name="Claude Code",
+    fmt="anthropic",
+    user_agent="claude-cli/2.1.332 (external, sdk-cli)",
+    query="?beta=true",
+    line_share=_share(Host.CLAUDE_CODE, MODELS["anthropic"], claude_window(MODELS["anthropic"])),
     # Anthropic: cache reads 0.1x, 5-minute cache writes 1.25x the base input price,
     # https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching#pricing
-    Prices(cached=CACHED_PRICE, uncached=ANTHROPIC_WRITE_PRICE),
+    prices=Prices(cached=CACHED_PRICE, uncached=ANTHROPIC_WRITE_PRICE),
 )
 CODEX = Profile(
-    "Codex CLI",
-    "openai-responses",
-    "codex_exec/0.169.0 (Ubuntu 24.4.0; x86_64) xterm-256color",
-    "",
-    _share(Host.CODEX, MODELS["openai-responses"], CODEX_WINDOW),
+    name="Codex CLI",
+    fmt="openai-responses",
+    user_agent="codex_exec/0.169.0 (Ubuntu 24.4.0; x86_64) xterm-256color",
+    query="",
+    line_share=_share(Host.CODEX, MODELS["openai-responses"], CODEX_WINDOW),
     # GPT-5 family: cached input $0.125 against $1.25 per million, https://openai.com/api/pricing/
-    Prices(cached=CACHED_PRICE),
+    prices=Prices(cached=CACHED_PRICE),
 )
 GEMINI_CLI = Profile(
-    "Gemini CLI",
-    "gemini",
-    "GeminiCLI/0.61.0/gemini-2.5-pro (linux; x64)",
-    "",
-    _share(Host.GEMINI_CLI, MODELS["gemini"], GEMINI_CLI_DEFAULT_LIMIT),
-    Prices(cached=GEMINI_CACHED_PRICE),
+    name="Gemini CLI",
+    fmt="gemini",
+    user_agent="GeminiCLI/0.61.0/gemini-2.5-pro (linux; x64)",
+    query="",
+    line_share=_share(Host.GEMINI_CLI, MODELS["gemini"], GEMINI_CLI_DEFAULT_LIMIT),
+    prices=Prices(cached=GEMINI_CACHED_PRICE),
 )
 PROFILES = (CLAUDE_CODE, CODEX, GEMINI_CLI)

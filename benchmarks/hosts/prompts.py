@@ -18,7 +18,8 @@ from typing import Any
 
 from benchmarks.gateway.histories import JsonObject, Trajectory, call_id
 from benchmarks.gateway.latency import LISTS
-from benchmarks.replay.sessions import WINDOW_SHARE, Message, Prompt, Session
+from benchmarks.quality.datasets import CountTokens
+from benchmarks.replay.sessions import WINDOW_SHARE, Message, Prompt, Session, concatenated
 
 CALL_PREFIX = call_id(0)[: -len("0000")]
 
@@ -49,6 +50,21 @@ class Case:
     def window(self) -> int:
         """W: WINDOW_SHARE of the session's final size, as in the session replay."""
         return int(self.session.final_tokens * WINDOW_SHARE)
+
+
+def long_cases(cases: list[Case], k: int, count: CountTokens) -> list[Case]:
+    """Sessions of `k` consecutive trajectories worked one after the other
+    (sessions.concatenated), each trajectory's steps up to its last call."""
+    sessions = concatenated([c.session for c in cases], k, count)
+    long = []
+    for start, session in zip(range(0, len(cases), k), sessions, strict=False):
+        group = cases[start : start + k]
+        steps = tuple(s for c in group for s in c.trajectory.steps[: c.calls - 1])
+        first = group[0].trajectory
+        long.append(
+            Case.of(session, Trajectory(session.instance_id, first.system, first.task, steps))
+        )
+    return long
 
 
 def rendered(case: Case, body: JsonObject) -> Prompt:
