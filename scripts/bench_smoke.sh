@@ -25,6 +25,7 @@ run quality "$PY" -m benchmarks.quality --smoke --out "$out/quality.json"
 run headroom "$PY" -m benchmarks.quality.headroom --smoke --out "$out/headroom.json"
 run replay scripts/replay.sh --smoke --out "$out/replay.json"
 run gateway "$PY" -m benchmarks.gateway --smoke --out "$out/gateway.json"
+run hosts "$PY" -m benchmarks.hosts --smoke --out "$out/hosts.json"
 echo "== smoke: bench_ts"
 (cd ts-client && npm run --silent bench -- --smoke)
 "$PY" -c 'import json,sys; json.load(open(sys.argv[1]))' benchmarks/results/smoke/bench_ts.json

@@ -57,6 +57,9 @@ class Job:
     recent_turns: int | None = None
     strategy: str | None = None  # a key of STRATEGIES; None: the adapter's default
     step_text: str | None = None  # a key of STEP_TEXT_POLICIES; None: the adapter's default
+    # gemini-cli-native: its tool-output masking thresholds (absolute tokens) scaled by
+    # window / tokenLimit, as the window scales its compression threshold
+    scaled_masking: bool = False
 
     def request(self, index: int) -> dict[str, Any]:
         return {
@@ -72,6 +75,7 @@ class Job:
             "stepTextPolicy": None
             if self.step_text is None
             else STEP_TEXT_POLICIES[self.step_text],
+            "scaledMasking": self.scaled_masking,
         }
 
 

@@ -5,7 +5,7 @@
 // stdin:  {"address", "tsClient", "model", "summaryText", "trajectories": {key: [{role, content}]},
 //          "jobs": [{"method", "session", "trajectory", "window", "calls": [index...],
 //                    "thresholdPercent", "targetPercent", "recentTurns", "strategy", "stepTextPolicy"
-//                    (null: the default)}]}
+//                    (null: the default), "scaledMasking"}]}
 // stdout: one JSON line per job, in order:
 //         {"job", "texts": [[role, text]...], "prompts": [[text index...]...],
 //          "ms": [...], "outcomes": [what the method did at each call],
@@ -31,7 +31,8 @@
 // ChatCompressionService.compress (threshold 0.5 of the window, preserve 0.3,
 // function-response budget 50k: its defaults) then
 // ToolOutputMaskingService.mask (protection 50k tokens, 30k prunable: its
-// defaults), both from @google/gemini-cli-core 0.61.0 with a real Config. The
+// defaults; with scaledMasking, both thresholds times window / tokenLimit, as the
+// compression threshold), both from @google/gemini-cli-core 0.61.0 with a real Config. The
 // LLM that writes the summary is replaced by a fixed placeholder
 // (`summaryText`); the window enters through the compression threshold
 // (0.5 x window / the model's table limit), and the last prompt's token count,
@@ -153,7 +154,15 @@ async function geminiCliNative(job, messages, request, config) {
   const system = messages[0].content;
   const compression = new ChatCompressionService();
   const masking = new ToolOutputMaskingService();
-  config.compressionThreshold = (GEMINI_CLI_COMPRESSION_THRESHOLD * job.window) / tokenLimit(request.model);
+  const share = job.window / tokenLimit(request.model);
+  config.compressionThreshold = GEMINI_CLI_COMPRESSION_THRESHOLD * share;
+  const defaults = await Config.prototype.getToolOutputMaskingConfig.call(config);
+  const scaled = {
+    ...defaults,
+    protectionThresholdTokens: Math.round(defaults.protectionThresholdTokens * share),
+    minPrunableThresholdTokens: Math.round(defaults.minPrunableThresholdTokens * share),
+  };
+  config.getToolOutputMaskingConfig = async () => (job.scaledMasking ? scaled : defaults);
   const out = new Prompts();
   const ms = [];
   const outcomes = [];

@@ -1,0 +1,99 @@
+"""Each host alone: the prompts it sends when nothing stands between it and the provider.
+
+Claude Code and Codex send the whole history until the prompt they are about
+to send reaches their compaction line (both judge it by the size the provider
+reported for the last call plus their estimate of what was added since, so,
+in effect, by the size of the next prompt); then one summarising call sends
+that history to the model, and the history is replaced by its summary:
+
+- Claude Code keeps the summary alone (as a user message);
+- Codex keeps the user messages (here the task: the trajectories hold no
+  other) followed by the summary.
+
+The summary an LLM would write is a fixed placeholder of SUMMARY_CHARS
+characters (as the session replay's gemini-cli-native leg), so it holds none
+of the needed lines a real summary might keep. The summarising call is
+billed: its input is the history it summarises (its output, the summary, is
+not input). With Anthropic context editing on (`edit`), the provider clears
+old tool results of every request past its trigger, and Claude Code reads
+the edited size from the usage it reports.
+
+Gemini CLI alone is the session replay's gemini-cli-native leg
+(benchmarks/replay/replay.mjs): @google/gemini-cli-core's own compression and
+tool-output masking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from benchmarks.gateway.billing import EDIT_TRIGGER_TOKENS, context_edited
+from benchmarks.gateway.histories import JsonObject, request
+from benchmarks.gateway.latency import LISTS
+from benchmarks.hosts.prompts import Case, rendered
+from benchmarks.replay.node import SUMMARY_TEXT
+from benchmarks.replay.sessions import Prompt
+
+Size = Callable[[Prompt], int]
+Edit = Callable[[JsonObject], JsonObject]
+
+
+@dataclass(frozen=True, slots=True)
+class Compacting:
+    """A host that summarises its history at `line` tokens."""
+
+    line: int
+    keep_task: bool  # Codex: the user messages stay beside the summary
+    edit: Edit | None = None  # what the provider does to each request (context editing)
+
+
+@dataclass(slots=True)
+class HostPrompts:
+    """What the host sent for one trajectory, in order: the prompt of each
+    call, and before which calls it sent a summarising call (with that call's
+    prompt)."""
+
+    calls: list[Prompt] = field(default_factory=list)
+    summarising: dict[int, Prompt] = field(default_factory=dict)
+
+
+def summary_message(fmt: str, text: str) -> JsonObject:
+    if fmt == "openai-responses":
+        return {"role": "user", "content": [{"type": "input_text", "text": text}]}
+    return {"role": "user", "content": text}
+
+
+def summary_text(compaction: int) -> str:
+    """A distinct placeholder per compaction, so no two summaries share a cache prefix."""
+    return f"Summary {compaction} of the conversation so far.\n{SUMMARY_TEXT}"
+
+
+def compacting(case: Case, fmt: str, host: Compacting, size: Size) -> HostPrompts:
+    """The prompts of a host that compacts once the next prompt reaches its line."""
+    key = LISTS[fmt]
+    sent = HostPrompts()
+    kept: list[JsonObject] = []  # what stands for the summarised history
+    summarised = 0  # how many items of the full history it stands for
+    for k in range(case.calls):
+        full = request(fmt, case.trajectory, k)
+        prompt = _provider_sees(case, {**full, key: kept + full[key][summarised:]}, host.edit)
+        if size(prompt) >= host.line and len(full[key]) > summarised + 1:
+            sent.summarising[k] = prompt
+            task = full[key][:1] if host.keep_task else []
+            kept = [*task, summary_message(fmt, summary_text(len(sent.summarising)))]
+            summarised = len(full[key])
+            prompt = _provider_sees(case, {**full, key: kept}, host.edit)
+        sent.calls.append(prompt)
+    return sent
+
+
+def _provider_sees(case: Case, body: JsonObject, edit: Edit | None) -> Prompt:
+    return rendered(case, body if edit is None else edit(body))
+
+
+def context_editing(window: int, claude_window: int) -> Edit:
+    """Anthropic's clear_tool_uses edit with its trigger (100,000 tokens of a
+    200,000-token model) scaled to `window` by the same proportion."""
+    trigger = EDIT_TRIGGER_TOKENS * window // claude_window
+    return lambda body: context_edited(body, trigger)
