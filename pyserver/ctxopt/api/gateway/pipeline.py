@@ -419,16 +419,23 @@ class Pipeline:
         return self._truncate(call, {}, reason)
 
     def _truncate(self, call: _Call, edits: dict[tuple[int, int], Edit], reason: str) -> Prepared:
-        """Drop whole exchanges, oldest first, until the prompt is at the target."""
+        """Drop whole exchanges, oldest first: first those the plan already
+        emptied (their placeholders only point at the stash, which keeps the
+        originals), down to the target; then, only while the prompt is over
+        the ceiling, exchanges that still hold content."""
         turns = call.conversation.turns
         sizes = [_turn_tokens(call, t, edits) for t in range(len(turns))]
         total = call.frame_tokens + sum(sizes)
         before = call.frame_tokens + _total(turns, call.ids, call.sizes)
         target = call.ceiling * self.config.gc_target_percent / 100
+        units = droppable_units(turns, call.protected)
+        emptied = [u for u in units if not any(_holds_content(call, t, edits) for t in u)]
         dropped: set[int] = set()
-        for unit in droppable_units(turns, call.protected):
-            if total <= target:
-                break
+        for unit, limit in [*((u, target) for u in emptied), *((u, call.ceiling) for u in units)]:
+            if total <= limit:
+                continue
+            if dropped.issuperset(unit):
+                continue
             dropped.update(unit)
             total -= sum(sizes[t] for t in unit)
         kept_edits = {
@@ -481,6 +488,19 @@ def _turn_tokens(call: _Call, t: int, edits: Mapping[tuple[int, int], Edit]) -> 
         elif edit.text is not None:
             total += len(edit.text) // 3 + 1 + BLOCK_FRAMING_TOKENS
     return total
+
+
+def _holds_content(call: _Call, t: int, edits: Mapping[tuple[int, int], Edit]) -> bool:
+    """Whether turn `t` still carries something of its own: a block sent as
+    the host wrote it, or an excerpt or masked placeholder of one."""
+    for block, cid in zip(call.conversation.turns[t].blocks, call.ids[t], strict=True):
+        edit = edits.get(block.ref)
+        if edit is None:
+            return True
+        decision = call.state.decisions.get(cid)
+        if edit.text and decision is not None and decision.action in (Action.TRIM, Action.MASK):
+            return True
+    return False
 
 
 def _raw_indices(turns: Sequence[Turn], dropped: set[int]) -> set[int]:
