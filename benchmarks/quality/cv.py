@@ -70,13 +70,15 @@ class Candidate:
     tuning: Tuning
 
 
-def line_candidate(step_exponent: float, quoted: bool, minor: float) -> Candidate:
+def line_candidate(step_exponent: float, quoted: bool, minor: float, repeated: bool) -> Candidate:
     """Hybrid with line excerpts of tool outputs; `step_exponent` is the size
     exponent of an agent's steps (a conversation's turns keep 0, which LoCoMo
     needs), `minor` weighs the signals that pointed at no more than their
-    share of the needed lines (query terms, errors, cited numbers)."""
+    share of the needed lines (query terms, errors, cited numbers);
+    `repeated` discounts what a later chunk prints again."""
     return Candidate(
-        f"hybrid step_exponent={step_exponent} quoted_last={quoted} minor={minor}",
+        f"hybrid step_exponent={step_exponent} quoted_last={quoted} minor={minor} "
+        f"discount_repeated={repeated}",
         Strategy.HYBRID,
         Tuning(
             line_excerpts=True,
@@ -85,22 +87,24 @@ def line_candidate(step_exponent: float, quoted: bool, minor: float) -> Candidat
             line_relevance=minor,
             line_error=minor,
             line_cited=minor,
+            discount_repeated=repeated,
         ),
     )
 
 
 # The choices made here; everything else is fixed a priori (or was chosen by
-# an earlier run of this grid: anchor retention 0.5, feedback 0.3, no
-# discount for repeats, line retention 0.8, a conversation's size exponent 0,
-# since 0.7 lost LoCoMo recall at every budget). The last two are the
+# an earlier run of this grid: anchor retention 0.5, feedback 0.3, line
+# retention 0.8, a conversation's size exponent 0, since 0.7 lost LoCoMo
+# recall at every budget). The last two are the
 # strategies before line excerpts: the TS adapter's budget order and the
 # hybrid of whole outputs.
 GRID = (
     *(
-        line_candidate(step_exponent, quoted, minor)
+        line_candidate(step_exponent, quoted, minor, repeated)
         for step_exponent in (0.0, 0.7)
         for quoted in (True, False)
         for minor in (0.0, 0.5)
+        for repeated in (False, True)
     ),
     Candidate("budget (quoted last, oldest first)", Strategy.BUDGET, Tuning()),
 )
@@ -111,7 +115,13 @@ GRID = (
 TODAY = Candidate(
     "hybrid of whole outputs (no line excerpts, no quoted order)",
     Strategy.HYBRID,
-    Tuning(line_excerpts=False, quoted_last=False, density_exponent=0.0, step_density_exponent=0.0),
+    Tuning(
+        line_excerpts=False,
+        quoted_last=False,
+        density_exponent=0.0,
+        step_density_exponent=0.0,
+        discount_repeated=False,
+    ),
 )
 # Needed-later recall may trade against these two, which must not fall.
 FLOOR_METRICS = ("locomo_recall", "swe_coverage")
