@@ -91,9 +91,9 @@ def method_factories(engine: Engine) -> dict[str, Callable[[], Method]]:
         "-step-exponent": lambda: ablation(
             "-step-exponent", tuning=Tuning(step_density_exponent=0.0)
         ),
-        "+quoted-last": lambda: ablation("+quoted-last", tuning=Tuning(quoted_last=True)),
+        "-quoted-last": lambda: ablation("-quoted-last", tuning=Tuning(quoted_last=False)),
         "-anchors-last": lambda: ablation("-anchors-last", tuning=Tuning(anchors_last=False)),
-        "+repeated": lambda: ablation("+repeated", tuning=Tuning(discount_repeated=True)),
+        "-repeated": lambda: ablation("-repeated", tuning=Tuning(discount_repeated=False)),
         "+links": lambda: ablation("+links", tuning=Tuning(link_df_share=0.02)),
         "+value/token": lambda: ablation("+value/token", tuning=Tuning(density_exponent=0.4)),
         "-recency": lambda: ablation("-recency", weights=replace(DEFAULT_WEIGHTS, recency=0.0)),

@@ -49,17 +49,19 @@ class Tuning:
     anchored_excerpts: bool = (
         True  # shrink a chunk to the lines other chunks repeat (text/lines.py)
     )
-    discount_repeated: bool = False  # what a later chunk prints again loses that share of value
+    # What a later chunk prints again loses that share of value (cross-validated, with the
+    # quoted order: the pair keeps more of what an agent needs next and a hunk more at 20%).
+    discount_repeated: bool = True
     anchor_context: int = 0  # lines kept either side of an anchor line in its excerpt
     anchor_retention: float = 0.5  # share of a chunk's value its anchored excerpt keeps
     anchors_last: bool = True  # anchored excerpts go only after everything else of their tier
     link_df_share: float = 0.0  # a query term at most this share of chunks hold is a link
     # Hybrid order: a unit the model has quoted goes after the rest of its tier
-    # (below the echo holders); the budget strategy always orders by it. Off:
-    # cross-validation chooses only what keeps LoCoMo recall and SWE hunk
-    # coverage at every budget (benchmarks/quality/cv.py), and it costs hunk
-    # coverage at 20-30%.
-    quoted_last: bool = False
+    # (below the echo holders); the budget strategy always orders by it. On, with the
+    # repeated-output discount: cross-validation chooses only what keeps LoCoMo recall and
+    # SWE hunk coverage at every budget (benchmarks/quality/cv.py); alone it costs a hunk
+    # at 20%, the pair does not.
+    quoted_last: bool = True
     # Line excerpts of tool outputs (scoring/line_value.py): an output shrinks
     # to the lines its signals point at, each with its enclosing def/class
     # header and `line_context` lines either side, within `line_budget` of its
