@@ -235,7 +235,21 @@ export class HostHistoryOptimizer {
         projected = this.project(call);
         if (projected.tokens < call.thresholdTokens && !tooManyChunks) return this.withoutCollection(call, projected, counting);
       }
-      const { plan, sync } = await this.mirror.optimize(this.serviceView(call), this.optimizeRequest(call, projected), settings);
+      let { plan, sync } = await this.mirror.optimize(this.serviceView(call), this.optimizeRequest(call, projected), settings);
+      if (this.flags.mode === "true") {
+        // The service judges in its own counts, told the excess of the parts it has
+        // counted; the excerpts it keeps carry the host's larger estimate, so it may not
+        // collect, or land, where the host's count needs. When the result would still
+        // pass the threshold (and so the host's line), one collection more is forced.
+        this.sizing.counts.recordDecisions(plan.decisions);
+        this.memory.adopt(plan);
+        const landed = this.project(call);
+        if (landed.tokens >= call.thresholdTokens) {
+          const again = await this.mirror.optimize(this.serviceView(call), { ...this.optimizeRequest(call, landed), force: true }, settings);
+          plan = again.plan;
+          sync = mergedSync(sync, again.sync);
+        }
+      }
       answer = { plan, sync: counting === undefined ? sync : mergedSync(counting, sync) };
     } catch (error) {
       return this.withoutService(call, this.gate.failed(error));

@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
+import { Strategy } from "../src/generated/ctxopt/v1/ctxopt.js";
 import { findViolations } from "../src/gemini/history.js";
 import type { ContextReport } from "../src/explain.js";
 import { estimateContentsTokens } from "../src/gemini/tokens.js";
@@ -207,6 +208,26 @@ test("acting before Gemini CLI's compression threshold keeps the prompt size it 
   assert.ok(
     drives["true"]!.exchanges.some((e) => e.summary.serverMs > 0),
     "the adapter collected",
+  );
+});
+
+test("with the hybrid strategy's excerpts too, the adapter keeps under Gemini CLI's compression line", async () => {
+  // The service plans in its own counts; when the result would still pass the line
+  // (excerpts carry Gemini CLI's larger estimate), a second, forced collection lands it.
+  const compressionLine = 0.03 * 1_048_576;
+  const drive = await driveGeminiCli(
+    core,
+    scratch,
+    SESSIONS[2]!,
+    "true",
+    { address: server.address, sessionId: "e2e-compression-hybrid", strategy: Strategy.STRATEGY_HYBRID },
+    { compressionThreshold: 0.03 },
+  );
+  const reported = drive.exchanges.map((e) => e.reportedPromptTokens);
+  assert.ok(Math.max(...reported) < compressionLine, `with ctxopt: up to ${Math.max(...reported)} tokens`);
+  assert.ok(
+    drive.exchanges.some((e) => (e.summary.trimmed ?? 0) > 0),
+    "the hybrid strategy made excerpts",
   );
 });
 

@@ -61,8 +61,10 @@ from ctxopt.model import (
 
 log = logging.getLogger("ctxopt.gateway")
 
-# As the TS adapter (hostOptimizer.ts, cross-validated on the session replay):
-# the latest exchange stays as roots, and policy tiers with age choose what goes.
+# As the TS adapter (hostOptimizer.ts, cross-validated on the session replay), the
+# latest exchange stays as roots. Policy tiers, what the model quoted, then age
+# choose what goes: at the gateway's shares the per-host replay (benchmarks/hosts)
+# kept more with this than with the service's default strategy.
 RECENT_TURNS = 2
 STRATEGY = Strategy.BUDGET
 # The most the provider's count may exceed ours before a report is taken for an
