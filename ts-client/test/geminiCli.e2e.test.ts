@@ -211,20 +211,17 @@ test("acting before Gemini CLI's compression threshold keeps the prompt size it 
   );
 });
 
+/** Gemini CLI at a compressionThreshold of 3%, read from its config; the reported prompt sizes and the line. */
+async function atThreePercent(options: { sessionId: string; strategy?: Strategy }): Promise<{ drive: Drive; reported: number[]; line: number }> {
+  const drive = await driveGeminiCli(core, scratch, SESSIONS[2]!, "true", { address: server.address, ...options }, { compressionThreshold: 0.03 });
+  return { drive, reported: drive.exchanges.map((e) => e.reportedPromptTokens), line: 0.03 * 1_048_576 };
+}
+
 test("with the hybrid strategy's excerpts too, the adapter keeps under Gemini CLI's compression line", async () => {
   // The service plans in its own counts; when the result would still pass the line
   // (excerpts carry Gemini CLI's larger estimate), a second, forced collection lands it.
-  const compressionLine = 0.03 * 1_048_576;
-  const drive = await driveGeminiCli(
-    core,
-    scratch,
-    SESSIONS[2]!,
-    "true",
-    { address: server.address, sessionId: "e2e-compression-hybrid", strategy: Strategy.STRATEGY_HYBRID },
-    { compressionThreshold: 0.03 },
-  );
-  const reported = drive.exchanges.map((e) => e.reportedPromptTokens);
-  assert.ok(Math.max(...reported) < compressionLine, `with ctxopt: up to ${Math.max(...reported)} tokens`);
+  const { drive, reported, line } = await atThreePercent({ sessionId: "e2e-compression-hybrid", strategy: Strategy.STRATEGY_HYBRID });
+  assert.ok(Math.max(...reported) < line, `with ctxopt: up to ${Math.max(...reported)} tokens`);
   assert.ok(
     drive.exchanges.some((e) => (e.summary.trimmed ?? 0) > 0),
     "the hybrid strategy made excerpts",
@@ -233,16 +230,7 @@ test("with the hybrid strategy's excerpts too, the adapter keeps under Gemini CL
 
 test("without any percent set the adapter reads Gemini CLI's compressionThreshold from its config and keeps under that line", async () => {
   // The window is the model's (1,048,576 tokens); Gemini CLI compresses at 3% of it: the line is the ceiling.
-  const compressionLine = 0.03 * 1_048_576;
-  const drive = await driveGeminiCli(
-    core,
-    scratch,
-    SESSIONS[2]!,
-    "true",
-    { address: server.address, sessionId: "e2e-compression-read" },
-    { compressionThreshold: 0.03 },
-  );
-  const reported = drive.exchanges.map((e) => e.reportedPromptTokens);
+  const { drive, reported, line: compressionLine } = await atThreePercent({ sessionId: "e2e-compression-read" });
   assert.ok(Math.max(...reported) < compressionLine, `with ctxopt: up to ${Math.max(...reported)} tokens`);
   assert.ok(Math.max(...reported) > 0.8 * compressionLine, `the line is used, not halved: up to ${Math.max(...reported)} tokens`);
   assert.equal(drive.compressions, 0);
