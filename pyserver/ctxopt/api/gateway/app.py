@@ -30,7 +30,8 @@ from ctxopt.api.gateway.formats.gemini import GeminiContents
 from ctxopt.api.gateway.formats.openai_chat import OpenAIChat
 from ctxopt.api.gateway.formats.openai_responses import OpenAIResponses
 from ctxopt.api.gateway.forward import relay, upstream_headers
-from ctxopt.api.gateway.pipeline import Outcome, Pipeline, Prepared
+from ctxopt.api.gateway.pipeline import Pipeline
+from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.grpc.interceptors import Tokens, Unauthenticated
 from ctxopt.config import Config
 

@@ -19,7 +19,6 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 
 import orjson
 
@@ -39,6 +38,7 @@ from ctxopt.api.gateway.formats.conversation import (
     latest_turns,
 )
 from ctxopt.api.gateway.placeholders import estimate, replacement
+from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.gateway.sessions import (
     SESSION_HEADER,
     Sessions,
@@ -61,10 +61,8 @@ from ctxopt.model import (
 
 log = logging.getLogger("ctxopt.gateway")
 
-# As the TS adapter (hostOptimizer.ts, cross-validated on the session replay), the
-# latest exchange stays as roots. Policy tiers, what the model quoted, then age
-# choose what goes: at the gateway's shares the per-host replay (benchmarks/hosts)
-# kept more with this than with the service's default strategy.
+# As the TS adapter, the latest exchange stays as roots; the budget order (tiers, what the
+# model quoted, age) kept more than the service's default on the per-host replay.
 RECENT_TURNS = 2
 STRATEGY = Strategy.BUDGET
 # The most the provider's count may exceed ours before a report is taken for an
@@ -75,27 +73,6 @@ EMPTIED_CALL_TOKENS = 12  # a call's id, name and empty arguments, generously
 # What the provider counts around a block's text (role, type, ids, separators):
 # the engine counts the text only, and a request must fit by the provider's count.
 BLOCK_FRAMING_TOKENS = 4
-
-
-class Outcome(Enum):
-    OPTIMIZED = "optimized"
-    BELOW_THRESHOLD = "below-threshold"
-    FALLBACK = "fallback"
-    PASS_THROUGH = "pass-through"
-
-
-@dataclass
-class Prepared:
-    """What goes upstream, and what the response headers and log line say."""
-
-    body: bytes
-    outcome: Outcome
-    tokens_before: int = 0
-    tokens_after: int = 0
-    session_id: str = ""
-    note: str = ""
-    state: SessionState | None = None
-    log: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -432,14 +409,14 @@ class Pipeline:
         target = call.ceiling * self.config.gc_target_percent / 100
         units = droppable_units(turns, call.protected)
         emptied = [u for u in units if not any(_holds_content(call, t, edits) for t in u)]
+        held = [u for u in units if u not in emptied]
         dropped: set[int] = set()
-        for unit, limit in [*((u, target) for u in emptied), *((u, call.ceiling) for u in units)]:
-            if total <= limit:
-                continue
-            if dropped.issuperset(unit):
-                continue
-            dropped.update(unit)
-            total -= sum(sizes[t] for t in unit)
+        for group, limit in ((emptied, target), (held, call.ceiling)):
+            for unit in group:
+                if total <= limit:
+                    break
+                dropped.update(unit)
+                total -= sum(sizes[t] for t in unit)
         kept_edits = {
             ref: e for ref, e in edits.items() if ref[0] not in _raw_indices(turns, dropped)
         }

@@ -1,0 +1,30 @@
+"""What the pipeline answers for one request: the body to send upstream, and
+what the response headers and the log line say about it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ctxopt.api.gateway.sessions import SessionState
+
+
+class Outcome(Enum):
+    OPTIMIZED = "optimized"
+    BELOW_THRESHOLD = "below-threshold"
+    FALLBACK = "fallback"
+    PASS_THROUGH = "pass-through"
+
+
+@dataclass
+class Prepared:
+    """What goes upstream, and what the response headers and log line say."""
+
+    body: bytes
+    outcome: Outcome
+    tokens_before: int = 0
+    tokens_after: int = 0
+    session_id: str = ""
+    note: str = ""
+    state: SessionState | None = None
+    log: dict[str, object] = field(default_factory=dict)
