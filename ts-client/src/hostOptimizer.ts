@@ -120,6 +120,8 @@ export interface RequestExtras {
 
 /** The prompt as the remembered decisions make it (none, or a refused result: the turns as they are). */
 type Projection = Sized & { readonly judged?: Judged };
+/** The service's plan for a call, and the plan already judged on it when that was needed to decide on a second pass. */
+type PlanAnswer = { readonly plan: OptimizeResponse; readonly sync: SyncReport; readonly judged?: Judged | undefined };
 
 /**
  * Context optimization for a host that owns the history and sends all of it
@@ -223,7 +225,7 @@ export class HostHistoryOptimizer {
     if (projected.tokens < call.thresholdTokens && !tooManyChunks) return this.withoutCollection(call, projected);
     const skipped = this.gate.skipReason();
     if (skipped !== undefined) return this.withoutService(call, skipped);
-    let answer: { plan: OptimizeResponse; sync: SyncReport };
+    let answer: PlanAnswer;
     try {
       const settings = this.gate.callSettings();
       await this.gate.ensureHealthy(settings);
@@ -236,6 +238,7 @@ export class HostHistoryOptimizer {
         if (projected.tokens < call.thresholdTokens && !tooManyChunks) return this.withoutCollection(call, projected, counting);
       }
       let { plan, sync } = await this.mirror.optimize(this.serviceView(call), this.optimizeRequest(call, projected), settings);
+      let landed: Projection | undefined;
       if (this.flags.mode === "true") {
         // The service judges in its own counts, told the excess of the parts it has
         // counted; the excerpts it keeps carry the host's larger estimate, so it may not
@@ -243,14 +246,15 @@ export class HostHistoryOptimizer {
         // pass the threshold (and so the host's line), one collection more is forced.
         this.sizing.counts.recordDecisions(plan.decisions);
         this.memory.adopt(plan);
-        const landed = this.project(call);
+        landed = this.project(call);
         if (landed.tokens >= call.thresholdTokens) {
           const again = await this.mirror.optimize(this.serviceView(call), { ...this.optimizeRequest(call, landed), force: true }, settings);
           plan = again.plan;
           sync = mergedSync(sync, again.sync);
+          landed = undefined;
         }
       }
-      answer = { plan, sync: counting === undefined ? sync : mergedSync(counting, sync) };
+      answer = { plan, sync: counting === undefined ? sync : mergedSync(counting, sync), judged: landed?.judged };
     } catch (error) {
       return this.withoutService(call, this.gate.failed(error));
     }
@@ -323,7 +327,7 @@ export class HostHistoryOptimizer {
     };
   }
 
-  private usePlan(call: PreparedCall, { plan, sync }: { plan: OptimizeResponse; sync: SyncReport }): OptimizedContents {
+  private usePlan(call: PreparedCall, { plan, sync, judged: landed }: PlanAnswer): OptimizedContents {
     this.sizing.counts.recordDecisions(plan.decisions);
     if (!plan.triggered && this.memory.isEmpty) return this.finish(call, { outcome: "below-threshold", extra: { note: "service: not triggered" }, plan, sync });
     if (this.flags.mode === "shadow") {
@@ -331,7 +335,7 @@ export class HostHistoryOptimizer {
       return this.finish(call, { outcome: "shadow", extra: { ...countActions(plan), tokensAfter: sized.tokens, note: verdict.reason }, plan, sync });
     }
     this.memory.adopt(plan);
-    const judged = this.judgeRemembered(call);
+    const judged = landed ?? this.judgeRemembered(call);
     const infeasible = plan.triggered && !plan.feasible ? "plan infeasible (the protected turns alone exceed the target)" : "";
     if (!judged.verdict.accepted) {
       const note = [infeasible, judged.verdict.reason].filter(Boolean).join("; ");
