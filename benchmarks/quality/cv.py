@@ -95,9 +95,8 @@ def line_candidate(step_exponent: float, quoted: bool, minor: float, repeated: b
 # The choices made here; everything else is fixed a priori (or was chosen by
 # an earlier run of this grid: anchor retention 0.5, feedback 0.3, line
 # retention 0.8, a conversation's size exponent 0, since 0.7 lost LoCoMo
-# recall at every budget). The last two are the
-# strategies before line excerpts: the TS adapter's budget order and the
-# hybrid of whole outputs.
+# recall at every budget). Beside them, the budget order (the TS adapter's);
+# TODAY below, the hybrid of whole outputs, is scored too.
 GRID = (
     *(
         line_candidate(step_exponent, quoted, minor, repeated)
