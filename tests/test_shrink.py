@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ctxopt.planner.values import Trimmer, mask_text
+from ctxopt.planner.texts import Trimmer, mask_text
 from ctxopt.session import stash_id
 from ctxopt.text.analyzer import Analyzer
 

@@ -10,7 +10,8 @@ from ctxopt.config import Config
 from ctxopt.model import OptimizeOptions, Plan, Strategy, Weights
 from ctxopt.planner.knobs import Tuning
 from ctxopt.planner.plan import idle_plan, is_triggered, plan_session
-from ctxopt.planner.values import TextTools, Trimmer
+from ctxopt.planner.texts import Trimmer
+from ctxopt.planner.values import TextTools
 from ctxopt.roots import Marks, mark
 from ctxopt.scoring.hybrid import Scores, score_session
 from ctxopt.session import Session, SessionView

@@ -1,7 +1,7 @@
 """Plan: from scores and GC marks to a plan that fits the budget.
 
 The pipeline, one module per stage: `values` (what each chunk is worth, and
-its shrunk text), `selection` (units and their states), `order` (unit
+how it shrinks; `texts` writes the shrunk texts), `selection` (units and their states), `order` (unit
 priorities and the strategy's removal steps), `cut` (greedy cut, backfill,
 max chunks, coherence with resumed removal), `result` (the `Plan`).
 """
