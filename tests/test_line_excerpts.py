@@ -212,3 +212,23 @@ def test_hybrid_removes_an_output_the_model_never_quoted_before_one_it_quoted() 
 
     assert removed(quoted_last=True) == {"o2"}  # one token over: the first in order goes
     assert removed(quoted_last=False) == {"o1"}
+
+
+def test_an_output_whose_excerpt_does_not_fit_keeps_its_best_lines_in_a_tighter_one() -> None:
+    named = {i: NAMED for i in range(5, 200, 8)}  # 25 lines naming what the model acts on
+    wrong = QUOTED.replace("compute_total", "lookup_rate")  # named and quoted: the best line
+    output = listing(200, {**named, 100: wrong})
+    chunks = session(f"THOUGHT: check lookup_rate, this line is wrong:\n{wrong}", output)
+
+    def plan_for(tight: float) -> tuple[Action, str]:
+        engine = Engine(Config(data_dir=":memory:"), Tuning(line_tight_share=tight))
+        engine.append("", S, chunks)
+        plan = engine.optimize("", S, options(int(engine.stats("", S).tokens * 0.3), "pricing"))
+        decision = next(d for d in plan.decisions if d.chunk_id == "out")
+        engine.close()
+        return decision.action, decision.replacement_text
+
+    action, text = plan_for(0.1)
+    assert action == Action.TRIM and wrong in kept_lines(text)
+    assert kept_lines(text).count(NAMED) < len(named)  # only the best of the named lines
+    assert plan_for(0.0)[0] == Action.STASH  # one size: the excerpt does not fit, all goes

@@ -70,24 +70,21 @@ class Candidate:
     tuning: Tuning
 
 
-def line_candidate(step_exponent: float, quoted: bool, minor: float, repeated: bool) -> Candidate:
+def line_candidate(step_exponent: float, quoted: bool, repeated: bool, tight: float) -> Candidate:
     """Hybrid with line excerpts of tool outputs; `step_exponent` is the size
     exponent of an agent's steps (a conversation's turns keep 0, which LoCoMo
-    needs), `minor` weighs the signals that pointed at no more than their
-    share of the needed lines (query terms, errors, cited numbers);
-    `repeated` discounts what a later chunk prints again."""
+    needs); `repeated` discounts what a later chunk prints again; `tight` is
+    the share of an output's tokens its tighter excerpt may hold (0: one size)."""
     return Candidate(
-        f"hybrid step_exponent={step_exponent} quoted_last={quoted} minor={minor} "
-        f"discount_repeated={repeated}",
+        f"hybrid step_exponent={step_exponent} quoted_last={quoted} "
+        f"discount_repeated={repeated} tight={tight}",
         Strategy.HYBRID,
         Tuning(
             line_excerpts=True,
             step_density_exponent=step_exponent,
             quoted_last=quoted,
-            line_relevance=minor,
-            line_error=minor,
-            line_cited=minor,
             discount_repeated=repeated,
+            line_tight_share=tight,
         ),
     )
 
@@ -95,15 +92,16 @@ def line_candidate(step_exponent: float, quoted: bool, minor: float, repeated: b
 # The choices made here; everything else is fixed a priori (or was chosen by
 # an earlier run of this grid: anchor retention 0.5, feedback 0.3, line
 # retention 0.8, a conversation's size exponent 0, since 0.7 lost LoCoMo
-# recall at every budget). Beside them, the budget order (the TS adapter's);
+# recall at every budget; the minor line signals' weight 0.5, chosen on every
+# fold over 0). Beside them, the budget order (the TS adapter's);
 # TODAY below, the hybrid of whole outputs, is scored too.
 GRID = (
     *(
-        line_candidate(step_exponent, quoted, minor, repeated)
+        line_candidate(step_exponent, quoted, repeated, tight)
         for step_exponent in (0.0, 0.7)
         for quoted in (True, False)
-        for minor in (0.0, 0.5)
         for repeated in (False, True)
+        for tight in (0.0, 0.1)
     ),
     Candidate("budget (quoted last, oldest first)", Strategy.BUDGET, Tuning()),
 )

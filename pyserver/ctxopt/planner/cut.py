@@ -8,13 +8,15 @@ when a repair pushed the plan over the target.
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import numpy as np
 
 from ctxopt.model import Repair
 from ctxopt.planner.coherence import repair
 from ctxopt.planner.knobs import MAX_REPAIR_ROUNDS
 from ctxopt.planner.order import PRESERVABLE_TIER, Rules, Steps
-from ctxopt.planner.selection import FULL, OUT, SHRUNK, Selection
+from ctxopt.planner.selection import FULL, OUT, Selection
 
 
 def greedy_cut(
@@ -77,7 +79,12 @@ def backfill(sel: Selection, steps: Steps, *, slack: float, forced_out: list[int
     stays applied when a step of a higher tier does (the tier order holds);
     `slack` is what the plan may still add before it reaches the target."""
     forced = set(forced_out)
-    shrunk_units = set(steps.unit[steps.applied & (steps.kind == SHRUNK)].tolist())
+    # per unit, the kinds of its applied steps: undoing one goes back to the next below
+    levels: dict[int, set[int]] = defaultdict(set)
+    for unit, kind in zip(
+        steps.unit[steps.applied].tolist(), steps.kind[steps.applied].tolist(), strict=True
+    ):
+        levels[unit].add(kind)
     order = np.flatnonzero(steps.applied)[::-1]
     # slack only shrinks, so a step costing more than it now is never undone:
     # those steps matter only as kept cuts, whose tiers later steps must respect
@@ -102,16 +109,13 @@ def backfill(sel: Selection, steps: Steps, *, slack: float, forced_out: list[int
             cost <= slack
             and unit not in forced
             and steps.tier[i] >= highest_kept_cut
-            and not (steps.kind[i] == SHRUNK and sel.state[unit] == OUT)
+            and sel.state[unit] == steps.kind[i]  # a shrink under a kept removal stays
         )
         if not undoable:
             highest_kept_cut = max(highest_kept_cut, int(steps.tier[i]))
             continue
-        if steps.kind[i] == SHRUNK:
-            shrunk_units.discard(unit)
-            sel.state[unit] = FULL
-        else:
-            sel.state[unit] = SHRUNK if unit in shrunk_units else FULL
+        levels[unit].discard(int(steps.kind[i]))
+        sel.state[unit] = max(levels[unit], default=FULL)
         steps.applied[i] = False
         slack -= cost
 
@@ -138,7 +142,7 @@ def _resume(sel: Selection, steps: Steps, total: float, target: float, pressure:
         if steps.kind[i] <= sel.state[unit]:
             continue
         before = sel.unit_cost(unit)
-        after = float(sel.unit_shrunk[unit]) if steps.kind[i] == SHRUNK else 0.0
+        after = sel.cost_at(unit, int(steps.kind[i]))
         sel.state[unit] = steps.kind[i]
         steps.applied[i] = True
         total -= before - after

@@ -73,6 +73,12 @@ class Tuning:
     line_context: int = 1
     line_budget: float = 1.0  # tighter caps (0.3, 0.5) lost needed lines at every budget
     line_retention: float = 0.8  # share of an output's value its line excerpt keeps
+    # A second, tighter size: the best lines within this share of the output's
+    # tokens; the plan moves an output from excerpt to tight excerpt to out by value
+    # per token, so a big output can keep its few best lines instead of going whole
+    # (0: one size; cross-validated: 0 or 0.1, chosen with the quoted order; shares
+    # of 0.2 and more lost hunks at 20%).
+    line_tight_share: float = 0.1
     line_rare_share: float = 0.05  # query terms at most this share of chunks hold count
     line_relevance: float = 0.5
     line_identifier: float = 1.0

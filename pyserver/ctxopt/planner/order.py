@@ -13,8 +13,10 @@ age; truncate by age alone):
     3. then by value per token, lowest first (a greedy knapsack: value /
        tokens^exponent, with its own exponent for an agent's step: a unit
        holding a tool call or output), where a long
-       chunk is first shrunk (TRIM to its query-relevant lines, or MASK a tool
-       result) and removed only later, if still needed.
+       chunk is first shrunk (a tool output to the lines its signals point at,
+       another chunk TRIMmed to its query-relevant lines, or a tool result
+       MASKed), a tool output's excerpt then tightened to its best lines, and
+       the chunk removed only later, if still needed.
 
 Units take their most valuable (highest-tier, reachable) member's priority,
 and a parent is never removed before a child that is kept, so its priority is
@@ -31,7 +33,7 @@ import numpy.typing as npt
 
 from ctxopt.model import ChunkKind, GcPolicy, Strategy
 from ctxopt.planner.knobs import Tuning
-from ctxopt.planner.selection import OUT, SHRUNK, Selection
+from ctxopt.planner.selection import OUT, SHRUNK, TIGHT, Selection
 from ctxopt.text.lines import LineBook
 
 IntArray = npt.NDArray[np.intp]
@@ -49,7 +51,7 @@ _TIER_BY_POLICY = np.array(
 @dataclass(slots=True)
 class Steps:
     """The ordered removal steps of one plan: step i moves unit `unit[i]` to
-    `kind[i]` (SHRUNK or OUT), saving `saves[i]` tokens, in tier `tier[i]`;
+    `kind[i]` (SHRUNK, TIGHT or OUT), saving `saves[i]` tokens, in tier `tier[i]`;
     `applied[i]` once it is taken."""
 
     unit: IntArray
@@ -72,8 +74,10 @@ class Priorities:
     last: npt.NDArray[np.bool_]  # holds the latest copy of an echo line
     quoted: npt.NDArray[np.bool_]  # a later model chunk quoted one of its lines
     shrinkable: npt.NDArray[np.bool_]
+    tightenable: npt.NDArray[np.bool_]  # its excerpt has a tighter size that shrinks it well
     density_out: FloatArray  # value per token lost by removing the unit
     density_shrink: FloatArray  # value per token lost by shrinking it
+    density_tight: FloatArray  # value per token lost by tightening its excerpt
     out_cost: FloatArray  # tokens removal saves, after any shrink
 
 
@@ -81,27 +85,37 @@ def unit_priorities(sel: Selection, book: LineBook | None, *, tuning: Tuning) ->
     """Units take their most valuable (highest-tier, reachable) member's
     priority, and a parent goes no earlier than its kept children."""
     session, scores, values, n = sel.session, sel.scores, sel.values, sel.session.n_slots
-    unit_tokens, unit_shrunk = sel.unit_tokens, sel.unit_shrunk
+    unit_tokens, unit_shrunk, unit_tight = sel.unit_tokens, sel.unit_shrunk, sel.unit_tight
     unit_value = sel.unit_max(values.value)
     unit_shrunk_value = sel.unit_max(values.value * values.retention)
+    unit_tight_value = sel.unit_max(values.value * values.tight_retention)
     tier = sel.unit_max(_tier(session.columns.policy))
     reachable = sel.unit_max(scores.marks.reachable[:n])
     if not tuning.reachability_first:
         reachable = np.ones_like(reachable)
     shrinkable = unit_shrunk < unit_tokens * tuning.shrink_worth
+    tightenable = shrinkable & (unit_tight < unit_shrunk * tuning.shrink_worth)
 
     kinds = session.columns.kind[:n]
     agent_step = sel.unit_max(
         (kinds == int(ChunkKind.TOOL_RESULT)) | (kinds == int(ChunkKind.TOOL_CALL))
     )
     exponent = np.where(agent_step, tuning.step_density_exponent, tuning.density_exponent)
-    out_cost = np.where(shrinkable, unit_shrunk, unit_tokens)
-    out_value = np.where(shrinkable, unit_shrunk_value, unit_value)
+    out_cost = np.where(tightenable, unit_tight, np.where(shrinkable, unit_shrunk, unit_tokens))
+    out_value = np.where(
+        tightenable, unit_tight_value, np.where(shrinkable, unit_shrunk_value, unit_value)
+    )
     density_out = out_value / np.maximum(out_cost, 1.0) ** exponent
     density_shrink = (unit_value - unit_shrunk_value) / np.maximum(
         unit_tokens - unit_shrunk, 1.0
     ) ** exponent
+    density_tight = (unit_shrunk_value - unit_tight_value) / np.maximum(
+        unit_shrunk - unit_tight, 1.0
+    ) ** exponent
+    # each step of a unit goes no earlier than the one before it
+    density_tight = np.maximum(density_tight, density_shrink)
     density_out = np.where(shrinkable, np.maximum(density_out, density_shrink), density_out)
+    density_out = np.where(tightenable, np.maximum(density_out, density_tight), density_out)
     last = np.zeros(n, dtype=bool)
     quoted = np.zeros(n, dtype=bool)
     reads_quoted = sel.options.strategy == Strategy.BUDGET or (
@@ -137,8 +151,10 @@ def unit_priorities(sel: Selection, book: LineBook | None, *, tuning: Tuning) ->
         last,
         quoted,
         shrinkable,
+        tightenable,
         density_out,
         density_shrink,
+        density_tight,
         out_cost.astype(np.float64),
     )
 
@@ -148,7 +164,7 @@ class StepKeys:
     """What a strategy may order the steps by (one entry per step)."""
 
     unit: IntArray
-    kind: npt.NDArray[np.int8]  # SHRUNK sorts before OUT for the same unit
+    kind: npt.NDArray[np.int8]  # SHRUNK, then TIGHT, then OUT for the same unit
     density: FloatArray
     tier: npt.NDArray[np.int64]
     reachable: npt.NDArray[np.bool_]
@@ -211,8 +227,8 @@ def removal_steps(
     sel: Selection, priorities: Priorities, rules: Rules, *, old_generation_after: int
 ) -> Steps:
     """Every step the strategy offers, in its order: removing each candidate
-    unit, and before that shrinking it, when the strategy shrinks and the unit
-    shrinks well."""
+    unit, and before that shrinking it, then tightening its excerpt, when the
+    strategy shrinks and the unit shrinks well."""
     p = priorities
     candidates = sel.units[~sel.unit_mandatory[sel.units]]
     unit = candidates
@@ -221,11 +237,25 @@ def removal_steps(
     saves = sel.unit_tokens[candidates]
     if rules.shrinks:
         shrinking = candidates[p.shrinkable[candidates]]
-        unit = np.concatenate([shrinking, candidates])
-        kind = np.concatenate([np.full(len(shrinking), SHRUNK, dtype=np.int8), kind])
-        density = np.concatenate([p.density_shrink[shrinking], density])
-        saved_by_shrinking = (sel.unit_tokens - sel.unit_shrunk)[shrinking]
-        saves = np.concatenate([saved_by_shrinking, p.out_cost[candidates]])
+        tightening = candidates[p.tightenable[candidates]]
+        unit = np.concatenate([shrinking, tightening, candidates])
+        kind = np.concatenate(
+            [
+                np.full(len(shrinking), SHRUNK, dtype=np.int8),
+                np.full(len(tightening), TIGHT, dtype=np.int8),
+                kind,
+            ]
+        )
+        density = np.concatenate(
+            [p.density_shrink[shrinking], p.density_tight[tightening], density]
+        )
+        saves = np.concatenate(
+            [
+                (sel.unit_tokens - sel.unit_shrunk)[shrinking],
+                (sel.unit_shrunk - sel.unit_tight)[tightening],
+                p.out_cost[candidates],
+            ]
+        )
     last = (kind == OUT) & p.last[unit]
     order = rules.order(
         StepKeys(unit, kind, density, p.tier[unit], p.reachable[unit], last, p.quoted[unit])

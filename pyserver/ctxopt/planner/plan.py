@@ -1,9 +1,10 @@
 """Plan: from scores and GC marks to a plan that fits the budget.
 
 The pipeline, one module per stage: `values` (what each chunk is worth, and
-how it shrinks; `texts` writes the shrunk texts), `selection` (units and their states), `order` (unit
-priorities and the strategy's removal steps), `cut` (greedy cut, backfill,
-max chunks, coherence with resumed removal), `result` (the `Plan`).
+how it shrinks; `texts` writes the shrunk texts), `selection` (units and
+their states), `order` (unit priorities and the strategy's removal steps),
+`cut` (greedy cut, backfill, max chunks, coherence with resumed removal),
+`result` (the `Plan`).
 """
 
 from __future__ import annotations

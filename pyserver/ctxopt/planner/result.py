@@ -16,7 +16,7 @@ from ctxopt.model import (
     Repair,
     Strategy,
 )
-from ctxopt.planner.selection import OUT, SHRUNK, Selection
+from ctxopt.planner.selection import OUT, SHRUNK, TIGHT, Selection
 
 IntArray = npt.NDArray[np.intp]
 _ACTION_BY_CODE = {int(a): a for a in Action}
@@ -62,7 +62,8 @@ def collected_result(
     live = sel.live
     live_state = state[live]
     kept = live_state != OUT
-    changed = ~kept | ((live_state == SHRUNK) & (shrink_action[live] != _KEEP))
+    shrunk_state = (live_state == SHRUNK) | (live_state == TIGHT)
+    changed = ~kept | (shrunk_state & (shrink_action[live] != _KEEP))
     slot_ids = session.slot_ids
     kept_ids = list(map(slot_ids.__getitem__, live[kept].tolist()))
     tokens_after = int(session.columns.tokens[live[kept & ~changed]].sum())
@@ -105,7 +106,11 @@ def collected_result(
         stash_ids,
     )
     shrunk_rows = np.flatnonzero(shrunk).tolist()
-    made = list(map(shrink_texts.__getitem__, changed_slots[shrunk].tolist()))
+    tight_texts = values.tight_texts
+    made = [
+        (tight_texts if state[slot] == TIGHT else shrink_texts)[slot]
+        for slot in changed_slots[shrunk].tolist()
+    ]
     for i, (text, after) in zip(shrunk_rows, made, strict=True):
         texts[i], afters[i] = text, after
     if not options.lean:

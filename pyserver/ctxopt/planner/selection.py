@@ -29,11 +29,12 @@ class UnitState(IntEnum):
 
     FULL = 0  # kept as is
     SHRUNK = 1  # kept as an excerpt or placeholder
-    OUT = 2  # stashed or deleted
+    TIGHT = 2  # kept as a tighter excerpt (a tool output's best lines alone)
+    OUT = 3  # stashed or deleted
 
 
 # module constants: the planner's loops compare these thousands of times per plan
-FULL, SHRUNK, OUT = UnitState.FULL, UnitState.SHRUNK, UnitState.OUT
+FULL, SHRUNK, TIGHT, OUT = UnitState.FULL, UnitState.SHRUNK, UnitState.TIGHT, UnitState.OUT
 
 
 class Selection:
@@ -77,6 +78,9 @@ class Selection:
         self.unit_shrunk: FloatArray = np.bincount(
             live_units, weights=values.shrink_tokens[self.live], minlength=n
         ).astype(np.float64)
+        self.unit_tight: FloatArray = np.bincount(
+            live_units, weights=values.tight_tokens[self.live], minlength=n
+        ).astype(np.float64)
 
     def unit_max(self, values: npt.NDArray[_Value]) -> npt.NDArray[_Value]:
         """Per unit leader, the largest value of its live members (for
@@ -90,18 +94,23 @@ class Selection:
     def slot_state(self) -> npt.NDArray[np.int8]:
         return self.state[self.unit_of]
 
-    def unit_cost(self, unit: int) -> float:
-        """Tokens the unit holds in its current state (0 when out)."""
-        state = self.state[unit]
+    def cost_at(self, unit: int, state: int) -> float:
+        """Tokens the unit would hold in `state` (0 when out)."""
         if state == OUT:
             return 0.0
-        return float(self.unit_shrunk[unit] if state == SHRUNK else self.unit_tokens[unit])
+        by_state = (self.unit_tokens, self.unit_shrunk, self.unit_tight)[state]
+        return float(by_state[unit])
+
+    def unit_cost(self, unit: int) -> float:
+        """Tokens the unit holds in its current state."""
+        return self.cost_at(unit, int(self.state[unit]))
 
     def current_tokens(self, units: IntArray) -> float:
         state = self.state[units]
         return float(
             self.unit_tokens[units][state == FULL].sum()
             + self.unit_shrunk[units][state == SHRUNK].sum()
+            + self.unit_tight[units][state == TIGHT].sum()
         )
 
     def forced_out(self) -> list[int]:

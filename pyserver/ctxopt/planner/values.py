@@ -60,6 +60,11 @@ class ChunkValues:
     shrink_action: npt.NDArray[np.int8]  # TRIM, MASK or KEEP (does not shrink)
     shrink_texts: dict[int, tuple[str, int]]
     retention: FloatArray  # share of the value a shrunk chunk keeps
+    # A tool output's tighter line excerpt, the step between its excerpt and
+    # removal (`Tuning.line_tight_share`); where there is none, the same as shrunk.
+    tight_tokens: FloatArray
+    tight_texts: dict[int, tuple[str, int]]
+    tight_retention: FloatArray
 
 
 def chunk_values(
@@ -87,7 +92,18 @@ def chunk_values(
     retention[shrinks.anchored] = tuning.anchor_retention
     retention[shrinks.lined] = tuning.line_retention
     return ChunkValues(
-        value, covered_by_summary, shrinks.tokens, shrinks.action, shrinks.texts, retention
+        value,
+        covered_by_summary,
+        shrinks.tokens,
+        shrinks.action,
+        shrinks.texts,
+        retention,
+        shrinks.tight_tokens,
+        shrinks.tight_texts,
+        # a line's score counts its signals, not the chance it is needed, and the
+        # lines a tight excerpt drops hold needed lines too: it keeps the square of
+        # its share of the excerpt's line weight (picked beside 1, 3 and constants)
+        retention * shrinks.tight_kept**2,
     )
 
 
@@ -101,6 +117,9 @@ class _Shrinks:
     texts: dict[int, tuple[str, int]]
     anchored: npt.NDArray[np.bool_]
     lined: npt.NDArray[np.bool_]
+    tight_tokens: FloatArray
+    tight_texts: dict[int, tuple[str, int]]
+    tight_kept: FloatArray  # share of the excerpt's line weight the tight one keeps
 
 
 def _summary_covered(session: SessionView) -> npt.NDArray[np.bool_]:
@@ -141,8 +160,10 @@ def _shrink_options(
     anchored = np.zeros(n, dtype=bool)
     lined = np.zeros(n, dtype=bool)
     texts: dict[int, tuple[str, int]] = {}
+    tight_texts: dict[int, tuple[str, int]] = {}
+    tight_kept = np.ones(n)
     if options.strategy != Strategy.HYBRID or options.aggressive:
-        return _Shrinks(tokens, action, texts, anchored, lined)
+        return _Shrinks(tokens, action, texts, anchored, lined, tokens, tight_texts, tight_kept)
     alive = cols.alive[:n] & ~root[:n]
     multiline = alive & (cols.lines[:n] >= tuning.trim_min_lines)
     analyze = analyzer_of(session)
@@ -178,9 +199,11 @@ def _shrink_options(
             ),
         )
         for slot in np.flatnonzero(outputs).tolist():
-            made = _line_excerpt(session, book, slot, facts, tuning, count_tokens)
-            if made is not None:
-                texts[slot], tokens[slot], lined[slot] = made, made[1], True
+            levels = _line_excerpts_of(session, book, slot, facts, tuning, count_tokens)
+            if levels:
+                texts[slot], tokens[slot], lined[slot] = levels[0].made, levels[0].made[1], True
+            if len(levels) > 1:
+                tight_texts[slot], tight_kept[slot] = levels[1].made, levels[1].kept
         action[lined] = _TRIM
     shrunk = anchored | lined
     trimmable = multiline & ~shrunk & (cols.tokens[:n] >= tuning.trim_min_tokens)
@@ -204,7 +227,10 @@ def _shrink_options(
         else:
             texts[slot] = masked(chunk.id, chunk.text, stash, entry.tokens, count_tokens)
         tokens[slot] = texts[slot][1]
-    return _Shrinks(tokens, action, texts, anchored, lined)
+    tight_tokens = tokens.copy()
+    for slot, (_, after) in tight_texts.items():
+        tight_tokens[slot] = after
+    return _Shrinks(tokens, action, texts, anchored, lined, tight_tokens, tight_texts, tight_kept)
 
 
 class _ShrunkTexts(dict[int, tuple[str, int]]):
@@ -244,44 +270,63 @@ def _anchored_excerpt(
     return (text, after) if after < entry.tokens * tuning.shrink_worth else None
 
 
-_line_excerpts: OrderedDict[tuple[object, ...], tuple[str, int] | None] = OrderedDict()
+@dataclass(frozen=True, slots=True)
+class _LineLevel:
+    """One size of a tool output's line excerpt: its text and tokens, and the
+    share of the excerpt's line weight it keeps (1 for the first size)."""
+
+    made: tuple[str, int]
+    kept: float
+
+
+_line_excerpts: OrderedDict[tuple[object, ...], tuple[_LineLevel, ...]] = OrderedDict()
 _line_excerpts_lock = threading.Lock()
-_NOT_MADE = ("", -1)  # a cached None means "no excerpt", so a miss needs its own mark
 
 
-def _line_excerpt(
+def _line_excerpts_of(
     session: SessionView,
     book: LineBook,
     slot: int,
     facts: SessionFacts,
     tuning: Tuning,
     count_tokens: TokenCount,
-) -> tuple[str, int] | None:
+) -> tuple[_LineLevel, ...]:
     """A tool output shrunk to the lines its signals point at (line_value),
-    None when nothing points at any or the excerpt would not shrink it;
-    cached while the facts about its own lines stay the same."""
+    then, when `line_tight_share` asks for it, to its best lines within that
+    share of its tokens: each size while it shrinks the one before well (none
+    when nothing points at any line). Cached while the facts about its own
+    lines stay the same."""
     entry = session.entry_at(slot)
     chunk = entry.chunk
     stash = entry.stash_id()
     line_facts, facts_key = facts_of(facts, book, slot, chunk.text)
-    knobs = (tuning.line_context, tuning.line_budget, tuning.shrink_worth)
+    knobs = (tuning.line_context, tuning.line_budget, tuning.line_tight_share, tuning.shrink_worth)
     key = (stash, entry.tokens, facts_key, knobs, count_tokens)  # engines share this cache
-    found = _line_excerpts.get(key, _NOT_MADE)  # one lookup: another plan may evict it
-    if found is not _NOT_MADE:
+    found = _line_excerpts.get(key)  # one lookup: another plan may evict it
+    if found is not None:
         return found
     text_profile = line_value.profile(chunk.text)
     lines = text_profile.lines
     scores = line_value.line_scores(text_profile, line_facts, facts.weights)
     per_char = entry.tokens / max(len(chunk.text), 1)
     costs = [(len(line) + 1) * per_char for line in lines]
-    kept = line_value.excerpt_lines(
-        text_profile.headers, scores, costs, tuning.line_budget * entry.tokens, tuning.line_context
-    )
-    made: tuple[str, int] | None = None
-    if kept:
+    levels: list[_LineLevel] = []
+    weight = 0.0  # the excerpt's line weight, which a tighter size keeps a share of
+    for share in (tuning.line_budget, tuning.line_tight_share):
+        kept = line_value.excerpt_lines(
+            text_profile.headers, scores, costs, share * entry.tokens, tuning.line_context
+        )
+        if not kept or share <= 0:
+            break
         text = ranged_excerpt(chunk.id, lines, kept, stash)
         after = count_tokens(text)
-        made = (text, after) if after < entry.tokens * tuning.shrink_worth else None
+        before = levels[-1].made[1] if levels else entry.tokens
+        if after >= before * tuning.shrink_worth:
+            break  # a size that does not shrink the one before well; none under it either
+        kept_weight = sum(scores[i] for i in kept)
+        weight = weight or kept_weight
+        levels.append(_LineLevel((text, after), kept_weight / weight))
+    made = tuple(levels)
     with _line_excerpts_lock:
         remember(_line_excerpts, key, made, ANCHORED_CACHE_SIZE)
     return made
