@@ -3,9 +3,11 @@ session, shown by the line it keeps and lost without it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ctxopt.config import Config
 from ctxopt.engine import Engine
-from ctxopt.model import Action, Chunk, ChunkKind, Role, Roots
+from ctxopt.model import Action, Chunk, ChunkKind, Decision, Role, Roots
 from ctxopt.planner.knobs import Tuning
 from ctxopt.scoring.line_value import (
     LineFacts,
@@ -214,21 +216,43 @@ def test_hybrid_removes_an_output_the_model_never_quoted_before_one_it_quoted() 
     assert removed(quoted_last=False) == {"o1"}
 
 
+WRONG = QUOTED.replace("compute_total", "lookup_rate")  # named and quoted: the best line
+NAMED_LINES = {i: NAMED for i in range(5, 200, 8)}  # 25 lines naming what the model acts on
+
+
+def tight_session(grouped: bool) -> list[Chunk]:
+    """A 200-line output whose excerpt keeps 25 named lines and the one quoted;
+    `grouped`: the call, the output and a second, masked, output move as one."""
+    chunks = session(
+        f"THOUGHT: check lookup_rate, this line is wrong:\n{WRONG}",
+        listing(200, {**NAMED_LINES, 100: WRONG}),
+    )
+    if not grouped:
+        return chunks
+    log = "\n".join(f"step {i} done" for i in range(120))  # no signal: masked, no excerpt
+    second = chunk("out2", log, kind=ChunkKind.TOOL_RESULT, turn=2, parent_id="m1")
+    chunks = [*chunks[:3], second, *chunks[3:]]
+    return [replace(c, group_id="g") if c.id in ("m1", "out", "out2") else c for c in chunks]
+
+
+def tight_plan(chunks: list[Chunk], tight: float) -> dict[str, Decision]:
+    engine = Engine(Config(data_dir=":memory:"), Tuning(line_tight_share=tight))
+    engine.append("", S, chunks)
+    plan = engine.optimize("", S, options(int(engine.stats("", S).tokens * 0.3), "pricing"))
+    engine.close()
+    return {d.chunk_id: d for d in plan.decisions}
+
+
 def test_an_output_whose_excerpt_does_not_fit_keeps_its_best_lines_in_a_tighter_one() -> None:
-    named = {i: NAMED for i in range(5, 200, 8)}  # 25 lines naming what the model acts on
-    wrong = QUOTED.replace("compute_total", "lookup_rate")  # named and quoted: the best line
-    output = listing(200, {**named, 100: wrong})
-    chunks = session(f"THOUGHT: check lookup_rate, this line is wrong:\n{wrong}", output)
+    decision = tight_plan(tight_session(grouped=False), 0.1)["out"]
+    assert decision.action == Action.TRIM and WRONG in kept_lines(decision.replacement_text)
+    kept_named = kept_lines(decision.replacement_text).count(NAMED)
+    assert kept_named < len(NAMED_LINES)  # only the best of the named lines
+    assert tight_plan(tight_session(grouped=False), 0.0)["out"].action == Action.STASH  # one size
 
-    def plan_for(tight: float) -> tuple[Action, str]:
-        engine = Engine(Config(data_dir=":memory:"), Tuning(line_tight_share=tight))
-        engine.append("", S, chunks)
-        plan = engine.optimize("", S, options(int(engine.stats("", S).tokens * 0.3), "pricing"))
-        decision = next(d for d in plan.decisions if d.chunk_id == "out")
-        engine.close()
-        return decision.action, decision.replacement_text
 
-    action, text = plan_for(0.1)
-    assert action == Action.TRIM and wrong in kept_lines(text)
-    assert kept_lines(text).count(NAMED) < len(named)  # only the best of the named lines
-    assert plan_for(0.0)[0] == Action.STASH  # one size: the excerpt does not fit, all goes
+def test_a_group_tightens_its_output_and_keeps_its_other_members_shrunk() -> None:
+    decisions = tight_plan(tight_session(grouped=True), 0.1)
+    assert decisions["out"].action == Action.TRIM
+    assert WRONG in kept_lines(decisions["out"].replacement_text)
+    assert decisions["out2"].action == Action.MASK  # it has no tighter size

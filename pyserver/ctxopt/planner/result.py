@@ -106,9 +106,10 @@ def collected_result(
         stash_ids,
     )
     shrunk_rows = np.flatnonzero(shrunk).tolist()
+    # a tight unit's members without a tighter size (a call beside its output) stay shrunk
     tight_texts = values.tight_texts
     made = [
-        (tight_texts if state[slot] == TIGHT else shrink_texts)[slot]
+        tight_texts[slot] if state[slot] == TIGHT and slot in tight_texts else shrink_texts[slot]
         for slot in changed_slots[shrunk].tolist()
     ]
     for i, (text, after) in zip(shrunk_rows, made, strict=True):
