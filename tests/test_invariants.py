@@ -41,8 +41,14 @@ def sessions(draw: st.DrawFn) -> list[Chunk]:
     for i in range(n):
         role = Role.USER if i == 0 else draw(st.sampled_from([Role.USER, Role.MODEL]))
         words = draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=60))
-        lines = draw(st.integers(1, 12))
-        text = "\n".join(" ".join(words) for _ in range(lines))
+        lines = draw(st.integers(1, 40))
+        # a few error lines among lines that differ: a tool output's line excerpt keeps
+        # some of its lines, and its tighter size fewer
+        errors = draw(st.sets(st.integers(0, lines - 1), max_size=3))
+        text = "\n".join(
+            " ".join(words[k % len(words) :][:12]) + (" ValueError: bad" if k in errors else "")
+            for k in range(lines)
+        )
         parent = f"c{draw(st.integers(0, i - 1))}" if i and draw(st.booleans()) else ""
         group = f"g{draw(st.integers(0, 3))}" if draw(st.integers(0, 4)) == 0 else ""
         chunks.append(
@@ -67,7 +73,8 @@ def requests(draw: st.DrawFn, total: int) -> OptimizeOptions:
     return OptimizeOptions(
         budget=Budget(
             context_limit_tokens=limit,
-            target_tokens=draw(st.integers(1, max(total, 1))),
+            # a share of the session, so targets that shrink rather than empty it are common
+            target_tokens=max(1, int(total * draw(st.floats(0.0, 1.0)))),
             pressure_percent=draw(st.sampled_from([50.0, 90.0, 100.0])),
         ),
         query=" ".join(draw(st.lists(st.sampled_from(WORDS), max_size=4))),
@@ -216,3 +223,68 @@ def test_same_state_same_plan(chunks: list[Chunk], data: st.DataObject) -> None:
     plan2 = e2.optimize("", "s", opts)
     plan1.server_ms = plan2.server_ms = 0.0
     assert plan1 == plan2
+
+
+@st.composite
+def agent_sessions(draw: st.DrawFn) -> list[Chunk]:
+    """A task, then tool calls whose outputs are long listings with a few error
+    lines (so they shrink to line excerpts, and those to tighter ones); a call
+    and its output sometimes move as one group."""
+    chunks = [Chunk("task", Role.USER, ChunkKind.MESSAGE, "repair the parser", turn=0)]
+    for step in range(draw(st.integers(1, 6))):
+        lines = draw(st.integers(6, 80))
+        errors = draw(st.sets(st.integers(0, lines - 1), min_size=1, max_size=4))
+        text = "\n".join(
+            f"step {step} line {k}: widget parser cache"
+            + (" ValueError: bad input" if k in errors else "")
+            for k in range(lines)
+        )
+        group = f"g{step}" if draw(st.booleans()) else ""
+        call, out = f"call{step}", f"out{step}"
+        chunks += [
+            Chunk(
+                call,
+                Role.MODEL,
+                ChunkKind.TOOL_CALL,
+                f"run step {step}",
+                turn=2 * step + 1,
+                group_id=group,
+            ),
+            Chunk(
+                out,
+                Role.USER,
+                ChunkKind.TOOL_RESULT,
+                text,
+                turn=2 * step + 2,
+                group_id=group,
+                parent_id=call,
+            ),
+        ]
+    chunks.append(Chunk("last", Role.MODEL, ChunkKind.MESSAGE, "next", turn=len(chunks) + 1))
+    return chunks
+
+
+@SETTINGS
+@given(agent_sessions(), st.floats(0.05, 1.0))
+def test_excerpts_at_every_size_land_keep_original_lines_and_restore(
+    chunks: list[Chunk], share: float
+) -> None:
+    e = engine()
+    e.append("", "s", chunks)
+    target = max(1, int(e.stats("", "s").tokens * share))
+    options = OptimizeOptions(
+        budget=Budget(context_limit_tokens=target * 2, target_tokens=target),
+        query="ValueError parser",
+        roots=Roots(recent_turns=1),
+        strategy=Strategy.HYBRID,
+        force=True,
+    )
+    plan = e.optimize("", "s", options)
+    assert plan.tokens_after <= target or plan.explanation
+    originals = {c.id: c.text for c in chunks}
+    for d in plan.decisions:
+        if d.action == Action.TRIM:
+            kept = [line for line in d.replacement_text.split("\n") if not line.startswith("[")]
+            assert set(kept) <= set(originals[d.chunk_id].split("\n")), d.chunk_id
+    e.restore("", "s", [d.chunk_id for d in plan.decisions if d.action != Action.KEEP], None, False)
+    assert [c.text for c in e.chunks("", "s", list(originals))] == list(originals.values())

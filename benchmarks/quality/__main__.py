@@ -88,6 +88,7 @@ def method_factories(engine: Engine) -> dict[str, Callable[[], Method]]:
         "-trim": lambda: ablation("-trim", tuning=Tuning(trim_min_tokens=2**31)),
         "-anchors": lambda: ablation("-anchors", tuning=Tuning(anchored_excerpts=False)),
         "-line-excerpts": lambda: ablation("-line-excerpts", tuning=Tuning(line_excerpts=False)),
+        "-tight-excerpts": lambda: ablation("-tight-excerpts", tuning=Tuning(line_tight_share=0.0)),
         "-step-exponent": lambda: ablation(
             "-step-exponent", tuning=Tuning(step_density_exponent=0.0)
         ),
