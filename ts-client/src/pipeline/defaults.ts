@@ -44,8 +44,8 @@ export const RECENT_TURNS = 2;
 /**
  * How the service chooses what goes: policy tiers, what the model quoted last,
  * then age (STRATEGY_BUDGET). The service's default (hybrid with line excerpts
- * and the quoted order) is as good on the session replay (recall 0.961 for
- * 6,348,432 billed against 0.955 for 6,384,787) but keeps less inside Gemini
+ * of two sizes and the quoted order) is as good on the session replay (recall
+ * 0.963 for 6,344,874 billed against 0.955 for 6,384,787) but keeps less inside Gemini
  * CLI (bench:gemini-cli: 0.839 of the needed-later lines against 0.863), so
  * the adapter keeps budget (docs/replay.md).
  */
