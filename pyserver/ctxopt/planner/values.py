@@ -102,7 +102,8 @@ def chunk_values(
         shrinks.tight_texts,
         # a line's score counts its signals, not the chance it is needed, and the
         # lines a tight excerpt drops hold needed lines too: it keeps the square of
-        # its share of the excerpt's line weight (picked beside 1, 3 and constants)
+        # its share of the excerpt's line weight (picked in sample beside the share,
+        # its cube and constant values)
         retention * shrinks.tight_kept**2,
     )
 
