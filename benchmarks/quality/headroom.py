@@ -14,6 +14,8 @@ the rest of the budget (cl100k tokens). Four orders fill it:
 - `learned`: a logistic model of "this line holds a needed line" over the
   line's features below, fitted on the other folds' steps (5 folds by
   trajectory, as benchmarks.quality.cv), lines taken by probability per token;
+- `learned with pairs`: the same over the features and every product of two
+  of them (a file view's code lines, a quoted error line ...);
 - `recency`: newest lines first;
 - and the shipped default's plan (whole chunks and excerpts), for reference.
 
@@ -136,6 +138,12 @@ def step_lines(step: Step, fold: int, count: Callable[[Sequence[str]], list[int]
     return StepLines(fold, step, room, "\n".join(c.text for c in mandatory), lines)
 
 
+def with_pairs(features: tuple[float, ...]) -> list[float]:
+    """The features (bias first) and the product of every two of the others."""
+    rest = features[1:]
+    return [*features, *(a * b for i, a in enumerate(rest) for b in rest[i:])]
+
+
 def fit(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """Logistic regression by Newton's method with a small ridge."""
     w = np.zeros(x.shape[1])
@@ -174,24 +182,36 @@ def run(data: Path, smoke: bool) -> dict[str, Any]:
         for step in trajectory.steps
     ]
     weights: dict[int, npt.NDArray[np.float64]] = {}
+    pair_weights: dict[int, npt.NDArray[np.float64]] = {}
     for fold in range(FOLDS):
         train = [line for s in steps if s.fold != fold for line in s.lines]
-        x = np.array([line.features for line in train])
         y = np.array([float(line.needed) for line in train])
-        weights[fold] = fit(x, y)
+        weights[fold] = fit(np.array([line.features for line in train]), y)
+        pair_weights[fold] = fit(np.array([with_pairs(line.features) for line in train]), y)
 
     def learned(s: StepLines, line: Line) -> float:
         z = float(np.dot(weights[s.fold], line.features))
         return 1 / (1 + math.exp(-z)) / line.tokens
 
+    def learned_with_pairs(s: StepLines, line: Line) -> float:
+        z = float(np.dot(pair_weights[s.fold], with_pairs(line.features)))
+        return 1 / (1 + math.exp(-z)) / line.tokens
+
     default = EngineMethod("default", engine, Strategy.HYBRID)
-    rows: dict[str, dict[str, float]] = {"oracle": {}, "learned": {}, "recency": {}, "default": {}}
+    rows: dict[str, dict[str, float]] = {
+        "oracle": {},
+        "learned": {},
+        "learned with pairs": {},
+        "recency": {},
+        "default": {},
+    }
     for budget in BUDGETS:
         label = f"{budget:.0%}"
         rows["oracle"][label] = recall_by_order(
             steps, budget, lambda _, line: line.needed - line.tokens * 1e-9
         )
         rows["learned"][label] = recall_by_order(steps, budget, learned)
+        rows["learned with pairs"][label] = recall_by_order(steps, budget, learned_with_pairs)
         rows["recency"][label] = recall_by_order(steps, budget, lambda _, line: -line.age)
         rows["default"][label] = float(
             np.mean(
@@ -235,9 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"needed-later recall, {results['steps']} steps of {results['trajectories']} trajectories"
     )
-    print(f"{'order':10}" + "".join(f"{f'{b:.0%}':>8}" for b in BUDGETS))
+    print(f"{'order':20}" + "".join(f"{f'{b:.0%}':>8}" for b in BUDGETS))
     for name, row in results["recall"].items():
-        print(f"{name:10}" + "".join(f"{v:8.3f}" for v in row.values()))
+        print(f"{name:20}" + "".join(f"{v:8.3f}" for v in row.values()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out} in {results['seconds']} s")
