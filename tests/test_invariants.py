@@ -286,5 +286,7 @@ def test_excerpts_at_every_size_land_keep_original_lines_and_restore(
         if d.action == Action.TRIM:
             kept = [line for line in d.replacement_text.split("\n") if not line.startswith("[")]
             assert set(kept) <= set(originals[d.chunk_id].split("\n")), d.chunk_id
-    e.restore("", "s", [d.chunk_id for d in plan.decisions if d.action != Action.KEEP], None, False)
+    changed = [d.chunk_id for d in plan.decisions if d.action != Action.KEEP]
+    if changed:
+        e.restore("", "s", changed, None, False)
     assert [c.text for c in e.chunks("", "s", list(originals))] == list(originals.values())

@@ -107,10 +107,11 @@ def collected_result(
     )
     shrunk_rows = np.flatnonzero(shrunk).tolist()
     # a tight unit's members without a tighter size (a call beside its output) stay shrunk
+    shrunk_slots = changed_slots[shrunk]
     tight_texts = values.tight_texts
+    tight = set(shrunk_slots[state[shrunk_slots] == int(TIGHT)].tolist()) & tight_texts.keys()
     made = [
-        tight_texts[slot] if state[slot] == TIGHT and slot in tight_texts else shrink_texts[slot]
-        for slot in changed_slots[shrunk].tolist()
+        tight_texts[slot] if slot in tight else shrink_texts[slot] for slot in shrunk_slots.tolist()
     ]
     for i, (text, after) in zip(shrunk_rows, made, strict=True):
         texts[i], afters[i] = text, after

@@ -5,8 +5,6 @@ anchored or masked; `texts` writes the shrunk texts).
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,16 +13,14 @@ import numpy.typing as npt
 
 from ctxopt.model import Action, ChunkKind, OptimizeOptions, Strategy
 from ctxopt.planner.knobs import Tuning
+from ctxopt.planner.line_levels import output_levels
 from ctxopt.planner.texts import (
-    ANCHORED_CACHE_SIZE,
     anchored_excerpt,
     masked,
-    ranged_excerpt,
-    remember,
 )
 from ctxopt.scoring import line_value
 from ctxopt.scoring.hybrid import Scores
-from ctxopt.scoring.line_facts import SessionFacts, facts_of, session_facts
+from ctxopt.scoring.line_facts import session_facts
 from ctxopt.scoring.terms import analyzer_of, rare_terms
 from ctxopt.session import SessionView
 from ctxopt.text.lines import LineBook, text_lines
@@ -199,8 +195,10 @@ def _shrink_options(
                 tuning.line_echoed,
             ),
         )
-        for slot in np.flatnonzero(outputs).tolist():
-            levels = _line_excerpts_of(session, book, slot, facts, tuning, count_tokens)
+        made = output_levels(
+            session, book, np.flatnonzero(outputs).tolist(), facts, tuning, count_tokens
+        )
+        for slot, levels in made.items():
             if levels:
                 texts[slot], tokens[slot], lined[slot] = levels[0].made, levels[0].made[1], True
             if len(levels) > 1:
@@ -269,65 +267,3 @@ def _anchored_excerpt(
     kept = line_value.with_context(anchors, len(split.lines), tuning.anchor_context)
     text, after = anchored_excerpt(chunk.id, split.lines, kept, entry.stash_id(), count_tokens)
     return (text, after) if after < entry.tokens * tuning.shrink_worth else None
-
-
-@dataclass(frozen=True, slots=True)
-class _LineLevel:
-    """One size of a tool output's line excerpt: its text and tokens, and the
-    share of the excerpt's line weight it keeps (1 for the first size)."""
-
-    made: tuple[str, int]
-    kept: float
-
-
-_line_excerpts: OrderedDict[tuple[object, ...], tuple[_LineLevel, ...]] = OrderedDict()
-_line_excerpts_lock = threading.Lock()
-
-
-def _line_excerpts_of(
-    session: SessionView,
-    book: LineBook,
-    slot: int,
-    facts: SessionFacts,
-    tuning: Tuning,
-    count_tokens: TokenCount,
-) -> tuple[_LineLevel, ...]:
-    """A tool output shrunk to the lines its signals point at (line_value),
-    then, when `line_tight_share` asks for it, to its best lines within that
-    share of its tokens: each size while it shrinks the one before well (none
-    when nothing points at any line). Cached while the facts about its own
-    lines stay the same."""
-    entry = session.entry_at(slot)
-    chunk = entry.chunk
-    stash = entry.stash_id()
-    line_facts, facts_key = facts_of(facts, book, slot, chunk.text)
-    knobs = (tuning.line_context, tuning.line_budget, tuning.line_tight_share, tuning.shrink_worth)
-    key = (stash, entry.tokens, facts_key, knobs, count_tokens)  # engines share this cache
-    found = _line_excerpts.get(key)  # one lookup: another plan may evict it
-    if found is not None:
-        return found
-    text_profile = line_value.profile(chunk.text)
-    lines = text_profile.lines
-    scores = line_value.line_scores(text_profile, line_facts, facts.weights)
-    per_char = entry.tokens / max(len(chunk.text), 1)
-    costs = [(len(line) + 1) * per_char for line in lines]
-    levels: list[_LineLevel] = []
-    weight = 0.0  # the excerpt's line weight, which a tighter size keeps a share of
-    for share in (tuning.line_budget, tuning.line_tight_share):
-        kept = line_value.excerpt_lines(
-            text_profile.headers, scores, costs, share * entry.tokens, tuning.line_context
-        )
-        if not kept or share <= 0:
-            break
-        text = ranged_excerpt(chunk.id, lines, kept, stash)
-        after = count_tokens(text)
-        before = levels[-1].made[1] if levels else entry.tokens
-        if after >= before * tuning.shrink_worth:
-            break  # a size that does not shrink the one before well; none under it either
-        kept_weight = sum(scores[i] for i in kept)
-        weight = weight or kept_weight
-        levels.append(_LineLevel((text, after), kept_weight / weight))
-    made = tuple(levels)
-    with _line_excerpts_lock:
-        remember(_line_excerpts, key, made, ANCHORED_CACHE_SIZE)
-    return made
