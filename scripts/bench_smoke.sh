@@ -22,6 +22,7 @@ run bench_grpc "$PY" -m benchmarks.bench_grpc --smoke --out "$out/bench_grpc.jso
 run latency "$PY" -m benchmarks.latency --smoke --out "$out/latency.json"
 run bench_memory "$PY" -m benchmarks.bench_memory --smoke --out "$out/bench_memory.json"
 run quality "$PY" -m benchmarks.quality --smoke --out "$out/quality.json"
+run bench_excerpts "$PY" -m benchmarks.bench_excerpts --smoke --out "$out/bench_excerpts.json"
 run headroom "$PY" -m benchmarks.quality.headroom --smoke --out "$out/headroom.json"
 run replay scripts/replay.sh --smoke --out "$out/replay.json"
 run gateway "$PY" -m benchmarks.gateway --smoke --out "$out/gateway.json"
