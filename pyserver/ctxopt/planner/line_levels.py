@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from weakref import WeakKeyDictionary
 
 from ctxopt.planner.knobs import Tuning
@@ -108,10 +108,15 @@ class _Memo:
 
     facts: SessionFacts | None = None
     knobs: tuple[object, ...] = ()
-    by_slot: dict[int, _Remembered] | None = None
+    by_slot: dict[int, _Remembered] = field(default_factory=dict)
 
 
 _memos: WeakKeyDictionary[LineBook, _Memo] = WeakKeyDictionary()
+_NO_CHANGE: tuple[frozenset[str], frozenset[int], frozenset[str]] = (
+    frozenset(),
+    frozenset(),
+    frozenset(),
+)
 _memos_lock = threading.Lock()
 
 
@@ -136,9 +141,9 @@ def output_levels(
         facts.analyze,
         count_tokens,
     )
-    previous = memo.facts if memo.knobs == knobs and memo.by_slot is not None else None
-    remembered = memo.by_slot if previous is not None and memo.by_slot is not None else {}
-    names, cited, terms = _changes(previous, facts) if previous else (frozenset(),) * 3
+    previous = memo.facts if memo.knobs == knobs else None
+    remembered = memo.by_slot if previous is not None else {}
+    names, cited, terms = _changes(previous, facts) if previous is not None else _NO_CHANGE
     out: dict[int, tuple[LineLevel, ...]] = {}
     kept: dict[int, _Remembered] = {}
     for slot in slots:
