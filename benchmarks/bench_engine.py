@@ -39,6 +39,21 @@ def timed(fn: object, repeats: int) -> list[float]:
     return samples
 
 
+ROOTS = Roots(recent_turns=10)
+
+
+def forced_plan(tokens: int) -> OptimizeOptions:
+    """A forced collection from 100% to 60% of the window, as a dry run: the
+    plan is cold every time."""
+    return OptimizeOptions(
+        budget=Budget(context_limit_tokens=tokens, target_percent=60.0),
+        query=QUERY,
+        roots=ROOTS,
+        dry_run=True,
+        force=True,
+    )
+
+
 def measure(size: int, texts: list[str], repeats: int) -> dict[str, float]:
     engine = Engine(Config(data_dir=":memory:"))
     batch = list(chunks(size, texts))
@@ -47,16 +62,9 @@ def measure(size: int, texts: list[str], repeats: int) -> dict[str, float]:
         engine.append("", "bench", batch[i : i + 500])
     append_s = time.perf_counter() - start
     tokens = engine.stats("", "bench").tokens
-    roots = Roots(recent_turns=10)
+    roots = ROOTS
     score_ms = timed(lambda: engine.score("", "bench", QUERY, (), roots, Weights()), repeats)
-    # a forced collection from 100% to 60% of the window: the plan is cold every time
-    full = OptimizeOptions(
-        budget=Budget(context_limit_tokens=tokens, target_percent=60.0),
-        query=QUERY,
-        roots=roots,
-        dry_run=True,
-        force=True,
-    )
+    full = forced_plan(tokens)
     optimize_ms = timed(lambda: engine.optimize("", "bench", full), repeats)
     lean = replace(full, lean=True)
     lean_ms = timed(lambda: engine.optimize("", "bench", lean), repeats)

@@ -2,8 +2,9 @@
 
 Three engines hold the same session of agent text (`benchmarks.corpus`):
 without line excerpts, with them at one size, and the default (two sizes).
-Each runs a lean forced dry-run `Optimize` to 60% of the session, the calls
-interleaved so that a noisy machine slows all three alike. The first plan
+Each runs bench_engine's lean forced dry-run `Optimize` to 60% of the
+session (with the server's GC thresholds), the calls interleaved so that a
+noisy machine slows all three alike. The first plan
 of each is reported apart: it profiles every output's lines, and the text
 caches it fills are the process's, so the one-size variant pays them in full
 and the default, which runs after it, mostly does not. Prints a table,
@@ -16,17 +17,20 @@ writes JSON.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from ctxopt.cli import GC_THRESHOLDS
 from ctxopt.config import Config
 from ctxopt.engine import Engine
-from ctxopt.model import Budget, OptimizeOptions, Roots
 from ctxopt.planner.knobs import Tuning
 
-from benchmarks.corpus import DEFAULT_DATA, QUERY, chunks, swe_texts
+from benchmarks.bench_engine import forced_plan
+from benchmarks.corpus import DEFAULT_DATA, chunks, swe_texts
 
 RESULTS = Path(__file__).resolve().parent / "results"
 VARIANTS = {
@@ -45,14 +49,7 @@ def measure(size: int, texts: list[str], repeats: int) -> dict[str, dict[str, fl
         engine.append("", "s", session)
         engines[name] = engine
     total = next(iter(engines.values())).stats("", "s").tokens
-    options = OptimizeOptions(
-        budget=Budget(total, target_tokens=int(total * 0.6)),
-        query=QUERY,
-        roots=Roots(recent_turns=2),
-        force=True,
-        dry_run=True,
-        lean=True,
-    )
+    options = replace(forced_plan(total), lean=True)
     ms: dict[str, list[float]] = {name: [] for name in engines}
     for _ in range(repeats + 1):
         for name, engine in engines.items():
@@ -77,6 +74,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="100 chunks, 3 repeats")
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_excerpts.json")
     args = parser.parse_args()
+    gc.set_threshold(*GC_THRESHOLDS)  # as `ctxopt serve` runs the engine
     sizes = [100] if args.smoke else [int(s) for s in args.sizes.split(",")]
     repeats = 3 if args.smoke else args.repeats
     texts = swe_texts(args.data)
