@@ -106,12 +106,11 @@ def collected_result(
         stash_ids,
     )
     shrunk_rows = np.flatnonzero(shrunk).tolist()
-    # a tight unit's members without a tighter size (a call beside its output) stay shrunk
     shrunk_slots = changed_slots[shrunk]
-    tight_texts = values.tight_texts
-    tight = set(shrunk_slots[state[shrunk_slots] == int(TIGHT)].tolist()) & tight_texts.keys()
+    tight = set(shrunk_slots[state[shrunk_slots] == int(TIGHT)].tolist())
     made = [
-        tight_texts[slot] if slot in tight else shrink_texts[slot] for slot in shrunk_slots.tolist()
+        (values.tight_texts if slot in tight else shrink_texts)[slot]
+        for slot in shrunk_slots.tolist()
     ]
     for i, (text, after) in zip(shrunk_rows, made, strict=True):
         texts[i], afters[i] = text, after

@@ -5,7 +5,8 @@ anchored or masked; `texts` writes the shrunk texts).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import ChainMap
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,9 +58,10 @@ class ChunkValues:
     shrink_texts: dict[int, tuple[str, int]]
     retention: FloatArray  # share of the value a shrunk chunk keeps
     # A tool output's tighter line excerpt, the step between its excerpt and
-    # removal (`Tuning.line_tight_share`); where there is none, the same as shrunk.
+    # removal (`Tuning.line_tight_share`); where there is none, the same as shrunk
+    # (a call grouped with a tightened output keeps its shrunk text).
     tight_tokens: FloatArray
-    tight_texts: dict[int, tuple[str, int]]
+    tight_texts: Mapping[int, tuple[str, int]]
     tight_retention: FloatArray
 
 
@@ -95,7 +97,7 @@ def chunk_values(
         shrinks.texts,
         retention,
         shrinks.tight_tokens,
-        shrinks.tight_texts,
+        ChainMap(shrinks.tight_texts, shrinks.texts),
         # a line's score counts its signals, not the chance it is needed, and the
         # lines a tight excerpt drops hold needed lines too: it keeps the square of
         # its share of the excerpt's line weight (picked in sample beside the share,
