@@ -1,5 +1,6 @@
-"""16 client threads appending and optimizing on shared and separate sessions:
-no chunk lost or duplicated, totals consistent."""
+"""Concurrent clients: 16 threads appending and optimizing on shared and
+separate sessions lose or duplicate no chunk; stateless calls that share an
+opening never plan over a session another call is changing."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+from ctxopt.engine import Engine
+from ctxopt.model import Role
 from ctxopt.v1 import ctxopt_pb2 as pb
 from ctxopt.v1 import ctxopt_pb2_grpc as pb_grpc
 
+from tests.factory import chunk, engine, filler, options
 from tests.serverproc import serving
 
 THREADS = 16
@@ -94,3 +98,42 @@ def test_sixteen_threads_shared_and_separate_sessions(tmp_path: Path) -> None:
         live, stashed = accounted(stub, SHARED)
         assert len(live) == len(set(live))
         assert set(live) | set(stashed) == every_shared
+
+
+STATELESS_THREADS = 6
+STATELESS_CALLS = 40
+
+
+def stateless_worker(engine: Engine, thread: int, errors: list[BaseException]) -> None:
+    """A stateless client's traffic: one shared opening, then this thread's
+    own order of the middle and a new latest chunk on every call."""
+    opening = chunk("opening", "task: fix the cache parser widget")
+    middle = [
+        chunk(f"m{k}", filler(60, str(k)), role=Role.MODEL if k % 2 else Role.USER, turn=k + 1)
+        for k in range(12)
+    ]
+    try:
+        for call in range(STATELESS_CALLS):
+            order = middle[thread % 3 :] + middle[: thread % 3]
+            latest = chunk(f"latest-{thread}-{call}", f"step {call} of thread {thread}", turn=99)
+            plan = engine.optimize_context([opening, *order, latest], options(300, "cache"))
+            assert plan.kept_ids[-1] == latest.id
+    except BaseException as error:  # re-raised by the test thread
+        errors.append(error)
+
+
+def test_concurrent_stateless_calls_sharing_an_opening_all_plan() -> None:
+    """Calls that share their first chunk share one warm session; each plans
+    over a session no other call changes meanwhile."""
+    shared = engine()
+    errors: list[BaseException] = []
+    threads = [
+        threading.Thread(target=stateless_worker, args=(shared, i, errors))
+        for i in range(STATELESS_THREADS)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT * 4)
+    shared.close()
+    assert not errors, errors[:3]

@@ -13,7 +13,8 @@ earlier one): the MCP front's tool lock, `LiveSessions.load_lock` (bringing a
 stored session into memory, importing), a session's `lock` (every read and
 write of that session), then the leaf locks that guard one structure each and
 call nothing that locks: the store's connection lock, the trimmer's excerpt
-cache, the stateless-session cache, the token counter's cache.
+cache, the stateless-session cache, the token counter's cache. A stateless
+conversation's `WarmConversation.lock` stands where a session's `lock` does.
 """
 
 from __future__ import annotations
@@ -326,9 +327,9 @@ class Engine:
         validate.validate_chunks(chunks, self.config)
         validate.validate_options(options, self.config)
         tokens = self._count(chunks)
-        session = self._warm.session_for(chunks)
-        with session.lock:
-            session = self._warm.synced(session, chunks, tokens)
+        conversation = self._warm.conversation_of(chunks)
+        with conversation.lock:
+            session = conversation.synced(chunks, tokens)
             check_embeddings(session.embedding_dim, chunks)
             if options.delete_ids:
                 check_removable(session.view(), options.delete_ids, options.roots, "delete_ids")

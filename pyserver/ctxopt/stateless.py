@@ -17,29 +17,22 @@ from ctxopt.text.analyzer import Analyzer
 STATELESS_SESSIONS = 8  # warm OptimizeContext conversations kept in memory
 
 
-class WarmSessions:
-    """The latest `STATELESS_SESSIONS` conversations, least recent first."""
+class WarmConversation:
+    """One stateless conversation's session. `lock` guards `session` for a
+    whole call: syncing it (which may replace it with a fresh one) and the plan
+    over it. Concurrent calls that share an opening wait on this lock, so no
+    call plans over a session another call is changing."""
 
-    def __init__(self, analyzer: Analyzer) -> None:
-        self.analyzer = analyzer
-        self._sessions: OrderedDict[str, Session] = OrderedDict()
-        self._lock = threading.Lock()
+    def __init__(self, key: str, analyzer: Analyzer) -> None:
+        self.lock = threading.Lock()
+        self.session = Session(key, "", analyzer)
+        self._analyzer = analyzer
 
-    def session_for(self, chunks: Sequence[Chunk]) -> Session:
-        """The warm session of this conversation, or a new empty one."""
-        first = f"{chunks[0].id}\0{chunks[0].text}" if chunks else ""
-        key = hashlib.blake2b(first.encode(), digest_size=16).hexdigest()
-        with self._lock:
-            session = self._sessions.pop(key, None) or Session(key, "", self.analyzer)
-            self._sessions[key] = session
-            while len(self._sessions) > STATELESS_SESSIONS:
-                self._sessions.popitem(last=False)
-            return session
-
-    def synced(self, session: Session, chunks: Sequence[Chunk], tokens: list[int]) -> Session:
-        """A session holding exactly `chunks` in their order: the warm one
-        brought up to date, or a fresh one when the order changed (callers
-        hold the warm one's lock)."""
+    def synced(self, chunks: Sequence[Chunk], tokens: list[int]) -> Session:
+        """The session holding exactly `chunks` in their order: the warm one
+        brought up to date, or a fresh one when the order changed. Callers
+        hold `lock`."""
+        session = self.session
         wanted = [c.id for c in chunks]
         present = set(wanted)
         for stale in [i for i in session.entries if i not in present]:
@@ -48,9 +41,30 @@ class WarmSessions:
             session.upsert(chunk, count, 0)
         if [session.slot_ids[s] for s in session.live_slots()] == wanted:
             return session
-        fresh = Session(session.id, "", self.analyzer)
+        self.session = Session(session.id, "", self._analyzer)
         for chunk, count in zip(chunks, tokens, strict=True):
-            fresh.upsert(chunk, count, 0)
+            self.session.upsert(chunk, count, 0)
+        return self.session
+
+
+class WarmSessions:
+    """The latest `STATELESS_SESSIONS` conversations, least recent first;
+    `_lock` guards the cache only (a leaf lock)."""
+
+    def __init__(self, analyzer: Analyzer) -> None:
+        self.analyzer = analyzer
+        self._conversations: OrderedDict[str, WarmConversation] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def conversation_of(self, chunks: Sequence[Chunk]) -> WarmConversation:
+        """The warm conversation these chunks continue, or a new empty one."""
+        first = f"{chunks[0].id}\0{chunks[0].text}" if chunks else ""
+        key = hashlib.blake2b(first.encode(), digest_size=16).hexdigest()
         with self._lock:
-            self._sessions[session.id] = fresh
-        return fresh
+            conversation = self._conversations.pop(key, None) or WarmConversation(
+                key, self.analyzer
+            )
+            self._conversations[key] = conversation
+            while len(self._conversations) > STATELESS_SESSIONS:
+                self._conversations.popitem(last=False)
+            return conversation
