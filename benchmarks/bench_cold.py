@@ -35,11 +35,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import grpc
 from ctxopt.v1 import ctxopt_pb2 as pb
 
+from benchmarks.bench_grpc import server_cpu_seconds
 from benchmarks.corpus import QUERY
 from benchmarks.gateway.histories import DEFAULT_SWE, Trajectory, load
 from tests.serverproc import start_server
@@ -61,6 +62,7 @@ PATHS = {  # JSON key -> table heading
     "warm": "warm Optimize (p50)",
 }
 ROLE, KIND = pb.Role, pb.ChunkKind
+Row = dict[str, Any]  # one size's figures, as written to the JSON
 
 
 def session_chunks(trajectories: list[Trajectory], count: int, copy: str) -> list[pb.Chunk]:
@@ -111,10 +113,22 @@ def optimize_request(tokens: int) -> pb.OptimizeRequest:
     )
 
 
-def timed(call: Callable[[], object]) -> float:
-    started = time.perf_counter()
+@dataclass(frozen=True)
+class Spent:
+    """Wall milliseconds of a call and the server's CPU milliseconds in it (the
+    figure that compares across runs on a shared machine; 10 ms ticks)."""
+
+    wall: float
+    cpu: float
+
+    def __add__(self, other: Spent) -> Spent:
+        return Spent(self.wall + other.wall, self.cpu + other.cpu)
+
+
+def timed(pid: int, call: Callable[[], object]) -> Spent:
+    started, cpu = time.perf_counter(), server_cpu_seconds(pid)
     call()
-    return (time.perf_counter() - started) * 1000
+    return Spent((time.perf_counter() - started) * 1000, (server_cpu_seconds(pid) - cpu) * 1000)
 
 
 @dataclass
@@ -122,56 +136,61 @@ class Round:
     """One round's milliseconds per path (never-seen split in its parts)."""
 
     tokens: int
-    append_ms: float
-    first_optimize_ms: float
-    after_restart_ms: float
-    stateless_new_ms: float
-    stateless_again_ms: float
-    warm_ms: list[float]
+    append: Spent
+    first_optimize: Spent
+    after_restart: Spent
+    stateless_new: Spent
+    stateless_again: Spent
+    warm: list[Spent]
     triggered: bool
 
 
-def one_round(
-    chunks: list[pb.Chunk], stateless: list[pb.Chunk], repeats: int, work: Path
-) -> Round:
+def one_round(chunks: list[pb.Chunk], stateless: list[pb.Chunk], repeats: int, work: Path) -> Round:
     """A fresh server: append + first plan, warm plans, the stateless call
     twice; then a restart on the same directory and its first plan."""
     data_dir, log = work / "data", work / "server.log"
     server = start_server(data_dir, log)
+    pid = server.process.pid
     try:
         with grpc.insecure_channel(server.address, options=CHANNEL_OPTIONS) as channel:
             stub = server.stub(channel)
-            tokens = 0
-            started = time.perf_counter()
-            for i in range(0, len(chunks), APPEND_BATCH):
-                request = pb.AppendChunksRequest(
-                    session_id="cold", chunks=chunks[i : i + APPEND_BATCH]
-                )
-                tokens = stub.AppendChunks(request, timeout=TIMEOUT).session_tokens
-            append_ms = (time.perf_counter() - started) * 1000
-            request = optimize_request(tokens)
-            started = time.perf_counter()
-            plan = stub.Optimize(request, timeout=TIMEOUT)
-            first_ms = (time.perf_counter() - started) * 1000
-            warm = [timed(lambda: stub.Optimize(request, timeout=TIMEOUT)) for _ in range(repeats)]
+            batches = [
+                pb.AppendChunksRequest(session_id="cold", chunks=chunks[i : i + APPEND_BATCH])
+                for i in range(0, len(chunks), APPEND_BATCH)
+            ]
+            tokens = [0]
+
+            def append_all() -> None:
+                for batch in batches:
+                    tokens[0] = stub.AppendChunks(batch, timeout=TIMEOUT).session_tokens
+
+            append = timed(pid, append_all)
+            request = optimize_request(tokens[0])
+            plans: list[pb.OptimizeResponse] = []
+            first = timed(pid, lambda: plans.append(stub.Optimize(request, timeout=TIMEOUT)))
+            warm = [
+                timed(pid, lambda: stub.Optimize(request, timeout=TIMEOUT)) for _ in range(repeats)
+            ]
             context = pb.OptimizeContextRequest(
                 chunks=stateless, query=QUERY, budget=request.budget, roots=request.roots
             )
-            new = timed(lambda: stub.OptimizeContext(context, timeout=TIMEOUT))
-            again = timed(lambda: stub.OptimizeContext(context, timeout=TIMEOUT))
+            new = timed(pid, lambda: stub.OptimizeContext(context, timeout=TIMEOUT))
+            again = timed(pid, lambda: stub.OptimizeContext(context, timeout=TIMEOUT))
     finally:
         server.terminate()
     server = start_server(data_dir, log)
     try:
         with grpc.insecure_channel(server.address, options=CHANNEL_OPTIONS) as channel:
-            restart = timed(lambda: server.stub(channel).Optimize(request, timeout=TIMEOUT))
+            stub = server.stub(channel)
+            restart = timed(server.process.pid, lambda: stub.Optimize(request, timeout=TIMEOUT))
     finally:
         server.terminate()
-    return Round(tokens, append_ms, first_ms, restart, new, again, warm, plan.triggered)
+    return Round(tokens[0], append, first, restart, new, again, warm, plans[0].triggered)
 
 
-def measure(size: int, trajectories: list[Trajectory], rounds: int, repeats: int) -> dict:
-    """Medians over `rounds` fresh servers at one session size."""
+def measure(size: int, trajectories: list[Trajectory], rounds: int, repeats: int) -> Row:
+    """Medians over `rounds` fresh servers at one session size: wall and the
+    server's CPU milliseconds per path, and per 1,000 chunks."""
     done: list[Round] = []
     for r in range(rounds):
         chunks = session_chunks(trajectories, size, f"round {r}")
@@ -180,47 +199,52 @@ def measure(size: int, trajectories: list[Trajectory], rounds: int, repeats: int
             done.append(one_round(chunks, stateless, repeats, Path(work)))
         print(f"  {size:,} chunks, round {r + 1}/{rounds} done", flush=True)
 
-    def med(values: list[float]) -> float:
-        return statistics.median(values)
+    def warm(d: Round) -> Spent:
+        return Spent(
+            statistics.median(w.wall for w in d.warm), statistics.median(w.cpu for w in d.warm)
+        )
 
-    append = med([d.append_ms for d in done])
-    first = med([d.first_optimize_ms for d in done])
-    ms = {
-        "never_seen": med([d.append_ms + d.first_optimize_ms for d in done]),
-        "after_restart": med([d.after_restart_ms for d in done]),
-        "stateless_new": med([d.stateless_new_ms for d in done]),
-        "stateless_again": med([d.stateless_again_ms for d in done]),
-        "warm": med([med(d.warm_ms) for d in done]),
+    paths: dict[str, Callable[[Round], Spent]] = {
+        "never_seen": lambda d: d.append + d.first_optimize,
+        "after_restart": lambda d: d.after_restart,
+        "stateless_new": lambda d: d.stateless_new,
+        "stateless_again": lambda d: d.stateless_again,
+        "warm": warm,
     }
-    return {
-        "chunks": size,
-        "tokens": done[0].tokens,
-        "rounds": rounds,
-        "triggered": all(d.triggered for d in done),
-        "append_ms": append,
-        "first_optimize_ms": first,
-        "ms": ms,
-        "ms_per_1k_chunks": {k: v * 1000 / size for k, v in ms.items()},
+    parts: dict[str, Callable[[Round], Spent]] = {
+        "append": lambda d: d.append,
+        "first_optimize": lambda d: d.first_optimize,
     }
+    row: Row = {"chunks": size, "tokens": done[0].tokens, "rounds": rounds}
+    row["triggered"] = all(d.triggered for d in done)
+    for clock in ("wall", "cpu"):
+        ms = {
+            key: statistics.median(getattr(of(d), clock) for d in done)
+            for key, of in {**paths, **parts}.items()
+        }
+        row[f"{clock}_ms"] = ms
+        row[f"{clock}_ms_per_1k_chunks"] = {k: ms[k] * 1000 / size for k in paths}
+    return row
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[Row], clock: str) -> str:
     head = "| path | " + " | ".join(f"{r['chunks']:,} chunks" for r in rows)
     head += " | " + " | ".join(f"per 1k at {r['chunks']:,}" for r in rows) + " |"
     lines = [head, "|" + " --- |" * (1 + 2 * len(rows))]
     for key, name in PATHS.items():
         cells = []
         for r in rows:
+            ms = r[f"{clock}_ms"]
             if key == "never_seen":
-                cells.append(f"{r['append_ms']:,.0f} + {r['first_optimize_ms']:,.0f} ms")
+                cells.append(f"{ms['append']:,.0f} + {ms['first_optimize']:,.0f} ms")
             else:
-                cells.append(f"{r['ms'][key]:,.1f} ms")
-        cells += [f"{r['ms_per_1k_chunks'][key]:,.1f} ms" for r in rows]
+                cells.append(f"{ms[key]:,.1f} ms")
+        cells += [f"{r[f'{clock}_ms_per_1k_chunks'][key]:,.1f} ms" for r in rows]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot(rows: list[Row], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -230,7 +254,8 @@ def plot(rows: list[dict], path: Path) -> None:
     width = 0.8 / len(rows)
     for i, r in enumerate(rows):
         xs = [k + i * width for k in range(len(PATHS))]
-        ax.bar(xs, [r["ms_per_1k_chunks"][k] for k in PATHS], width, label=f"{r['chunks']:,}")
+        per_1k = r["wall_ms_per_1k_chunks"]
+        ax.bar(xs, [per_1k[k] for k in PATHS], width, label=f"{r['chunks']:,}")
     ax.axhline(GOAL_MS_PER_1K, color="k", linestyle="--", label="goal: 50 ms per 1k")
     ax.set_xticks([k + width * (len(rows) - 1) / 2 for k in range(len(PATHS))])
     ax.set_xticklabels([n.replace(": ", ":\n").replace(", ", ",\n") for n in PATHS.values()])
@@ -259,7 +284,10 @@ def main() -> None:
     rounds, repeats = (1, 3) if args.smoke else (args.rounds, args.repeats)
     trajectories = load(args.swe)
     rows = [measure(size, trajectories, rounds, repeats) for size in sizes]
-    print(table(rows))
+    print("wall (client side, ms):")
+    print(table(rows, "wall"))
+    print("server CPU (ms, 10 ms ticks):")
+    print(table(rows, "cpu"))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"goal_ms_per_1k": GOAL_MS_PER_1K, "rows": rows}, indent=2))
     plot(rows, args.out.with_suffix(".png"))

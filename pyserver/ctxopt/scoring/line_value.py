@@ -173,8 +173,16 @@ def profile(text: str) -> LineProfile:
         _error_lines(text, lines),
         frozenset().union(*line_names),
         frozenset(n for n in numbers if n is not None),
-        enclosing_headers(lines),
+        _headers(lines),
     )
+
+
+def _headers(lines: Sequence[str]) -> tuple[int | None, ...]:
+    """`enclosing_headers`, skipped when no line holds a header keyword (most
+    outputs: logs, listings, prose)."""
+    if any(word in line for line in lines for word in _HEADER_WORDS):
+        return enclosing_headers(lines)
+    return (None,) * len(lines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,10 +236,7 @@ def enclosing_headers(lines: Sequence[str]) -> tuple[int | None, ...]:
     """Per line, its enclosing `def`/`class` header: the nearest header above
     it that is indented less and still open (no line since went back to its
     indentation). A numbered listing's prefix is ignored; blank lines close
-    nothing. One pass, a stack of open headers; none when no line can hold a
-    header keyword (most outputs: logs, listings, diffs of prose)."""
-    if not any(word in line for line in lines for word in _HEADER_WORDS):
-        return (None,) * len(lines)
+    nothing. One pass, a stack of open headers."""
     open_headers: list[tuple[int, int]] = []  # (indent, line number)
     enclosing: list[int | None] = []
     for number, line in enumerate(lines):
