@@ -150,12 +150,13 @@ class LineBook:
     def _touch(self, keys: set[str]) -> None:
         """Cached answers of every slot sharing these keys are stale."""
         self.version += 1
-        for key in keys:
-            for slot in self.holders.get(key, ()):
-                self._anchors.pop(slot, None)
-                self._quoted_lines.pop(slot, None)
-                self._repeated.pop(slot, None)
-                self._forget_excerpt(slot)
+        holders = self.holders
+        # each slot once: a line held by many slots would visit each per line
+        for slot in set().union(*(holders[key] for key in keys if key in holders)):
+            self._anchors.pop(slot, None)
+            self._quoted_lines.pop(slot, None)
+            self._repeated.pop(slot, None)
+            self._forget_excerpt(slot)
 
     def _forget_excerpt(self, slot: int) -> None:
         if slot < len(self._excerpt_tokens):
