@@ -108,6 +108,10 @@ class LineBook:
     def __init__(self) -> None:
         self.text: dict[int, str] = {}  # slot -> the text indexed for it
         self.holders: dict[str, set[int]] = defaultdict(set)
+        # key -> its latest holder, kept while its holders stay: a line many
+        # chunks hold is asked for by each of them, and max() over its holders
+        # each time made a session's first plan quadratic in them
+        self._latest: dict[str, int] = {}
         self.quoted: set[int] = set()  # slots a later model chunk quoted a line of
         self._by_model: set[int] = set()  # slots the model wrote (never marked quoted)
         self._anchors: dict[int, tuple[int, ...]] = {}  # slot -> cached anchors
@@ -217,8 +221,10 @@ class LineBook:
         self._quoted_lines.pop(slot, None)
         self._repeated.pop(slot, None)
         self._forget_excerpt(slot)
+        latest = self._latest
         for key in keys:
             self.holders[key].add(slot)
+            latest.pop(key, None)
         return keys
 
     def _mark_quoted(self, slot: int, keys: frozenset[str]) -> None:
@@ -240,6 +246,7 @@ class LineBook:
         for key in keys:
             holders = self.holders[key]
             holders.discard(slot)
+            self._latest.pop(key, None)
             if not holders:
                 del self.holders[key]
         self._anchors.pop(slot, None)
@@ -256,13 +263,17 @@ class LineBook:
         lines = text_lines(self.text[slot])
         owned = []
         for number, key in enumerate(lines.keys):
-            if key:
-                holders = self.holders[key]
-                if len(holders) > 1 and max(holders) == slot:
-                    owned.append(number)
+            if key and len(self.holders[key]) > 1 and self._latest_holder(key) == slot:
+                owned.append(number)
         result = tuple(owned)
         self._anchors[slot] = result
         return result
+
+    def _latest_holder(self, key: str) -> int:
+        found = self._latest.get(key)
+        if found is None:
+            found = self._latest[key] = max(self.holders[key])
+        return found
 
     def quoted_lines(self, slot: int) -> frozenset[int]:
         """Line numbers of this slot's lines that a chunk the model wrote also
@@ -274,7 +285,7 @@ class LineBook:
         result = frozenset(
             number
             for number, key in enumerate(text_lines(self.text[slot]).keys)
-            if key and any(h != slot and h in by_model for h in self.holders[key])
+            if key and _held_by_another(self.holders[key], slot, by_model)
         )
         self._quoted_lines[slot] = result
         return result
@@ -285,7 +296,7 @@ class LineBook:
         if found is not None:
             return found
         lines = text_lines(self.text[slot])
-        later = sum(len(k) for k in lines.distinct if max(self.holders[k]) > slot)
+        later = sum(len(k) for k in lines.distinct if self._latest_holder(k) > slot)
         share = later / lines.key_chars if lines.key_chars else 0.0
         self._repeated[slot] = share
         return share
@@ -300,3 +311,12 @@ class LineBook:
             out[slot] = self.repeated_share(slot)
         self._repeated_all = (self.version, out)
         return out
+
+
+def _held_by_another(holders: set[int], slot: int, by_model: set[int]) -> bool:
+    """Whether a slot other than `slot` (which holds the line) in `by_model`
+    holds it too: set operations in C, where a Python loop over the holders
+    of a line many chunks hold was quadratic."""
+    if slot in by_model:
+        return len(holders & by_model) > 1
+    return not holders.isdisjoint(by_model)
