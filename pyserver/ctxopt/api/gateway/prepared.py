@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ctxopt.api.gateway.sessions import SessionState
+from ctxopt.api.gateway.state import ConversationState
 
 
 class Outcome(Enum):
@@ -26,5 +26,5 @@ class Prepared:
     tokens_after: int = 0
     session_id: str = ""
     note: str = ""
-    state: SessionState | None = None
+    state: ConversationState | None = None
     log: dict[str, object] = field(default_factory=dict)
