@@ -84,6 +84,17 @@ def test_decisions_stick_so_the_prefix_is_byte_identical_between_collections() -
     assert sent_messages(second)[: len(messages) - 1] == sent_messages(first)[:-1]
 
 
+def test_in_shadow_mode_the_original_goes_up_reported_as_shadow() -> None:
+    raw = body(history(20))
+    prepared = send(pipeline(gateway_mode="shadow"), raw)
+    assert prepared.body is raw and prepared.outcome == Outcome.SHADOW
+    assert prepared.tokens_after < prepared.tokens_before
+    assert prepared.state is not None
+    # the provider counts what was sent: the original, not the plan's prompt
+    prepared.state.calibration.report(prepared.tokens_before * 3 // 2)
+    assert prepared.state.calibration.scale > 1.0
+
+
 def test_a_chunk_the_host_no_longer_sends_loses_its_decision_and_moves_the_version() -> None:
     prepared = send(pipeline(), body(history(20)))
     state = prepared.state

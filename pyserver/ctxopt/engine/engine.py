@@ -1,7 +1,8 @@
 """The engine: the one in-process API every front (gRPC, MCP, the gateway) calls.
 
-Every method validates its input and raises a `ctxopt.errors` error naming the
-field; a failed call leaves the session unchanged. `owner` scopes sessions and
+Every method that takes a client's input validates it and raises a
+`ctxopt.errors` error naming the field (`whole`, which only the gateway calls
+with ids it made, does not); a failed call leaves the session unchanged. `owner` scopes sessions and
 stash entries to the credential that created them ("" when auth is off).
 
 Durability: every write is one `store.Change`, committed to the store in one

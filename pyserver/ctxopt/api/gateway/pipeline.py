@@ -78,7 +78,7 @@ class Pipeline:
             prepared = self._prepare(fmt, path, raw, headers, owner, shadow=mode == "shadow")
         if mode == "shadow" and prepared.body is not raw:
             # the plan is made, remembered and reported; the original goes upstream
-            prepared.body = raw
+            prepared.body, prepared.outcome = raw, Outcome.SHADOW
         prepared.log.update(
             mode=mode,
             format=fmt.name,

@@ -11,6 +11,7 @@ from ctxopt.api.gateway.state import ConversationState
 
 class Outcome(Enum):
     OPTIMIZED = "optimized"
+    SHADOW = "shadow"  # shadow mode: it would have sent a changed request, sent the original
     BELOW_THRESHOLD = "below-threshold"
     FALLBACK = "fallback"
     PASS_THROUGH = "pass-through"
