@@ -67,7 +67,8 @@ def names(text: str) -> frozenset[str]:
     >>> sorted(names("edit django/db/query.py then call compute_total(x) in Cart"))
     ['compute_total', 'db/query.py', 'django/db/query.py', 'query.py']
     """
-    found = [name for match in _NAME.findall(text) for name in _code_names(match)]
+    # each distinct match once (a set in C): texts repeat their words
+    found = [name for match in set(_NAME.findall(text)) for name in _code_names(match)]
     return frozenset(found) if found else _NO_NAMES
 
 

@@ -92,9 +92,9 @@ def text_lines(text: str) -> TextLines:
     if found is not None:
         return found
     lines = tuple(text.split("\n"))
-    keys = tuple(s if len(s) >= ECHO_MIN_CHARS else "" for s in (line.strip() for line in lines))
-    distinct = frozenset(k for k in keys if k)
-    made = TextLines(lines, keys, distinct, sum(len(k) for k in distinct))
+    keys = tuple([s if len(s) >= ECHO_MIN_CHARS else "" for s in map(str.strip, lines)])
+    distinct = frozenset(keys).difference(("",))
+    made = TextLines(lines, keys, distinct, sum(map(len, distinct)))
     with _texts_lock:
         _texts[text] = made
         if len(_texts) > TEXT_CACHE_SIZE:
