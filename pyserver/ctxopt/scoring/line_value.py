@@ -86,6 +86,12 @@ def _code_names(match: str) -> tuple[str, ...]:
     return tuple(n for n in found if _is_code_name(n))
 
 
+def _may_name(line: str) -> bool:
+    """Whether a line can hold a code name at all (`_is_code_name` asks for one
+    of these): prose and log lines skip the name search."""
+    return "_" in line or "." in line or "/" in line or _INNER_CAPITAL.search(line) is not None
+
+
 def _is_code_name(name: str) -> bool:
     if len(name) < MIN_NAME_CHARS:
         return False
@@ -165,7 +171,7 @@ class LineProfile:
 @lru_cache(maxsize=PROFILE_CACHE_SIZE)
 def profile(text: str) -> LineProfile:
     lines = tuple(text.split("\n"))
-    line_names = tuple(names(line) for line in lines)
+    line_names = tuple(names(line) if _may_name(line) else _NO_NAMES for line in lines)
     numbers = tuple(own_number(line) for line in lines)
     return LineProfile(
         lines,
