@@ -586,7 +586,7 @@ def test_a_restore_the_store_refuses_leaves_the_trimmed_chunk_in_memory(
 
     monkeypatch.setattr(engine.store, "commit", full_disk)
     with pytest.raises(ResourceExhausted):
-        engine.restore("", "s", ["tr"], None, False)
+        engine.restore("", "s", ["tr"], budget=None, force=False)
     monkeypatch.undo()
     assert engine.export_session("", "s") == before
     (live,) = engine.chunks("", "s", ["tr"])
