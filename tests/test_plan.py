@@ -1,4 +1,4 @@
-"""The GC engine and pruner, one behaviour per test."""
+"""A plan's rules through `Engine.optimize`, one behaviour per test."""
 
 from __future__ import annotations
 
