@@ -40,7 +40,7 @@ from typing import Any, cast
 import grpc
 from ctxopt.v1 import ctxopt_pb2 as pb
 
-from benchmarks.bench_grpc import server_cpu_seconds
+from benchmarks.bench_grpc import forced_dry_run, server_cpu_seconds
 from benchmarks.corpus import QUERY
 from benchmarks.gateway.histories import DEFAULT_SWE, Trajectory, load
 from tests.serverproc import start_server
@@ -63,6 +63,7 @@ PATHS = {  # JSON key -> table heading
 }
 ROLE, KIND = pb.Role, pb.ChunkKind
 Row = dict[str, Any]  # one size's figures, as written to the JSON
+SESSION = "bench"  # the session forced_dry_run names
 
 
 def session_chunks(trajectories: list[Trajectory], count: int, copy: str) -> list[pb.Chunk]:
@@ -101,16 +102,11 @@ def _messages(trajectories: list[Trajectory]) -> Iterator[tuple[int, int, str, s
 
 
 def optimize_request(tokens: int) -> pb.OptimizeRequest:
-    """A lean plan of a session that fills its window (triggered at 80%, down
-    to 60%), as a dry run so that every call plans the same session."""
-    return pb.OptimizeRequest(
-        session_id="cold",
-        query=QUERY,
-        budget=pb.Budget(context_limit_tokens=tokens, target_percent=60.0),
-        roots=pb.Roots(recent_turns=10),
-        dry_run=True,
-        lean=True,
-    )
+    """bench_grpc's dry run to 60% of a window the session fills, lean and
+    triggered by the session's usage (80%) rather than forced."""
+    request = forced_dry_run(tokens)
+    request.force, request.lean = False, True
+    return request
 
 
 @dataclass(frozen=True)
@@ -155,7 +151,7 @@ def one_round(chunks: list[pb.Chunk], stateless: list[pb.Chunk], repeats: int, w
         with grpc.insecure_channel(server.address, options=CHANNEL_OPTIONS) as channel:
             stub = server.stub(channel)
             batches = [
-                pb.AppendChunksRequest(session_id="cold", chunks=chunks[i : i + APPEND_BATCH])
+                pb.AppendChunksRequest(session_id=SESSION, chunks=chunks[i : i + APPEND_BATCH])
                 for i in range(0, len(chunks), APPEND_BATCH)
             ]
             tokens = [0]
