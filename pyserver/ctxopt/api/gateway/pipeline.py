@@ -46,6 +46,7 @@ from ctxopt.api.gateway.sessions import (
     namespace_of,
     session_of,
 )
+from ctxopt.api.gateway.threads import Threads
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.model import (
@@ -93,6 +94,7 @@ class Pipeline:
         self.engine = engine
         self.config = config
         self.sessions = Sessions()
+        self.threads = Threads()
 
     def prepare(
         self, fmt: WireFormat, path: str, raw: bytes, headers: Mapping[str, str], owner: str
@@ -144,11 +146,24 @@ class Pipeline:
         except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
             return Prepared(raw, Outcome.PASS_THROUGH, note=f"not parsed: {e}"[:200])
         namespace = namespace_of(headers, owner)
-        session_id = session_of(fmt.name, namespace, headers.get(SESSION_HEADER, ""), opening)
+        header = headers.get(SESSION_HEADER, "")
+        session_id = session_of(fmt.name, namespace, header, opening)
+        followed = None
+        try:
+            if not header.strip():  # which live conversation this one continues
+                followed = self.threads.follow(
+                    fmt, body, path, session_id, lambda s: self.sessions.get(s, owner).conversation
+                )
+                session_id = followed.session_id
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
+            return Prepared(raw, Outcome.PASS_THROUGH, note=f"not parsed: {e}"[:200])
         state = self.sessions.get(session_id, owner)
         with state.lock:
             try:
-                conversation = fmt.parse(body, path, state.conversation)
+                if followed is not None and followed.previous is state.conversation:
+                    conversation = followed.conversation
+                else:
+                    conversation = fmt.parse(body, path, state.conversation)
             except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
                 return Prepared(raw, Outcome.PASS_THROUGH, note=f"not parsed: {e}"[:200])
             if conversation is None or not conversation.turns:
