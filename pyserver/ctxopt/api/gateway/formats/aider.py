@@ -140,8 +140,9 @@ def annotate(conversation: Conversation) -> Conversation:
                 for b in turn.blocks
             ]
             turn = dataclasses.replace(turn, blocks=blocks, working_set=True, key="")
-        elif i in replies:
-            turn = dataclasses.replace(turn, working_set=True, key="")
+        elif i in replies:  # aider's canned answer to its own message
+            blocks = [dataclasses.replace(b, pinned=True) for b in turn.blocks]
+            turn = dataclasses.replace(turn, blocks=blocks, working_set=True, key="")
         result.append(turn)
     # the pins follow the current exchange, so the working set is mapped again on every call
     first = min(working, default=len(turns))
