@@ -171,10 +171,12 @@ def test_a_chat_stream_without_usage_is_calibrated_and_the_client_sees_no_usage_
     """aider streams without `stream_options.include_usage`: the gateway asks for it,
     reads the provider's prompt size, and relays the stream without the extra chunk."""
     upstream.usage = lambda _request: 1234
-    body = {"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]}
     session = "stream-without-usage"
     with client(gateway).chat.completions.with_streaming_response.create(
-        **body, stream=True, extra_headers={"x-ctxopt-session": session}
+        model="gpt-5",
+        messages=[{"role": "user", "content": "hi"}],
+        stream=True,
+        extra_headers={"x-ctxopt-session": session},
     ) as response:
         chunks = list(response.parse())
     assert chunks and all(c.choices for c in chunks)

@@ -36,8 +36,9 @@ def session(pipeline: Pipeline, body: dict[str, Any], **headers: str) -> str:
 
 def step(conversation: str, n: int) -> list[dict[str, Any]]:
     """The n-th tool step of `conversation`: the model's call and its result."""
-    call = {"id": f"{conversation}{n}", "type": "function"}
-    call["function"] = {"name": "shell", "arguments": f'{{"cmd": "cat {conversation}{n}.py"}}'}
+    arguments = f'{{"cmd": "cat {conversation}{n}.py"}}'
+    call: dict[str, Any] = {"id": f"{conversation}{n}", "type": "function"}
+    call["function"] = {"name": "shell", "arguments": arguments}
     return [
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": f"{conversation}{n}", "content": f"{conversation} {n}"},
