@@ -29,7 +29,13 @@ from tests.gateway.upstream import FakeUpstream, Recorded
 from tests.serverproc import serving
 
 # The gateway's name for each host's wire format (tests/gateway/checks.py)
-HOST_FORMATS = {"claude": "anthropic", "codex": "openai-responses", "gemini": "gemini"}
+HOST_FORMATS = {
+    "claude": "anthropic",
+    "codex": "openai-responses",
+    "gemini": "gemini",
+    "aider": "openai-chat",
+    "opencode": "openai-responses",
+}
 
 
 @dataclass(frozen=True)
