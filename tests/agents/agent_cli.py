@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from ctxopt.launch import HOSTS, point_host
+from ctxopt.cli.launch import HOSTS, point_host
 
 HERE = Path(__file__).parent
 BIN = HERE / "node_modules" / ".bin"

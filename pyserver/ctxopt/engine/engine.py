@@ -1,20 +1,15 @@
-"""The engine: the one in-process API both fronts (gRPC, MCP) call.
+"""The engine: the one in-process API every front (gRPC, MCP, the gateway) calls.
 
-Every method validates its input and raises a `ctxopt.errors` error naming the
-field; a failed call leaves the session unchanged. `owner` scopes sessions and
+Every method that takes a client's input validates it and raises a
+`ctxopt.errors` error naming the field (`whole`, which only the gateway calls
+with ids it made, does not); a failed call leaves the session unchanged. `owner` scopes sessions and
 stash entries to the credential that created them ("" when auth is off).
 
 Durability: every write is one `store.Change`, committed to the store in one
 transaction and only then applied to memory (`LiveSessions.commit`), so an acknowledged
 call survives a crash and a refused one changed nothing.
 
-Locks, always taken in this order (a thread holding one never waits for an
-earlier one): the MCP front's tool lock, `LiveSessions.load_lock` (bringing a
-stored session into memory, importing), a session's `lock` (every read and
-write of that session), then the leaf locks that guard one structure each and
-call nothing that locks: the store's connection lock, the trimmer's excerpt
-cache, the stateless-session cache, the token counter's cache. A stateless
-conversation's `WarmConversation.lock` stands where a session's `lock` does.
+The lock order is in the package's docstring (`ctxopt.engine`).
 """
 
 from __future__ import annotations
@@ -28,6 +23,17 @@ from dataclasses import replace
 
 from ctxopt import validate
 from ctxopt.config import Config
+from ctxopt.engine.plan_report import LastPlans, PlanReport, build_report, stash_ids_of
+from ctxopt.engine.planning import Planning
+from ctxopt.engine.session_checks import (
+    check_capacity,
+    check_embeddings,
+    check_query_embedding,
+    check_removable,
+    require_known,
+)
+from ctxopt.engine.sessions import LiveSessions
+from ctxopt.engine.warm import WarmSessions
 from ctxopt.errors import FailedPrecondition, InvalidArgument, NotFound
 from ctxopt.model import (
     AppendResult,
@@ -46,20 +52,9 @@ from ctxopt.model import (
     UpsertStatus,
     Weights,
 )
-from ctxopt.plan_report import LastPlans, PlanReport, build_report, stash_ids_of
 from ctxopt.planner.knobs import Tuning
-from ctxopt.planning import Planning
 from ctxopt.roots import mark
 from ctxopt.session import Session
-from ctxopt.session_checks import (
-    check_capacity,
-    check_embeddings,
-    check_query_embedding,
-    check_removable,
-    require_known,
-)
-from ctxopt.sessions import LiveSessions
-from ctxopt.stateless import WarmSessions
 from ctxopt.store import (
     Change,
     SessionSummary,

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ctxopt.config import Config
+from ctxopt.engine.session_checks import check_query_embedding
 from ctxopt.model import OptimizeOptions, Plan, Strategy, Weights
 from ctxopt.planner.knobs import Tuning
 from ctxopt.planner.plan import idle_plan, is_triggered, plan_session
@@ -15,7 +16,6 @@ from ctxopt.planner.values import TextTools
 from ctxopt.roots import Marks, mark
 from ctxopt.scoring.hybrid import Scores, score_session
 from ctxopt.session import Session, SessionView
-from ctxopt.session_checks import check_query_embedding
 from ctxopt.text.analyzer import Analyzer
 from ctxopt.tokens import TokenCounter
 
