@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 from ctxopt.api.gateway.formats import aider
+from ctxopt.api.gateway.formats.anthropic import AnthropicMessages
 from ctxopt.api.gateway.formats.conversation import Edit, first_prompt
 from ctxopt.api.gateway.formats.openai_chat import OpenAIChat
 from ctxopt.api.gateway.pipeline import Pipeline
@@ -158,3 +159,21 @@ def test_a_reflection_keeps_the_request_and_moves_the_pin_to_the_file_edited() -
     assert task is not None
     assert conversation.turns[task].blocks[0].text == TASK
     assert copy.deepcopy(body) == body
+
+
+def test_through_anthropic_the_files_message_stays_whole_and_the_request_is_the_task() -> None:
+    """aider on a Claude model (LiteLLM's Messages API): the same layout, not cut per file."""
+    chat = aider_body(TASK, FILES, [])
+    body = {
+        "model": "claude-sonnet-4-6",
+        "system": chat["messages"][0]["content"],
+        "messages": chat["messages"][1:],
+    }
+    conversation = AnthropicMessages().parse(body, "v1/messages", None)
+    assert conversation is not None
+    turns = conversation.turns
+    assert all(turns[i].locked for i in range(len(EXAMPLES)))
+    (files,) = [t for t in turns if t.working_set and t.role.name == "USER"]
+    assert all(b.pinned for b in files.blocks)
+    task = first_prompt(turns)
+    assert task == len(turns) - 1
