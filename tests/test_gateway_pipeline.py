@@ -138,7 +138,7 @@ def test_a_chunk_restored_elsewhere_comes_back_whole_on_the_next_call() -> None:
     state = first.state
     assert state is not None
     stashed = sorted(i for i, d in state.decisions.items() if d.stash_id)
-    gateway.engine.restore("", state.session_id, stashed[:1], None, False)
+    gateway.engine.restore("", state.session_id, stashed[:1], budget=None, force=False)
     second = send(gateway, body(messages))
     assert stashed[0] not in state.decisions
     assert stashed[0] in state.live

@@ -218,7 +218,7 @@ def _export_or_import(args: argparse.Namespace, config: Config, names: Names) ->
             if args.command == "export":
                 _write(args.output, engine.export_session("", args.session_id))
             else:
-                session_id, count = engine.import_session("", data, args.replace)
+                session_id, count = engine.import_session("", data, overwrite=args.replace)
                 print(f"imported {count} chunks into session {session_id}")
         finally:
             engine.close()

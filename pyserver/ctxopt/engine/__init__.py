@@ -2,7 +2,7 @@
 is made of, top down:
 
 - `engine`: `Engine`, every call the fronts make.
-- `planning`: mark, score and plan one snapshot with the engine's knobs.
+- `collector`: mark, score and plan one snapshot with the engine's knobs.
 - `sessions`: live sessions over the store (loading, the one write path,
   compaction).
 - `session_checks`: checks of a request against a session's state (capacity,

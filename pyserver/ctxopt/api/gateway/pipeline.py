@@ -247,7 +247,7 @@ class Pipeline:
         stale = sorted(state.live - present)
         owner, session = state.owner, state.session_id
         if stale:
-            self.engine.remove(owner, session, stale, False)
+            self.engine.remove(owner, session, stale, stash_originals=False)
             state.removed(stale)
         state.not_sent(present)
         new = [c for c in (*frame, *chunks) if c.id not in state.tokens]
@@ -260,7 +260,7 @@ class Pipeline:
         request carries the original instead of the placeholder or excerpt."""
         decided = [i for i, d in state.decisions.items() if d.action != Action.DELETE]
         if decided:
-            state.restored(self.engine.whole(state.owner, state.session_id, decided))
+            state.restored(self.engine.held_whole(state.owner, state.session_id, decided))
 
     def _collect(
         self, call: Call, state: ConversationState, projection: Projection

@@ -1,5 +1,6 @@
-"""Planning one session: mark, and when a collection is due, score and plan,
-all over one snapshot, with the engine's knobs (`Config` and `Tuning`)."""
+"""The engine's collector: mark one session, and when a collection is due,
+score and plan it, all over one snapshot, with the engine's knobs (`Config`
+and `Tuning`)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ from ctxopt.text.analyzer import Analyzer
 from ctxopt.tokens import TokenCounter
 
 
-class Planning:
-    """The scorer and planner as the engine runs them (callers hold the session lock)."""
+class Collector:
+    """The scorer and planner (`planner.plan_session`) as the engine runs them
+    (callers hold the session lock)."""
 
     def __init__(
         self, config: Config, tuning: Tuning, analyzer: Analyzer, counter: TokenCounter
