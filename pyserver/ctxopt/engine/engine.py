@@ -168,7 +168,13 @@ class Engine:
         session = self.sessions.get(owner, session_id)
         with session.lock:
             require_known(session.entries.keys(), chunk_ids, "chunk_ids")
-            return self._remove(session, owner, chunk_ids, stash_originals, "removed_by_client")
+            return self._remove(
+                session,
+                owner,
+                chunk_ids,
+                stash_originals=stash_originals,
+                reason="removed_by_client",
+            )
 
     def prune(
         self,
@@ -186,13 +192,20 @@ class Engine:
         session = self.sessions.get(owner, session_id)
         with session.lock:
             check_removable(session.view(), chunk_ids, roots, "ids")
-            return self._remove(session, owner, chunk_ids, stash_originals, "pruned_on_request")
+            return self._remove(
+                session,
+                owner,
+                chunk_ids,
+                stash_originals=stash_originals,
+                reason="pruned_on_request",
+            )
 
     def _remove(
         self,
         session: Session,
         owner: str,
         chunk_ids: Sequence[str],
+        *,
         stash_originals: bool,
         reason: str,
     ) -> tuple[int, int]:
@@ -480,7 +493,7 @@ class Engine:
         session_id = exported.session.session_id
         live = self.registry.get(session_id)
         with self.sessions.load_lock, live.lock if live is not None else nullcontext():
-            self.store.import_session(exported, overwrite)
+            self.store.import_session(exported, replace=overwrite)
             self.registry.drop(session_id)
         session = self.sessions.get(owner, session_id)
         return session_id, len(session)
