@@ -37,28 +37,34 @@ export function applyPlan(turns: readonly MappedContent[], plan: Pick<OptimizeRe
   const removedIds: string[] = [];
   const rewrittenIds: string[] = [];
   const keptVerbatimIds: string[] = [];
-  const result = turns.map((turn): MappedContent => {
+  // Plain loops: this runs over every part of every build that gets a plan.
+  const result: MappedContent[] = new Array<MappedContent>(turns.length);
+  for (let t = 0; t < turns.length; t += 1) {
+    const turn = turns[t]!;
     let parts: MappedPart[] | undefined;
-    turn.parts.forEach((mapped, index) => {
-      const id = mapped.chunk.id;
-      const decision = decisions.get(id);
+    for (let index = 0; index < turn.parts.length; index += 1) {
+      const mapped = turn.parts[index]!;
+      const decision = decisions.get(mapped.chunk.id);
       let next: MappedPart | undefined = mapped;
-      if (decision?.action === Action.ACTION_STASH || decision?.action === Action.ACTION_DELETE) {
-        removedIds.push(id);
-        next = undefined;
-      } else if (decision?.action === Action.ACTION_TRIM || decision?.action === Action.ACTION_MASK) {
-        if (isVerbatimPart(mapped.part)) {
-          keptVerbatimIds.push(id);
-        } else {
-          rewrittenIds.push(id);
-          next = rewritten(mapped, decision.replacementText);
+      if (decision !== undefined) {
+        const id = mapped.chunk.id;
+        if (decision.action === Action.ACTION_STASH || decision.action === Action.ACTION_DELETE) {
+          removedIds.push(id);
+          next = undefined;
+        } else if (decision.action === Action.ACTION_TRIM || decision.action === Action.ACTION_MASK) {
+          if (isVerbatimPart(mapped.part)) {
+            keptVerbatimIds.push(id);
+          } else {
+            rewrittenIds.push(id);
+            next = rewritten(mapped, decision.replacementText);
+          }
         }
       }
       if (parts === undefined && next !== mapped) parts = turn.parts.slice(0, index);
       if (parts !== undefined && next !== undefined) parts.push(next);
-    });
-    return parts === undefined ? turn : changedTurn(turn, parts);
-  });
+    }
+    result[t] = parts === undefined ? turn : changedTurn(turn, parts);
+  }
   return { turns: result, removedIds, rewrittenIds, keptVerbatimIds };
 }
 

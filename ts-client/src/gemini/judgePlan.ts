@@ -39,8 +39,10 @@ export function judgePlan(turns: readonly MappedContent[], plan: Pick<OptimizeRe
  * rewritten part).
  */
 function plannedTokensOf(turns: readonly MappedContent[], plan: Pick<OptimizeResponse, "decisions">, rewrittenIds: readonly string[]): number {
+  if (rewrittenIds.length === 0) return tokensOf(turns);
   const rewritten = new Set(rewrittenIds);
-  const counted = new Map(plan.decisions.filter((d) => rewritten.has(d.chunkId)).map((d) => [d.chunkId, d.tokensAfter]));
+  const counted = new Map<string, number>();
+  for (const d of plan.decisions) if (rewritten.has(d.chunkId)) counted.set(d.chunkId, d.tokensAfter);
   let total = 0;
   for (const turn of turns) for (const part of turn.parts) total += counted.get(part.chunk.id) ?? part.chunk.tokens;
   return total;

@@ -50,6 +50,9 @@ export function truncateLocally(turns: readonly MappedContent[], reason: string,
   return { sent, tokens, droppedTurns: truncated.droppedTurns, note: `${reason}${clippedNote}${still}` };
 }
 
+/** One formatter, not one per call as `toLocaleString` sets up. */
+const EN_US = new Intl.NumberFormat("en-US");
+
 export function fmt(n: number): string {
-  return Math.round(n).toLocaleString("en-US");
+  return EN_US.format(Math.round(n));
 }
