@@ -96,7 +96,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results["long"] = {
             "trajectories_per_session": args.long,
             "sessions": len(plain),
-            "window_median": {p.name: statistics.median(c.window for c in framed[p]) for p in PROFILES},
+            "window_median": {
+                p.name: statistics.median(c.window for c in framed[p]) for p in PROFILES
+            },
             **section(framed, count, headline),
         }
     results["seconds"] = round(time.perf_counter() - started, 1)

@@ -30,7 +30,8 @@ from benchmarks.replay.ledger import Billing
 # A summary's output tokens. Claude Code's summary of a real session came to 1,576 tokens after
 # it strips the <analysis> block it also generates (tiann/hapi#1691: "Compacted (34,176 -> 1,576
 # tokens)"); its compaction prompt (benchmarks/hosts/frames/claude.json) asks for nine sections
-# with code snippets, capped at 20,000 output tokens (COMPACT_MAX_OUTPUT_TOKENS, dust-tt/dust#23767).
+# with code snippets, capped at 20,000 output tokens (COMPACT_MAX_OUTPUT_TOKENS,
+# dust-tt/dust#23767).
 SUMMARY_TOKENS = 2_000
 # Claude Sonnet 4.5's median output speed on Anthropic's API, 63 tokens/s (Artificial Analysis,
 # as quoted at lattice.uptownhr.com/claude-opus-4-5/speed-analysis); Sonnet 4.6 measured
@@ -70,9 +71,7 @@ def input_billed(billing: Billing, price: ModelPrice) -> float:
     return uncached * price.cache.cache_write + billing.cached_tokens * price.cache.cache_read
 
 
-def bill(
-    billings: Sequence[Billing], summaries: int, cost: Summaries, price: ModelPrice
-) -> Bill:
+def bill(billings: Sequence[Billing], summaries: int, cost: Summaries, price: ModelPrice) -> Bill:
     """Every call's input (summarising calls included) and `summaries` summaries' output."""
     output = summaries * cost.output_tokens * price.output_share
     return Bill(sum(input_billed(b, price) for b in billings), output)

@@ -38,7 +38,8 @@ HOST_FORMATS = {"claude": "anthropic", "codex": "openai-responses", "gemini": "g
 # Request keys that identify a run, not what the model reads
 _IDS = ("metadata", "client_metadata", "prompt_cache_key", "stream")
 SCRUBBED_ROOT = "/home/user"
-# Large enough that Claude Code and Codex compact on their next turn (tests/agents/compaction_points.py)
+# Large enough that Claude Code and Codex compact on their next turn
+# (tests/agents/compaction_points.py)
 COMPACTING_REPORT = 990_000
 
 
@@ -60,9 +61,7 @@ class Compaction:
             content = last["content"] if isinstance(last["content"], list) else []
             items[-1] = {**last, "content": [*content, {"type": "text", "text": self.prompt}]}
         else:
-            items.append(
-                {"type": "message", "role": "user", "content": [_input_text(self.prompt)]}
-            )
+            items.append({"type": "message", "role": "user", "content": [_input_text(self.prompt)]})
         return {**body, **self.changes, key: items}
 
 
@@ -192,9 +191,7 @@ def frame_record(host: str, run: Callable[[str, int | None], tuple[str, list[Any
         root, calls = run(host, COMPACTING_REPORT)
         index = next(i for i, (kind, _) in enumerate(calls) if kind == "compaction")
         asked, turn = calls[index][1].body, calls[index - 1][1].body
-        changes = {
-            k: v for k, v in asked.items() if k not in (key, *_IDS) and turn.get(k) != v
-        }
+        changes = {k: v for k, v in asked.items() if k not in (key, *_IDS) and turn.get(k) != v}
         fixture["compaction"] = {"prompt": _prompt_of(fmt, asked[key][-1]), "changes": changes}
     return fixture
 

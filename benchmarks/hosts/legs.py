@@ -21,7 +21,7 @@ from benchmarks.hosts import through
 from benchmarks.hosts.baselines import Compacting, compacting, context_editing
 from benchmarks.hosts.costs import Summaries, bill
 from benchmarks.hosts.headroom_proxy import NextTurn, headroom_proxy
-from benchmarks.hosts.profiles import CLAUDE_CODE, CODEX, GEMINI_CLI, Profile
+from benchmarks.hosts.profiles import CODEX, GEMINI_CLI, Profile
 from benchmarks.hosts.prompts import Case, rendered
 from benchmarks.hosts.schedule import Schedule
 from benchmarks.latency.typescript import TS_CLIENT
@@ -37,7 +37,12 @@ from tests.serverproc import serving
 # Gemini CLI's compression statuses after which it had asked the model for a summary, twice
 # (the summary, then its "probe" verification: chatCompressionService.js of gemini-cli-core)
 GEMINI_SUMMARISED = ("COMPRESSED", "COMPRESSION_FAILED_INFLATED_TOKEN_COUNT")
-HOST, CONTEXT_EDITING, CTXOPT, HEADROOM = "host", "host + context editing", "ctxopt", "host + headroom"
+HOST, CONTEXT_EDITING, CTXOPT, HEADROOM = (
+    "host",
+    "host + context editing",
+    "ctxopt",
+    "host + headroom",
+)
 # Of Gemini CLI's calls, every GEMINI_HEADROOM_SAMPLE-th goes through headroom to check that it
 # forwards them unchanged (it leaves functionCall and functionResponse parts alone)
 GEMINI_HEADROOM_SAMPLE = 10
@@ -130,7 +135,9 @@ def compacting_leg(
     leg = Leg()
     for case in cases:
         edit = context_editing(case.window, claude_window(profile.model)) if edited else None
-        _compact(leg, profile, case, count, Compacting(profile.line(case.window), profile is CODEX, edit))
+        _compact(
+            leg, profile, case, count, Compacting(profile.line(case.window), profile is CODEX, edit)
+        )
     return leg
 
 
@@ -203,7 +210,8 @@ class _Proxied:
     script: NextTurn
     profile: Profile
     case: Case
-    ms: dict[int, float] = field(default_factory=dict)  # per call (its summarising call's overwritten)
+    # per call index (a summarising call's time is overwritten by its call's)
+    ms: dict[int, float] = field(default_factory=dict)
 
     def __call__(self, body: JsonObject, call: int) -> Prompt:
         _, path = PATHS[self.profile.fmt]

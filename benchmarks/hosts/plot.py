@@ -27,7 +27,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
         sections.append((title, long))
     sections.append((f"{results['trajectories']} trajectories", results))
     fig, axes = plt.subplots(
-        len(sections), len(PROFILES), figsize=(4.2 * len(PROFILES), 3.8 * len(sections)), squeeze=False
+        len(sections),
+        len(PROFILES),
+        figsize=(4.2 * len(PROFILES), 3.8 * len(sections)),
+        squeeze=False,
     )
     for (title, section), row in zip(sections, axes, strict=True):
         for profile, axis in zip(PROFILES, row, strict=True):
@@ -40,7 +43,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
                 label="ctxopt (threshold/target)",
             )
             for p in points:
-                axis.annotate(p["schedule"], (p["billed_vs_host"], p["needed_later_recall"]), fontsize=6)
+                axis.annotate(
+                    p["schedule"], (p["billed_vs_host"], p["needed_later_recall"]), fontsize=6
+                )
             for r in section["rows"]:
                 if r["host"] == profile.name and r["method"] != CTXOPT:
                     axis.plot(

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.gateway.histories import JsonObject, Trajectory, call_id, request
-from benchmarks.gateway.latency import LISTS
 from benchmarks.hosts.frames import Frame, framed_request
 from benchmarks.quality.datasets import CountTokens
 from benchmarks.replay.sessions import WINDOW_SHARE, Message, Prompt, Session, concatenated

@@ -97,6 +97,11 @@ def sensitivity(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for (host, method), value in billed.items():
             ratio = value / billed[(host, HOST)]
             out.append(
-                {"summary_tokens": tokens, "host": host, "method": method, "billed_vs_host": round(ratio, 3)}
+                {
+                    "summary_tokens": tokens,
+                    "host": host,
+                    "method": method,
+                    "billed_vs_host": round(ratio, 3),
+                }
             )
     return out
