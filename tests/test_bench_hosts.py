@@ -17,7 +17,7 @@ from benchmarks.gateway.histories import trajectory_of
 from benchmarks.hosts import headroom_proxy
 from benchmarks.hosts.baselines import Compacting, compacting, context_editing, summary_text
 from benchmarks.hosts.costs import Summaries, bill, input_billed, with_summary_tokens
-from benchmarks.hosts.frames import Frame, load_frame
+from benchmarks.hosts.frames import FRAMES, Frame, _scrubbed, load_frame
 from benchmarks.hosts.headroom_proxy import answer, turn_items
 from benchmarks.hosts.legs import (
     CTXOPT,
@@ -339,3 +339,13 @@ def test_without_its_venv_the_headroom_peer_is_skipped(
     (tmp_path / "venv" / "bin" / "headroom").touch()
     monkeypatch.setattr(headroom_proxy, "VENV", tmp_path / "venv")
     assert headroom_proxy.headroom_bin() == tmp_path / "venv" / "bin" / "headroom"
+
+
+def test_recorded_frames_name_no_scratch_path_and_carry_no_key() -> None:
+    assert _scrubbed([{"id": "m1", "text": "/tmp/ab_1/w -tmp-ab-1-w"}], "/tmp/ab_1") == [
+        {"text": "/home/user/w -home-user-w"}
+    ]
+    for path in sorted(FRAMES.glob("*.json")):
+        text = path.read_text()
+        for secret in ("sk-", "gemini-test", "/tmp/", "ctxopt-compaction", "device_id"):
+            assert secret not in text, (path.name, secret)

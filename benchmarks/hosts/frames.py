@@ -23,8 +23,7 @@ items, the model the benchmark names.
 from __future__ import annotations
 
 import json
-import subprocess
-import tempfile
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,12 +31,15 @@ from typing import Any
 
 from benchmarks.gateway.histories import MODELS, JsonObject, Trajectory, request
 from benchmarks.gateway.latency import LISTS
+from tests.gateway.upstream import Recorded
 
 FRAMES = Path(__file__).with_name("frames")
 HOST_FORMATS = {"claude": "anthropic", "codex": "openai-responses", "gemini": "gemini"}
 # Request keys that identify a run, not what the model reads
 _IDS = ("metadata", "client_metadata", "prompt_cache_key", "stream")
 SCRUBBED_ROOT = "/home/user"
+# A host run: its scratch root and its model requests with their kinds (tests/agents)
+Recorder = Callable[[str, int | None], tuple[str, list[tuple[str, Recorded]]]]
 # Large enough that Claude Code and Codex compact on their next turn
 # (tests/agents/compaction_points.py)
 COMPACTING_REPORT = 990_000
@@ -125,49 +127,31 @@ def _input_text(text: str) -> JsonObject:
 
 
 def _scrubbed(value: Any, root: str) -> Any:
-    """`value` with the scratch directory named as SCRUBBED_ROOT and item ids dropped."""
+    """`value` with the scratch directory named as SCRUBBED_ROOT (also as Claude Code
+    spells it in its project folder's name, every other character a dash) and item ids
+    dropped."""
     text = json.dumps(value).replace(root, SCRUBBED_ROOT)
+    text = text.replace(
+        re.sub("[^A-Za-z0-9]", "-", root), re.sub("[^A-Za-z0-9]", "-", SCRUBBED_ROOT)
+    )
     cleaned = json.loads(text)
     if isinstance(cleaned, list):
         return [{k: v for k, v in item.items() if k != "id"} for item in cleaned]
     return cleaned
 
 
-def record(host: str, report: int | None) -> tuple[str, list[Any]]:
+def record(host: str, report: int | None) -> tuple[str, list[tuple[str, Recorded]]]:
     """Run the real `host` against the scripted provider; its scratch root and
     every model request it made, with their kinds."""
-    from ctxopt.launch import point_host
+    from tests.agents.agent_cli import host_args
+    from tests.agents.compaction_points import scripted_run
+    from tests.agents.scripted_provider import kind_of
 
-    from tests.agents.agent_cli import host_args, sandbox
-    from tests.agents.scripted_provider import (
-        AgentScript,
-        kind_of,
-        read_and_inspect,
-        scripted_upstream,
-        write_workspace,
-    )
-
-    with tempfile.TemporaryDirectory(prefix="ctxopt-frames-") as scratch:
-        root = Path(scratch)
-        names = write_workspace(root / "workspace", files=2, lines_per_file=10)
-        script = AgentScript(read_and_inspect(names), reported_prompt_tokens=report)
-        box = sandbox(host, root, root / "workspace")
-        with scripted_upstream(script) as upstream:
-            launch = point_host(host, upstream.url, host_args(host), box.env, scratch=root / "tmp")
-            subprocess.run(
-                launch.argv,
-                cwd=box.workspace,
-                env=launch.env,
-                capture_output=True,
-                timeout=240,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            )
-            calls = [(kind_of(r), r) for r in upstream.requests if r.method == "POST"]
-        return str(root), calls
+    root, requests = scripted_run(host, host_args(host), report)
+    return root, [(kind_of(r), r) for r in requests if r.method == "POST"]
 
 
-def frame_record(host: str, run: Callable[[str, int | None], tuple[str, list[Any]]]) -> JsonObject:
+def frame_record(host: str, run: Recorder) -> JsonObject:
     """The fixture of `host`: its first agent turn and, for Claude Code and Codex,
     the compaction request of a run that reports a huge prompt."""
     from tests.agents.agent_cli import PROMPT
