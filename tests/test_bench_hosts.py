@@ -347,5 +347,12 @@ def test_recorded_frames_name_no_scratch_path_and_carry_no_key() -> None:
     ]
     for path in sorted(FRAMES.glob("*.json")):
         text = path.read_text()
-        for secret in ("sk-", "gemini-test", "/tmp/", "ctxopt-compaction", "device_id"):
+        for secret in (
+            "sk-ant-test",
+            "sk-test",
+            "gemini-test",
+            "/tmp/",
+            "ctxopt-compaction",
+            "device_id",
+        ):
             assert secret not in text, (path.name, secret)
