@@ -351,7 +351,7 @@ def test_recorded_frames_name_no_scratch_path_and_carry_no_key() -> None:
             "sk-ant-test",
             "sk-test",
             "gemini-test",
-            "/tmp/",
+            "/tmp/ctxopt",
             "ctxopt-compaction",
             "device_id",
         ):
