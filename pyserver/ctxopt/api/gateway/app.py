@@ -23,6 +23,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ctxopt.api.auth import Tokens, Unauthenticated
 from ctxopt.api.gateway import windows
 from ctxopt.api.gateway.formats.anthropic import AnthropicMessages
 from ctxopt.api.gateway.formats.conversation import WireFormat
@@ -32,7 +33,7 @@ from ctxopt.api.gateway.formats.openai_responses import OpenAIResponses
 from ctxopt.api.gateway.forward import relay, upstream_headers
 from ctxopt.api.gateway.pipeline import Pipeline
 from ctxopt.api.gateway.prepared import Outcome, Prepared
-from ctxopt.api.grpc.interceptors import Tokens, Unauthenticated
+from ctxopt.api.gateway.stream_usage import ask_for_usage
 from ctxopt.config import Config
 
 log = logging.getLogger("ctxopt.gateway")
@@ -123,6 +124,15 @@ def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
                 )
             except Exception:  # never worse: a gateway bug still forwards the request
                 log.exception("gateway: %s request forwarded unchanged after an error", fmt.name)
+        forwarded = upstream_headers(request.headers.items())
+        strip_usage = False
+        if fmt is _FORMATS["chat"] and config.gateway_mode == "on":
+            asked = ask_for_usage(prepared.body)  # for calibration (stream_usage.py)
+            if asked is not None:
+                prepared.body, strip_usage = asked, True
+                # the extra chunk is taken out of the bytes as they pass: no compression
+                forwarded = [(k, v) for k, v in forwarded if k.lower() != "accept-encoding"]
+                forwarded.append(("accept-encoding", "identity"))
         url = f"{upstreams[prefix]}/{path}"
         if request.url.query:
             url = f"{url}?{request.url.query}"
@@ -143,11 +153,12 @@ def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
             holder["client"],
             request.method,
             url,
-            upstream_headers(request.headers.items()),
+            forwarded,
             prepared.body,
             extra,
             fmt,
             done,
+            strip_usage=strip_usage,
         )
 
     async def not_found(request: Request) -> Response:

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ctxopt.cli.preflight import parse_address
 from ctxopt.config import Config
-from ctxopt.preflight import parse_address
 
 if TYPE_CHECKING:
     import grpc
@@ -86,7 +86,7 @@ def export_session(config: Config, setting: str, session_id: str) -> str:
     return str(answer.json)
 
 
-def import_session(config: Config, setting: str, data: str, replace: bool) -> tuple[str, int]:
+def import_session(config: Config, setting: str, data: str, *, replace: bool) -> tuple[str, int]:
     request = _pb().ImportSessionRequest(json=data, replace=replace)
     answer = _call(config, _stub(config, setting).ImportSession, request)
     return str(answer.session_id), int(answer.chunk_count)
