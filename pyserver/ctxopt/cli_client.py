@@ -32,6 +32,10 @@ class ServerError(Exception):
     """A call to the server failed; the message says what to do."""
 
 
+class Unavailable(ServerError):
+    """No server answers at the address."""
+
+
 def add_commands(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> dict[str, argparse.ArgumentParser]:
@@ -129,7 +133,8 @@ def _call(config: Config, method: Callable[..., Any], request: Message) -> Any:
     try:
         return method(request, timeout=CALL_TIMEOUT_S, metadata=metadata)
     except grpc.RpcError as err:
-        raise ServerError(_explain(config, err)) from None
+        unanswered = err.code() == grpc.StatusCode.UNAVAILABLE
+        raise (Unavailable if unanswered else ServerError)(_explain(config, err)) from None
 
 
 def _explain(config: Config, err: grpc.RpcError) -> str:
