@@ -280,7 +280,7 @@ def test_a_query_finds_the_parts_of_identifiers_and_paths_and_a_whole_name_ranks
     wanted = {"unique marker": "marker", "parse config": "camel", "utils": "path"}[query]
     assert wanted in found
     if whole:
-        assert [h.chunk_id for h in search(stub, whole, OWNER, session)][0] == wanted
+        assert search(stub, whole, OWNER, session)[0].chunk_id == wanted
 
 
 def test_the_stash_answers_only_to_its_owner(stub: Stub) -> None:
