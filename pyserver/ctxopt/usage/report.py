@@ -14,7 +14,9 @@ calls whose response reported the provider's usage ("priced" calls):
   provider's tokens (sent x the provider's count / ours for this call), and its
   cached prefix is the previous unpruned prompt of the session when that came
   less than the cache's lifetime before, was at least the cacheable minimum,
-  and the prompt did not shrink (a host that compacted starts cold);
+  and the prompt did not shrink (a host that compacted starts cold), and when
+  the session's calls have shown a cache read so far (a host that marks no
+  cache breakpoints is never cached, pruned or not);
 - saved: unpruned less billed (negative when collections cost more cache
   writes than they saved).
 """
@@ -137,9 +139,12 @@ def priced(rows: Iterable[UsageRow]) -> Iterable[tuple[UsageRow, float | None, f
     """Each row with its billed and unpruned input in dollars (None: not priced);
     see the module doc for the rules."""
     last: dict[tuple[str, str], tuple[UsageRow, int | None]] = {}  # session -> row, unpruned
+    caching: set[tuple[str, str]] = set()  # sessions whose calls have read a cache
     for row in rows:
         session = (row.owner, row.session_id)
         previous = last.get(session)
+        if row.cached_tokens:
+            caching.add(session)
         if not row.provider or row.input_tokens is None:
             last[session] = (row, None)
             yield row, None, None
@@ -157,7 +162,8 @@ def priced(rows: Iterable[UsageRow]) -> Iterable[tuple[UsageRow, float | None, f
         scale = row.input_tokens / row.tokens_forwarded if row.tokens_forwarded > 0 else 1.0
         size = round(row.tokens_sent * scale)
         prefix = 0
-        if fresh and previous is not None and row.tokens_sent >= previous[0].tokens_sent:
+        warm = fresh and session in caching
+        if warm and previous is not None and row.tokens_sent >= previous[0].tokens_sent:
             before = previous[1]
             prefix = round(previous[0].tokens_sent * scale) if before is None else before
             prefix = min(prefix, size) if prefix >= rules.min_cacheable_tokens else 0

@@ -36,7 +36,7 @@ from starlette.routing import Route
 from ctxopt.api.grpc.interceptors import Tokens, Unauthenticated
 from ctxopt.engine import Engine
 from ctxopt.errors import CtxoptError, NotFound, PermissionDenied
-from ctxopt.model import StashFilter
+from ctxopt.model import Action, StashFilter
 from ctxopt.usage.log import UsageLog
 from ctxopt.usage.metrics import CONTENT_TYPE
 from ctxopt.usage.report import GroupBy
@@ -44,7 +44,8 @@ from ctxopt.usage.report import GroupBy
 TOKEN_HEADER = "x-ctxopt-token"
 COOKIE = "ctxopt_ui"
 MAX_VIEWERS = 256  # browser sessions remembered; the oldest must give the token again
-PLAN_TOP = 40  # chunks of the last collection shown
+PLAN_TOP = 40  # decisions of the last collection shown, largest first
+EVERY_CHUNK = 1 << 30  # a report's `top` that keeps every chunk (the decided ones are picked)
 STASH_HITS = 20
 LOOPBACK_CLIENTS = ("127.", "::1", "::ffff:127.")
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
@@ -177,11 +178,11 @@ def dashboard_routes(engine: Engine, usage: UsageLog, tokens: Tokens) -> list[Ro
         return JSONResponse({"calls": calls})
 
     async def plan_api(request: Request, owner: str) -> Response:
-        report = await run_in_threadpool(
-            engine.last_plan, owner, request.query_params.get("session", ""), PLAN_TOP
-        )
+        session = request.query_params.get("session", "")
+        report = await run_in_threadpool(engine.last_plan, owner, session, EVERY_CHUNK)
         if report is None:
             return JSONResponse({"found": False})
+        decided = [c for c in report.largest if c.action != Action.KEEP]
         chunks = [
             {
                 "chunk_id": c.chunk_id,
@@ -192,7 +193,7 @@ def dashboard_routes(engine: Engine, usage: UsageLog, tokens: Tokens) -> list[Ro
                 "reasons": list(c.reasons),
                 "preview": c.preview,
             }
-            for c in report.largest
+            for c in decided[:PLAN_TOP]
         ]
         return JSONResponse(
             {
@@ -202,6 +203,7 @@ def dashboard_routes(engine: Engine, usage: UsageLog, tokens: Tokens) -> list[Ro
                 "tokens_after": report.tokens_after,
                 "target_tokens": report.target_tokens,
                 "dry_run": report.dry_run,
+                "decisions": len(decided),
                 "chunks": chunks,
             }
         )

@@ -20,7 +20,7 @@ function svgEl(tag, attrs) {
 }
 
 const int = (n) => Number(n).toLocaleString("en-US");
-const usd = (n) => "$" + Number(n).toFixed(4);
+const usd = (n) => (n < 0 ? "-$" : "$") + Math.abs(Number(n)).toFixed(4);
 const share = (saved, sent) => (sent ? ((100 * saved) / sent).toFixed(1) + "%" : "-");
 
 async function api(path, options) {
@@ -80,9 +80,9 @@ function renderDaily(rows) {
   const max = Math.max(1, ...rows.map((r) => r.tokens_sent));
   const { x, y, step, height } = frame(svg, rows.length, max);
   rows.forEach((row, i) => {
-    const width = Math.max(2, step * 0.7);
+    const width = Math.min(48, Math.max(2, step * 0.7));
     for (const [kind, value] of [["sent", row.tokens_sent], ["forwarded", row.tokens_forwarded]]) {
-      const bar = svgEl("rect", { class: `bar-${kind}`, x: x(i) + step * 0.15, y: y(value), width, height: Math.max(0, y(0) - y(value)) });
+      const bar = svgEl("rect", { class: `bar-${kind}`, x: x(i) + (step - width) / 2, y: y(value), width, height: Math.max(0, y(0) - y(value)) });
       bar.append(svgEl("title", {}));
       bar.firstChild.textContent = `${row.key}: ${int(value)} ${kind}`;
       svg.append(bar);
@@ -140,7 +140,7 @@ function renderPlan(plan) {
     return;
   }
   const when = new Date(plan.planned_ms).toLocaleString();
-  summary.textContent = `${when}: ${int(plan.tokens_before)} → ${int(plan.tokens_after)} tokens (target ${int(plan.target_tokens)})${plan.dry_run ? ", dry run" : ""}; the largest chunks and what it did to them:`;
+  summary.textContent = `${when}: ${int(plan.tokens_before)} → ${int(plan.tokens_after)} tokens (target ${int(plan.target_tokens)})${plan.dry_run ? ", dry run" : ""}; ${int(plan.decisions)} chunks trimmed, masked or stashed, the largest first:`;
   body.replaceChildren(
     ...plan.chunks.map((c) =>
       el(
