@@ -78,6 +78,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     serve.add_argument(
         "--log-format", choices=("json", "text"), help="stderr lines (CTXOPT_LOG_FORMAT)"
     )
+    serve.add_argument(
+        "--usage-retention-days",
+        type=int,
+        help="days the usage ledger keeps a call (CTXOPT_USAGE_RETENTION_DAYS, default 90)",
+    )
 
     run = commands.add_parser(
         "run", help="run an agent CLI through the gateway, starting `ctxopt serve` if needed"

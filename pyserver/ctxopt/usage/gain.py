@@ -55,10 +55,10 @@ def render(report: Report, *, as_json: bool) -> str:
     priced = report.total.priced_calls
     lines += [
         "",
-        f"tokens are ctxopt's counts of the prompt as the host sent it and as it was "
-        f"forwarded; money is input at list prices (checked {report.prices_checked}) "
-        f"over the {priced:,} of {report.total.calls:,} calls whose response reported usage, "
-        "saved against the same calls unpruned under the same cache rules",
+        "tokens: ctxopt's counts of the prompt as the host sent it and as it was forwarded",
+        f"$: input at list prices (checked {report.prices_checked}) over the {priced:,} of "
+        f"{report.total.calls:,} calls whose response reported usage;",
+        "   saved against the same calls sent unpruned, under the same cache rules",
     ]
     return "\n".join(lines)
 
