@@ -24,7 +24,7 @@ from benchmarks.gateway.histories import Trajectory, load, request
 from tests.gateway.checks import PREFIX_PATHS
 from tests.gateway.conftest import upstream_env
 from tests.gateway.upstream import FakeUpstream
-from tests.serverproc import ServerProcess, start_server
+from tests.serverproc import ServerProcess, serving, start_server
 
 CTXOPT = str(Path(sys.executable).parent / "ctxopt")
 CLAUDE_CODE = "claude-cli/2.1.332 (external, sdk-cli)"
@@ -238,3 +238,55 @@ def test_gain_since_and_an_empty_period(
     bad = gain(server, "--since", "yesterday")
     assert bad.returncode == 2
     assert bad.stderr.startswith("ctxopt: --since: expected a span")
+
+
+def test_a_grpc_optimize_leaves_a_row_of_its_plan(tmp_path: Path) -> None:
+    import grpc
+    from ctxopt.v1 import ctxopt_pb2 as pb
+
+    with serving(tmp_path, env={"CTXOPT_AUTH_TOKEN": "alice=a1,bob=b2"}) as server:
+        chunks = [
+            pb.Chunk(
+                id=f"c{i}",
+                role=pb.ROLE_USER,
+                kind=pb.CHUNK_KIND_LOG,
+                text=f"log {i} " * 300,
+                turn=i,
+            )
+            for i in range(8)
+        ]
+        alice = [("authorization", "Bearer a1")]
+        with grpc.insecure_channel(server.address) as channel:
+            stub = server.stub(channel)
+            stub.AppendChunks(
+                pb.AppendChunksRequest(session_id="g", chunks=chunks), metadata=alice, timeout=30
+            )
+            budget = pb.Budget(context_limit_tokens=3000)
+            request = pb.OptimizeRequest(
+                session_id="g", budget=budget, roots=pb.Roots(recent_turns=1)
+            )
+            plan = stub.Optimize(request, metadata=alice, timeout=30)
+        assert plan.tokens_after < plan.tokens_before
+        env = {"CTXOPT_AUTH_TOKEN": "alice=a1"}
+        run = subprocess.run(
+            [CTXOPT, "gain", "--by", "host", "--json", "--addr", server.address],
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("CTXOPT_")}, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert run.returncode == 0, run.stderr
+        rows = json.loads(run.stdout)["rows"]
+        assert [(r["key"], r["calls"], r["calls_optimized"], r["tokens_saved"]) for r in rows] == [
+            ("grpc", 1, 1, plan.tokens_before - plan.tokens_after)
+        ]
+        assert rows[0]["priced_calls"] == 0, "no provider was called"
+        bob = subprocess.run(
+            [CTXOPT, "gain", "--json", "--addr", server.address],
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("CTXOPT_")},
+                 "CTXOPT_AUTH_TOKEN": "bob=b2"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert json.loads(bob.stdout)["total"]["calls"] == 0, "each owner sees its own calls"
