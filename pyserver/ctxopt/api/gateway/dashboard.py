@@ -35,7 +35,7 @@ from starlette.routing import Route
 
 from ctxopt.api.grpc.interceptors import Tokens, Unauthenticated
 from ctxopt.engine import Engine
-from ctxopt.errors import CtxoptError, NotFound, PermissionDenied
+from ctxopt.errors import CtxoptError
 from ctxopt.model import Action, StashFilter
 from ctxopt.usage.log import UsageLog
 from ctxopt.usage.metrics import CONTENT_TYPE
@@ -60,6 +60,8 @@ SECURITY_HEADERS = {
     "cache-control": "no-store",
     "x-content-type-options": "nosniff",
 }
+# An engine error's status as HTTP (the rest are the request's fault: 400)
+HTTP_STATUS = {"NOT_FOUND": 404, "PERMISSION_DENIED": 403, "RESOURCE_EXHAUSTED": 429}
 Handler = Callable[[Request, str], Awaitable[Response]]
 
 
@@ -114,14 +116,7 @@ def dashboard_routes(engine: Engine, usage: UsageLog, tokens: Tokens) -> list[Ro
             try:
                 return await handler(request, owner)
             except CtxoptError as e:
-                status = (
-                    404
-                    if isinstance(e, NotFound)
-                    else 403
-                    if isinstance(e, PermissionDenied)
-                    else 400
-                )
-                return _error(status, str(e))
+                return _error(HTTP_STATUS.get(e.status, 400), str(e))
 
         return endpoint
 
