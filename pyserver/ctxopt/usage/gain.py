@@ -1,4 +1,4 @@
-"""`ctxopt gain`: its options and what it prints (the call itself is `cli_client`'s)."""
+"""`ctxopt gain`: its options and what it prints (the call itself is `cli.client`'s)."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ctxopt.api.auth import Tokens, Unauthenticated
 from ctxopt.api.gateway import windows
 from ctxopt.api.gateway.dashboard import dashboard_routes
 from ctxopt.api.gateway.formats.anthropic import AnthropicMessages
@@ -35,7 +36,6 @@ from ctxopt.api.gateway.observe import call_row
 from ctxopt.api.gateway.pipeline import Pipeline
 from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.gateway.usage import Reported
-from ctxopt.api.grpc.interceptors import Tokens, Unauthenticated
 from ctxopt.config import Config
 from ctxopt.usage.log import UsageLog
 

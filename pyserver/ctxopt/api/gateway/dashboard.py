@@ -33,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ctxopt.api.grpc.interceptors import Tokens, Unauthenticated
+from ctxopt.api.auth import Tokens, Unauthenticated
 from ctxopt.engine import Engine
 from ctxopt.errors import CtxoptError
 from ctxopt.model import Action, StashFilter
@@ -244,8 +244,9 @@ def dashboard_routes(engine: Engine, usage: UsageLog, tokens: Tokens) -> list[Ro
         if not isinstance(body, dict) or not isinstance(body.get("chunk_ids"), list):
             return _error(400, "expected {session: ..., chunk_ids: [...]}")
         ids = [str(i) for i in body["chunk_ids"]]
+        session = str(body.get("session", ""))
         restored, tokens_now = await run_in_threadpool(
-            engine.restore, owner, str(body.get("session", "")), ids, None, False
+            lambda: engine.restore(owner, session, ids, budget=None, force=False)
         )
         return JSONResponse({"restored": restored, "session_tokens": tokens_now})
 
