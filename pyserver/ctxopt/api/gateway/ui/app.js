@@ -222,6 +222,8 @@ async function refresh() {
   }
 }
 
+const REFRESH_MS = 30000; // the totals and charts follow the agent's calls
 document.getElementById("since").addEventListener("change", refresh);
+setInterval(refresh, REFRESH_MS);
 document.getElementById("stash-form").addEventListener("submit", searchStash);
 refresh();
