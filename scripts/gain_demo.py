@@ -57,9 +57,8 @@ def main() -> None:
                     after = int(answer.headers["x-ctxopt-tokens-after"])
                     sums = [sums[0] + 1, sums[1] + before, sums[2] + after]
         calls, sent, forwarded = sums
-        print(
-            f"headers: {calls} calls, sent {sent:,}, forwarded {forwarded:,}, saved {sent - forwarded:,}"
-        )
+        saved = sent - forwarded
+        print(f"headers: {calls} calls, sent {sent:,}, forwarded {forwarded:,}, saved {saved:,}")
         gain = [ctxopt, "gain", "--addr", server.address, "--by", "host"]
         print(subprocess.run(gain, capture_output=True, text=True, check=True).stdout)
         metrics = httpx.get(f"{server.gateway_url}/metrics").text.splitlines()
