@@ -164,3 +164,8 @@ def test_since_takes_spans_and_dates() -> None:
     )
     with pytest.raises(InvalidArgument, match="--since"):
         gain.since_ms("last tuesday", now)
+
+
+def test_an_offset_no_time_zone_has_is_refused() -> None:
+    with pytest.raises(InvalidArgument, match="utc_offset_minutes"):
+        report.report([row(0)], GroupBy.DAY, utc_offset_minutes=2_000_000_000)

@@ -28,9 +28,11 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 
+from ctxopt.errors import InvalidArgument
 from ctxopt.prices import CHECKED, price_of
 from ctxopt.usage.ledger import UsageRow
 
+MAX_UTC_OFFSET_MINUTES = 24 * 60  # time zones span -12 h to +14 h
 # Outcomes of a call whose prompt ctxopt changed (the gateway's, then a plan's)
 OPTIMIZED_OUTCOMES = frozenset({"optimized", "landed", "over_target"})
 
@@ -116,6 +118,8 @@ def report(
     >>> r.total.tokens_saved, r.total.billed_input_usd, r.total.saved_usd
     (1000000, 1.25, 1.25)
     """
+    if abs(utc_offset_minutes) > MAX_UTC_OFFSET_MINUTES:
+        raise InvalidArgument("utc_offset_minutes", utc_offset_minutes, "not a time zone's offset")
     offset = timedelta(minutes=utc_offset_minutes)
     groups: dict[str, Totals] = {}
     total = Totals(key="total")
