@@ -16,6 +16,7 @@ Usage:
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import threading
@@ -83,8 +84,11 @@ class FakeUpstream:
     async def _handle(self, request: Request) -> Response:
         raw = await request.body()
         try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
+            # as a provider does, a gzip body is read decoded (`raw` keeps what arrived)
+            gzipped = request.headers.get("content-encoding") == "gzip"
+            text = gzip.decompress(raw) if gzipped else raw
+            body = json.loads(text) if text else None
+        except (ValueError, OSError, RecursionError):
             body = None
         recorded = Recorded(
             request.method,
