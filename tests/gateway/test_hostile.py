@@ -34,7 +34,7 @@ def hostile_bodies() -> dict[str, bytes]:
         b'{"model": "claude-sonnet-4-6", "max_tokens": '
         + b"9" * 10_000
         + b', "messages": [{"role": "user", "content": "hi"}]}'
-    )  # noqa: E501
+    )
     unknown = HELLO | {"messages": long_history(3, 5)}
     unknown["messages"][2]["content"].append({"type": "hologram", "data": {"x": [1, 2]}})
     return {
