@@ -1,0 +1,106 @@
+"""Stash search ranking over each owner's own statistics.
+
+FTS5's `bm25()` takes its statistics (entries, average length, entries holding
+a term) from the whole table, so one owner's originals would move another's
+ranking. FTS5 still finds the matches; the score is FTS5's bm25 formula again
+(its k1 and b, its idf with non-positive values kept positive, every phrase of
+the query counted as `search.match_query` writes it), over the owner's
+entries only: their count and total terms from `stash_owner_totals` (kept by
+triggers), each phrase's entries from an FTS5 match restricted to the owner.
+With one owner in the store, scores are the ones `bm25()` gives.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from ctxopt.model import StashFilter
+from ctxopt.store.search import Phrase, filter_sql, hits_sql, match_query, phrases, quoted
+
+# FTS5's bm25() constants (sqlite/ext/fts5/fts5_aux.c), so scores stay the ones it gave
+K1 = 1.2
+B = 0.75
+MIN_IDF = 1e-6  # FTS5 keeps a non-positive idf (a phrase in most entries) at this
+
+_MATCHES = "FROM stash_fts JOIN stash AS s ON s.id = stash_fts.rowid WHERE stash_fts MATCH ?"
+
+
+def ranked_page(
+    cur: sqlite3.Cursor,
+    owner: str,
+    session_id: str,
+    terms: Sequence[str],
+    filters: StashFilter,
+    limit: int,
+    offset: int,
+) -> list[tuple[Any, ...]]:
+    """The rows (as `search.hits_sql` reads them, less the id) of one page of
+    `owner`'s entries matching `terms`, best first, their scores in column 4."""
+    ranked = ranked_ids(cur, owner, session_id, terms, filters)[offset : offset + limit]
+    found = {row[0]: row[1:] for row in cur.execute(hits_sql(len(ranked)), [i for i, _ in ranked])}
+    return [(*found[i][:4], score, *found[i][5:]) for i, score in ranked]
+
+
+def ranked_ids(
+    cur: sqlite3.Cursor,
+    owner: str,
+    session_id: str,
+    terms: Sequence[str],
+    filters: StashFilter,
+) -> list[tuple[int, float]]:
+    """The row ids of `owner`'s entries matching `terms` (and the filters), best
+    first, with their scores (higher is better; ties by row id)."""
+    query, match = phrases(terms), match_query(terms)
+    if match is None:
+        return []
+    where, params = filter_sql(owner, session_id, filters)
+    candidates = cur.execute(f"SELECT s.id, s.terms {_MATCHES} AND {where}", [match, *params])
+    rows = candidates.fetchall()
+    if not rows:
+        return []
+    totals = cur.execute(
+        "SELECT entries, terms FROM stash_owner_totals WHERE owner = ?", (owner,)
+    ).fetchone()
+    entries, total_terms = totals if totals else (0, 0)
+    average = total_terms / entries if entries and total_terms else 1.0
+    weight = {p: _idf(cur, owner, p, entries) for p in set(query)}
+    scored = [
+        (_score(text.split(" ") if text else [], query, weight, average), row_id)
+        for row_id, text in rows
+    ]
+    scored.sort(key=lambda hit: (-hit[0], hit[1]))
+    return [(row_id, score) for score, row_id in scored]
+
+
+def _idf(cur: sqlite3.Cursor, owner: str, phrase: Phrase, entries: int) -> float:
+    holding = cur.execute(
+        f"SELECT count(*) {_MATCHES} AND s.owner = ?", (quoted(" ".join(phrase)), owner)
+    ).fetchone()[0]
+    idf = math.log((entries - holding + 0.5) / (holding + 0.5))
+    return idf if idf > 0 else MIN_IDF
+
+
+def _score(
+    doc: list[str], query: list[Phrase], weight: dict[Phrase, float], average: float
+) -> float:
+    counts = Counter(doc)
+    norm = K1 * (1 - B + B * len(doc) / average)
+    score = 0.0
+    for phrase in query:
+        found = counts[phrase[0]] if len(phrase) == 1 else _occurrences(doc, phrase)
+        if found:
+            score += weight[phrase] * found * (K1 + 1) / (found + norm)
+    return score
+
+
+def _occurrences(doc: list[str], phrase: Phrase) -> int:
+    size = len(phrase)
+    return sum(
+        1
+        for i in range(len(doc) - size + 1)
+        if doc[i] == phrase[0] and tuple(doc[i : i + size]) == phrase
+    )
