@@ -3,8 +3,8 @@ the largest first, each with its decision; originals read from the stash."""
 
 from __future__ import annotations
 
+from ctxopt.engine.plan_report import LastPlans, RecordedPlan, build_report
 from ctxopt.model import Action, Chunk, ChunkKind, Decisions, Plan, PlanOutcome, Role
-from ctxopt.plan_report import LastPlans, RecordedPlan, build_report
 from ctxopt.store import StashEntry
 
 

@@ -9,8 +9,9 @@ import json
 
 import pytest
 from ctxopt.api.gateway.app import wire_format
-from ctxopt.api.gateway.pipeline import MAX_TOKEN_SCALE, Pipeline
+from ctxopt.api.gateway.pipeline import Pipeline
 from ctxopt.api.gateway.prepared import Outcome, Prepared
+from ctxopt.api.gateway.state import MAX_TOKEN_SCALE
 from ctxopt.config import Config
 from ctxopt.model import DEFAULT_THRESHOLD_PERCENT
 
