@@ -26,7 +26,8 @@ K1 = 1.2
 B = 0.75
 MIN_IDF = 1e-6  # FTS5 keeps a non-positive idf (a phrase in most entries) at this
 
-_MATCHES = "FROM stash_fts JOIN stash AS s ON s.id = stash_fts.rowid WHERE stash_fts MATCH ?"
+# CROSS JOIN keeps FTS5 the outer loop: the match runs once, not once per owner row
+_MATCHES = "FROM stash_fts CROSS JOIN stash AS s ON s.id = stash_fts.rowid WHERE stash_fts MATCH ?"
 
 
 def ranked_page(
