@@ -14,18 +14,31 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from ctxopt.model import StashFilter
-from ctxopt.store.search import Phrase, filter_sql, hits_sql, match_query, phrases, quoted
+from ctxopt.store.search import (
+    Phrase,
+    filter_sql,
+    hits_sql,
+    match_query,
+    phrases,
+    quoted,
+    term_count,
+)
 
 # FTS5's bm25() constants (sqlite/ext/fts5/fts5_aux.c), so scores stay the ones it gave
 K1 = 1.2
 B = 0.75
 MIN_IDF = 1e-6  # FTS5 keeps a non-positive idf (a phrase in most entries) at this
 
+# Every position of every indexed term (`term = ?` seeks), per connection: `Store`
+# creates it once open
+VOCABULARY = "temp.stash_vocab"
+VOCABULARY_DDL = (
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS {VOCABULARY} USING fts5vocab(main, stash_fts, instance)"
+)
 # CROSS JOIN keeps FTS5 the outer loop: the match runs once, not once per owner row
 _MATCHES = "FROM stash_fts CROSS JOIN stash AS s ON s.id = stash_fts.rowid WHERE stash_fts MATCH ?"
 
@@ -59,22 +72,32 @@ def ranked_ids(
     if match is None:
         return []
     where, params = filter_sql(owner, session_id, filters)
-    candidates = cur.execute(f"SELECT s.id, s.terms {_MATCHES} AND {where}", [match, *params])
-    rows = candidates.fetchall()
-    if not rows:
+    lengths: dict[int, int] = dict(
+        cur.execute(
+            f"SELECT s.id, {term_count('s.terms')} {_MATCHES} AND {where}", [match, *params]
+        )
+    )
+    if not lengths:
         return []
     totals = cur.execute(
         "SELECT entries, terms FROM stash_owner_totals WHERE owner = ?", (owner,)
     ).fetchone()
     entries, total_terms = totals if totals else (0, 0)
     average = total_terms / entries if entries and total_terms else 1.0
-    weight = {p: _idf(cur, owner, p, entries) for p in set(query)}
-    scored = [
-        (_score(text.split(" ") if text else [], query, weight, average), row_id)
-        for row_id, text in rows
-    ]
-    scored.sort(key=lambda hit: (-hit[0], hit[1]))
-    return [(row_id, score) for score, row_id in scored]
+    distinct = set(query)
+    weight = {p: _idf(cur, owner, p, entries) for p in distinct}
+    found = {p: _occurrences(cur, owner, p, lengths) for p in distinct}
+    scored: list[tuple[float, int]] = []
+    for row_id, length in lengths.items():
+        norm = K1 * (1 - B + B * length / average)
+        score = 0.0
+        for phrase in query:
+            n = found[phrase].get(row_id, 0)
+            if n:
+                score += weight[phrase] * n * (K1 + 1) / (n + norm)
+        scored.append((-score, row_id))
+    scored.sort()
+    return [(row_id, -negated) for negated, row_id in scored]
 
 
 def _idf(cur: sqlite3.Cursor, owner: str, phrase: Phrase, entries: int) -> float:
@@ -85,23 +108,28 @@ def _idf(cur: sqlite3.Cursor, owner: str, phrase: Phrase, entries: int) -> float
     return idf if idf > 0 else MIN_IDF
 
 
-def _score(
-    doc: list[str], query: list[Phrase], weight: dict[Phrase, float], average: float
-) -> float:
-    counts = Counter(doc)
-    norm = K1 * (1 - B + B * len(doc) / average)
-    score = 0.0
-    for phrase in query:
-        found = counts[phrase[0]] if len(phrase) == 1 else _occurrences(doc, phrase)
-        if found:
-            score += weight[phrase] * found * (K1 + 1) / (found + norm)
-    return score
-
-
-def _occurrences(doc: list[str], phrase: Phrase) -> int:
+def _occurrences(
+    cur: sqlite3.Cursor, owner: str, phrase: Phrase, among: dict[int, int]
+) -> dict[int, int]:
+    """How often `phrase` occurs in each entry of `among` holding it: a term's
+    count from the index's own positions (no original is read); a longer
+    phrase's from the terms of the few entries that hold it."""
+    if len(phrase) == 1:
+        rows = cur.execute(
+            f"SELECT doc, count(*) FROM {VOCABULARY} WHERE term = ? GROUP BY doc", phrase
+        )
+        return {doc: n for doc, n in rows if doc in among}
     size = len(phrase)
-    return sum(
-        1
-        for i in range(len(doc) - size + 1)
-        if doc[i] == phrase[0] and tuple(doc[i : i + size]) == phrase
+    holding = cur.execute(
+        f"SELECT s.id, s.terms {_MATCHES} AND s.owner = ?", (quoted(" ".join(phrase)), owner)
     )
+    counts: dict[int, int] = {}
+    for doc, text in holding:
+        if doc in among:
+            words = text.split(" ")
+            counts[doc] = sum(
+                1
+                for i in range(len(words) - size + 1)
+                if words[i] == phrase[0] and tuple(words[i : i + size]) == phrase
+            )
+    return counts

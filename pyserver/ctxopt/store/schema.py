@@ -7,12 +7,10 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 from ctxopt.store.rows import CHUNK_COLUMNS
-from ctxopt.store.search import FTS_TOKENIZER, Terms, analyzer_identity, index_text
+from ctxopt.store.search import FTS_TOKENIZER, Terms, analyzer_identity, index_text, term_count
 
 SCHEMA_VERSION = 4
 
-# Terms in a `terms` value (space-joined, one FTS token each), in SQL
-_TERM_COUNT = "(length({0}) - length(replace({0}, ' ', '')) + ({0} != ''))"
 # Each owner's entries and terms: the statistics of its stash search (ranking.py)
 _OWNER_TOTALS = """CREATE TABLE IF NOT EXISTS stash_owner_totals (
   owner TEXT PRIMARY KEY,
@@ -90,17 +88,17 @@ END;
 
 {_OWNER_TOTALS};
 CREATE TRIGGER IF NOT EXISTS stash_owner_inserted AFTER INSERT ON stash BEGIN
-  INSERT INTO stash_owner_totals VALUES (new.owner, 1, {_TERM_COUNT.format("new.terms")})
+  INSERT INTO stash_owner_totals VALUES (new.owner, 1, {term_count("new.terms")})
     ON CONFLICT (owner) DO UPDATE SET entries = entries + 1, terms = terms + excluded.terms;
 END;
 CREATE TRIGGER IF NOT EXISTS stash_owner_deleted AFTER DELETE ON stash BEGIN
   UPDATE stash_owner_totals SET entries = entries - 1,
-    terms = terms - {_TERM_COUNT.format("old.terms")} WHERE owner = old.owner;
+    terms = terms - {term_count("old.terms")} WHERE owner = old.owner;
 END;
 CREATE TRIGGER IF NOT EXISTS stash_owner_updated AFTER UPDATE OF owner, terms ON stash BEGIN
   UPDATE stash_owner_totals SET entries = entries - 1,
-    terms = terms - {_TERM_COUNT.format("old.terms")} WHERE owner = old.owner;
-  INSERT INTO stash_owner_totals VALUES (new.owner, 1, {_TERM_COUNT.format("new.terms")})
+    terms = terms - {term_count("old.terms")} WHERE owner = old.owner;
+  INSERT INTO stash_owner_totals VALUES (new.owner, 1, {term_count("new.terms")})
     ON CONFLICT (owner) DO UPDATE SET entries = entries + 1, terms = terms + excluded.terms;
 END;
 """
@@ -156,7 +154,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: (
         _OWNER_TOTALS,
         "INSERT INTO stash_owner_totals SELECT owner, count(*), "
-        f"sum({_TERM_COUNT.format('terms')}) FROM stash GROUP BY owner",
+        f"sum({term_count('terms')}) FROM stash GROUP BY owner",
     ),
 }
 

@@ -59,6 +59,11 @@ MAX_QUERY_TERMS = 64
 _WORD = re.compile(r"\w+(?:[./]\w+)*")
 
 
+def term_count(column: str) -> str:
+    """SQL for the number of terms in a `terms` value (space-joined, one FTS token each)."""
+    return f"(length({column}) - length(replace({column}, ' ', '')) + ({column} != ''))"
+
+
 def index_text(terms: Sequence[str]) -> str:
     """The indexed form of an original's terms (the `terms` column)."""
     return " ".join(terms)

@@ -61,7 +61,7 @@ from ctxopt.store.caps import Dropped, enforce_caps, log_dropped
 from ctxopt.store.export import Exported, export_document
 from ctxopt.store.files import DB_FILE, Directory, classify, damaged
 from ctxopt.store.owners import owners_of, require_owner
-from ctxopt.store.ranking import ranked_page
+from ctxopt.store.ranking import VOCABULARY_DDL, ranked_page
 from ctxopt.store.rows import (
     LIST_SESSIONS_SQL,
     LIVE_NAMES,
@@ -182,6 +182,7 @@ class Store:
         if indexed_with(conn.cursor()) != analyzer_identity(self.analyzer.terms):
             reindexed = reindex(self._transaction, self.analyzer.terms)
             logger.info("stash search index rebuilt: %d originals analysed", reindexed)
+        conn.execute(VOCABULARY_DDL)
 
     def close(self) -> None:
         """Checkpoint the WAL into the database file and close; a failing
