@@ -19,9 +19,12 @@ TS_SOURCES := $(shell find ts-client/src ts-client/test ts-client/bench -name '*
 	ts-client/tsconfig.json
 TS_BUILT := ts-client/dist/.built
 
-# The real agent CLIs (Claude Code, Codex, Gemini CLI) the end-to-end tests drive, pinned by
-# tests/agents/package-lock.json and installed there only, never globally
+# The real agent CLIs (Claude Code, Codex, Gemini CLI, OpenCode) the end-to-end tests drive,
+# pinned by tests/agents/package-lock.json and installed there only, never globally; aider
+# (a Python package that pins many packages of its own) in its own virtual environment
 AGENTS_STAMP := tests/agents/node_modules/.installed
+AIDER_VENV := tests/agents/.venv-aider
+AIDER_STAMP := $(AIDER_VENV)/.installed
 
 .PHONY: install install-agents install-runtime run serve test lint generate check-generated test-py test-ts bench-smoke dist
 
@@ -69,7 +72,13 @@ $(AGENTS_STAMP): tests/agents/package.json tests/agents/package-lock.json
 	@touch $@
 
 
-install-agents: $(AGENTS_STAMP)
+$(AIDER_STAMP): tests/agents/aider-requirements.txt
+	$(PYTHON) -m venv $(AIDER_VENV)
+	$(AIDER_VENV)/bin/python -m pip install --disable-pip-version-check --progress-bar off \
+		-r tests/agents/aider-requirements.txt
+	@touch $@
+
+install-agents: $(AGENTS_STAMP) $(AIDER_STAMP)
 
 generate: install
 	scripts/generate.sh

@@ -43,6 +43,8 @@ def conversation(fmt: str, turns: int, streamed: bool, seed: int = 0) -> WireCal
         return WireCall("anthropic/v1/messages", body | {"stream": streamed})
     if fmt == "openai-chat":
         body = {"model": "gpt-4o", "messages": messages, "stream": streamed}
+        if streamed:  # asked for, the usage chunk is relayed (unasked, the gateway takes it out)
+            body["stream_options"] = {"include_usage": True}
         return WireCall("openai/v1/chat/completions", body)
     return WireCall(
         "openai/v1/responses", {"model": "gpt-4o", "input": messages, "stream": streamed}

@@ -133,7 +133,9 @@ class FakeUpstream:
         if path.endswith("/v1/messages"):
             answer = _anthropic(reply, tokens, recorded.streamed)
         elif path.endswith("/v1/chat/completions"):
-            answer = _chat(reply, tokens, recorded.streamed)
+            options = body.get("stream_options")
+            asked = isinstance(options, dict) and options.get("include_usage") is True
+            answer = _chat(reply, tokens, recorded.streamed, usage_chunk=asked)
         elif path.endswith("/v1/responses"):
             answer = _responses(reply, tokens, recorded.streamed)
         else:
@@ -243,7 +245,9 @@ def _anthropic(reply: str | ToolCall, tokens: int, streamed: bool) -> Response:
     )
 
 
-def _chat(reply: str | ToolCall, tokens: int, streamed: bool) -> Response:
+def _chat(reply: str | ToolCall, tokens: int, streamed: bool, *, usage_chunk: bool) -> Response:
+    """As the API: a stream reports usage only when the request asked for it, in an
+    extra chunk with no choices, every other chunk then carrying `"usage": null`."""
     usage = {"prompt_tokens": tokens, "completion_tokens": 5, "total_tokens": tokens + 5}
     message: JsonObject = {
         "role": "assistant",
@@ -267,15 +271,14 @@ def _chat(reply: str | ToolCall, tokens: int, streamed: bool) -> Response:
     delta = {**message}
     if "tool_calls" in delta:
         delta["tool_calls"] = [{**delta["tool_calls"][0], "index": 0}]
-    chunk = {**base, "object": "chat.completion.chunk"}
-    return _sse(
-        [
-            (None, {**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}),
-            (None, {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}),
-            (None, {**chunk, "choices": [], "usage": usage}),
-            (None, "[DONE]"),
-        ]
-    )
+    chunk = {**base, "object": "chat.completion.chunk", **({"usage": None} if usage_chunk else {})}
+    events: list[tuple[str | None, JsonObject | str]] = [
+        (None, {**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}),
+        (None, {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}),
+    ]
+    if usage_chunk:
+        events.append((None, {**chunk, "choices": [], "usage": usage}))
+    return _sse([*events, (None, "[DONE]")])
 
 
 def _responses(reply: str | ToolCall, tokens: int, streamed: bool) -> Response:

@@ -86,7 +86,7 @@ def export_session(config: Config, setting: str, session_id: str) -> str:
     return str(answer.json)
 
 
-def import_session(config: Config, setting: str, data: str, replace: bool) -> tuple[str, int]:
+def import_session(config: Config, setting: str, data: str, *, replace: bool) -> tuple[str, int]:
     request = _pb().ImportSessionRequest(json=data, replace=replace)
     answer = _call(config, _stub(config, setting).ImportSession, request)
     return str(answer.session_id), int(answer.chunk_count)

@@ -208,7 +208,9 @@ def _export_or_import(args: argparse.Namespace, config: Config, names: Names) ->
         if args.command == "export":
             _write(args.output, client.export_session(config, names("addr"), args.session_id))
         else:
-            session_id, count = client.import_session(config, names("addr"), data, args.replace)
+            session_id, count = client.import_session(
+                config, names("addr"), data, replace=args.replace
+            )
             print(f"imported {count} chunks into session {session_id}")
         return
     if args.command == "export" and not (directory / DB_FILE).exists():

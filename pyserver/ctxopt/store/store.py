@@ -293,7 +293,7 @@ class Store:
             dropped = self._enforce_caps(cur, session_id, {e.stash_id for e in change.stash})
         log_dropped(session_id, dropped)
 
-    def delete_session(self, owner: str, session_id: str, purge_stash: bool) -> bool:
+    def delete_session(self, owner: str, session_id: str, *, purge_stash: bool) -> bool:
         """Delete a live session (and its stash when `purge_stash`); whether anything existed."""
         with self._transaction() as cur:
             require_owner(owners_of(cur, session_id), owner, session_id)
@@ -432,7 +432,7 @@ class Store:
             raise NotFound("session_id", session_id, "no such session")
         return export_document(live, stash)
 
-    def import_session(self, exported: Exported, replace: bool) -> None:
+    def import_session(self, exported: Exported, *, replace: bool) -> None:
         """Write an export read by `export.read_export` (and validated by the
         engine) for its owner. An existing session of that id is replaced only
         with `replace`, and only when the same owner holds it."""

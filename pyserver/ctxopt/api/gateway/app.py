@@ -33,6 +33,7 @@ from ctxopt.api.gateway.formats.openai_responses import OpenAIResponses
 from ctxopt.api.gateway.forward import relay, upstream_headers
 from ctxopt.api.gateway.pipeline import Pipeline
 from ctxopt.api.gateway.prepared import Outcome, Prepared
+from ctxopt.api.gateway.stream_usage import ask_for_usage
 from ctxopt.config import Config
 
 log = logging.getLogger("ctxopt.gateway")
@@ -125,6 +126,15 @@ def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
                 prepared = await prepare_within(pipeline, config, fmt, path, body, headers, owner)
             except Exception:  # never worse: a gateway bug still forwards the request
                 log.exception("gateway: %s request forwarded unchanged after an error", fmt.name)
+        forwarded = upstream_headers(request.headers.items())
+        strip_usage = False
+        if fmt is _FORMATS["chat"] and config.gateway_mode == "on":
+            asked = ask_for_usage(prepared.body)  # for calibration (stream_usage.py)
+            if asked is not None:
+                prepared.body, strip_usage = asked, True
+                # the extra chunk is taken out of the bytes as they pass: no compression
+                forwarded = [(k, v) for k, v in forwarded if k.lower() != "accept-encoding"]
+                forwarded.append(("accept-encoding", "identity"))
         url = f"{upstreams[prefix]}/{path}"
         if request.url.query:
             url = f"{url}?{request.url.query}"
@@ -145,11 +155,12 @@ def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
             holder["client"],
             request.method,
             url,
-            upstream_headers(request.headers.items()),
+            forwarded,
             prepared.body,
             extra,
             fmt,
             done,
+            strip_usage=strip_usage,
         )
 
     async def not_found(request: Request) -> Response:

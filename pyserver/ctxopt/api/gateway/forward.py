@@ -17,6 +17,7 @@ import httpx
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ctxopt.api.gateway.formats.conversation import WireFormat
+from ctxopt.api.gateway.stream_usage import UsageStripper
 
 HOP_BY_HOP = frozenset(
     {
@@ -123,9 +124,13 @@ async def relay(
     extra_headers: list[tuple[str, str]],
     fmt: WireFormat | None,
     done: Callable[[int, int | None], None],
+    *,
+    strip_usage: bool = False,
 ) -> Response:
     """Send upstream and stream the answer back unchanged (plus `extra_headers`);
-    `done(status, prompt_tokens)` runs once the last byte has gone out."""
+    `done(status, prompt_tokens)` runs once the last byte has gone out. With
+    `strip_usage`, an uncompressed event stream loses its usage-only chunks (the
+    gateway asked for them; stream_usage.py)."""
     request = client.build_request(method, url, headers=headers, content=content)
     try:
         upstream = await client.send(request, stream=True)
@@ -144,17 +149,27 @@ async def relay(
         upstream.headers.get("content-encoding", ""),
     )
 
+    plain = upstream.headers.get("content-encoding", "identity").strip().lower() == "identity"
+    sse = "text/event-stream" in upstream.headers.get("content-type", "")
+    stripper = UsageStripper() if strip_usage and plain and sse else None
+
     async def body() -> AsyncIterator[bytes]:
         try:
             async for chunk in upstream.aiter_raw():
                 sniffer.feed(chunk)
-                yield chunk
+                if stripper is None:
+                    yield chunk
+                elif relayed := stripper.feed(chunk):
+                    yield relayed
+            if stripper is not None and (rest := stripper.finish()):
+                yield rest
         finally:
             await upstream.aclose()
             done(upstream.status_code, sniffer.finish())
 
     response = StreamingResponse(body(), status_code=upstream.status_code)
+    dropped = HOP_BY_HOP if stripper is None else HOP_BY_HOP | {"content-length"}
     response.raw_headers = [
-        (k, v) for k, v in upstream.headers.raw if k.decode("latin-1").lower() not in HOP_BY_HOP
+        (k, v) for k, v in upstream.headers.raw if k.decode("latin-1").lower() not in dropped
     ] + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra_headers]
     return response

@@ -45,6 +45,7 @@ from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.gateway.projection import Call, Projection, Ref, project, tokens_as_sent
 from ctxopt.api.gateway.sessions import SESSION_HEADER, namespace_of, session_of
 from ctxopt.api.gateway.state import ConversationState, ConversationStates
+from ctxopt.api.gateway.threads import Threads
 from ctxopt.api.gateway.truncation import truncate
 from ctxopt.config import Config
 from ctxopt.engine import Engine
@@ -64,6 +65,7 @@ class Pipeline:
         self.engine = engine
         self.config = config
         self.conversations = ConversationStates()
+        self.threads = Threads()
 
     def prepare(
         self, fmt: WireFormat, path: str, raw: bytes, headers: Mapping[str, str], owner: str
@@ -114,11 +116,26 @@ class Pipeline:
         except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
             return Prepared(raw, Outcome.PASS_THROUGH, note=f"not parsed: {e}"[:200])
         namespace = namespace_of(headers, owner)
-        session_id = session_of(fmt.name, namespace, headers.get(SESSION_HEADER, ""), opening)
+        header = headers.get(SESSION_HEADER, "")
+        session_id = session_of(fmt.name, namespace, header, opening)
+        followed = None
+        try:
+            if not header.strip():  # which live conversation this one continues
+
+                def last(session: str) -> Conversation | None:
+                    return self.conversations.get(session, owner).conversation
+
+                followed = self.threads.follow(fmt, body, path, session_id, last)
+                session_id = followed.session_id
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
+            return Prepared(raw, Outcome.PASS_THROUGH, note=f"not parsed: {e}"[:200])
         state = self.conversations.get(session_id, owner)
         with state.lock:
             try:
-                conversation = fmt.parse(body, path, state.conversation)
+                if followed is not None and followed.previous is state.conversation:
+                    conversation = followed.conversation
+                else:
+                    conversation = fmt.parse(body, path, state.conversation)
             except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
                 return Prepared(raw, Outcome.PASS_THROUGH, note=f"not parsed: {e}"[:200])
             if conversation is None or not conversation.turns:
