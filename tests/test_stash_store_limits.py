@@ -10,7 +10,7 @@ import pytest
 from ctxopt.errors import ResourceExhausted
 from ctxopt.model import Action, Chunk, ChunkKind, Role, StashFilter
 from ctxopt.session import stash_id_of
-from ctxopt.store import DB_FILE, Change, StashEntry, Store, schema
+from ctxopt.store import DB_FILE, Change, StashEntry, Store, ranking, schema
 from ctxopt.text.analyzer import Analyzer
 
 from tests.test_stash_search import hit_ids, stash_texts
@@ -39,7 +39,9 @@ def test_one_owners_originals_never_move_anothers_ranking(data_dir: Path) -> Non
                 stash=[entry(k, v, session_id="s2", owner="bob") for k, v in bob.items()],
             )
         )
-        assert scored(store, "alpha beta", "alice") == before
+        after = scored(store, "alpha beta", "alice")
+        assert [c for c, _ in after] == [c for c, _ in before]
+        assert [s for _, s in after] == pytest.approx([s for _, s in before], rel=1e-9)
         assert len(hit_ids(store, "alpha", owner="bob")) == len(bob)
     finally:
         store.close()
@@ -115,3 +117,29 @@ def test_a_reindex_runs_in_batches_and_one_cut_short_resumes(
         assert indexed.fetchone()[0] == len(texts), "every original indexed once"
     finally:
         conn.close()
+
+
+def test_alone_in_the_store_an_owner_is_ranked_by_fts5_with_the_same_scores(
+    data_dir: Path,
+) -> None:
+    """The shortcut (FTS5's bm25() when the owner holds every entry) and the
+    per-owner ranking give one order and one score to each hit."""
+    store = Store(str(data_dir))
+    try:
+        texts = {
+            "a1": "alpha alpha gamma retry",
+            "a2": "beta delta epsilon alpha beta",
+            "a3": "alpha beta gamma",
+            "a4": "retry the alpha beta step twice alpha beta",
+        }
+        stash_texts(store, texts, owner="alice")
+        shortcut = scored(store, "alpha beta", "alice")
+        with store._reading() as cur:
+            ids = dict(cur.execute("SELECT id, chunk_id FROM stash"))
+            terms = store.analyzer.terms("alpha beta")
+            ranked = ranking.ranked_ids(cur, "alice", "", terms, StashFilter())
+        per_owner = [(ids[row_id], score) for row_id, score in ranked]
+        assert [c for c, _ in per_owner] == [c for c, _ in shortcut]
+        assert [s for _, s in per_owner] == pytest.approx([s for _, s in shortcut], rel=1e-9)
+    finally:
+        store.close()

@@ -7,7 +7,8 @@ ranking. FTS5 still finds the matches; the score is FTS5's bm25 formula again
 the query counted as `search.match_query` writes it), over the owner's
 entries only: their count and total terms from `stash_owner_totals` (kept by
 triggers), each phrase's entries from an FTS5 match restricted to the owner.
-With one owner in the store, scores are the ones `bm25()` gives.
+When the owner holds every entry, `bm25()` itself ranks (the same scores,
+at FTS5's speed).
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from typing import Any
 from ctxopt.model import StashFilter
 from ctxopt.store.search import (
     Phrase,
+    bm25_sql,
     filter_sql,
     hits_sql,
     match_query,
     phrases,
     quoted,
-    term_count,
 )
 
 # FTS5's bm25() constants (sqlite/ext/fts5/fts5_aux.c), so scores stay the ones it gave
@@ -41,6 +42,10 @@ VOCABULARY_DDL = (
 )
 # CROSS JOIN keeps FTS5 the outer loop: the match runs once, not once per owner row
 _MATCHES = "FROM stash_fts CROSS JOIN stash AS s ON s.id = stash_fts.rowid WHERE stash_fts MATCH ?"
+_MATCHES_SIZED = (
+    "FROM stash_fts CROSS JOIN stash AS s ON s.id = stash_fts.rowid "
+    "JOIN stash_fts_docsize AS d ON d.id = s.id WHERE stash_fts MATCH ?"
+)
 
 
 def ranked_page(
@@ -54,6 +59,13 @@ def ranked_page(
 ) -> list[tuple[Any, ...]]:
     """The rows (as `search.hits_sql` reads them, less the id) of one page of
     `owner`'s entries matching `terms`, best first, their scores in column 4."""
+    others = cur.execute(
+        "SELECT 1 FROM stash_owner_totals WHERE owner != ? AND entries > 0 LIMIT 1", (owner,)
+    ).fetchone()
+    match = match_query(terms)
+    if others is None and match is not None:  # the table's statistics are the owner's
+        rows = cur.execute(*bm25_sql(owner, session_id, match, filters, limit, offset))
+        return [row[1:] for row in rows]
     ranked = ranked_ids(cur, owner, session_id, terms, filters)[offset : offset + limit]
     found = {row[0]: row[1:] for row in cur.execute(hits_sql(len(ranked)), [i for i, _ in ranked])}
     return [(*found[i][:4], score, *found[i][5:]) for i, score in ranked]
@@ -72,11 +84,10 @@ def ranked_ids(
     if match is None:
         return []
     where, params = filter_sql(owner, session_id, filters)
-    lengths: dict[int, int] = dict(
-        cur.execute(
-            f"SELECT s.id, {term_count('s.terms')} {_MATCHES} AND {where}", [match, *params]
-        )
-    )
+    # an entry's length from FTS5's own docsize table: reading `terms` from the row
+    # would walk the overflow pages of its text first
+    sql = f"SELECT s.id, d.sz {_MATCHES_SIZED} AND {where}"
+    lengths = {row_id: _varint(size) for row_id, size in cur.execute(sql, [match, *params])}
     if not lengths:
         return []
     totals = cur.execute(
@@ -133,3 +144,14 @@ def _occurrences(
                 if words[i] == phrase[0] and tuple(words[i : i + size]) == phrase
             )
     return counts
+
+
+def _varint(blob: bytes) -> int:
+    """A docsize entry's token count (SQLite's varint: 7 bits a byte, the high
+    bit set on every byte but the last; a ninth byte gives all 8)."""
+    value = 0
+    for byte in blob[:8]:
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value
+    return (value << 8) | blob[8]

@@ -125,6 +125,26 @@ def browse_sql(
     return sql, [*cut, *params, limit + 1, offset]
 
 
+def bm25_sql(
+    owner: str, session_id: str, match: str, filters: StashFilter, limit: int, offset: int
+) -> tuple[str, list[object]]:
+    """One page of hits ranked by FTS5's own bm25(), as `hits_sql` reads them
+    (id first): right when `owner` holds every entry, so the table's statistics
+    are the owner's. The page is ranked on ids alone, then its originals are read."""
+    where, params = filter_sql(owner, session_id, filters)
+    columns = _HIT_COLUMNS.format(score="-page.rank", text="s.text")
+    sql = (
+        "WITH page AS ("
+        "SELECT s.id AS id, bm25(stash_fts) AS rank "
+        "FROM stash_fts JOIN stash AS s ON s.id = stash_fts.rowid "
+        f"WHERE stash_fts MATCH ? AND {where} "
+        "ORDER BY rank, s.id LIMIT ? OFFSET ?) "
+        f"SELECT s.id, {columns} FROM page JOIN stash AS s ON s.id = page.id "
+        "ORDER BY page.rank, s.id"
+    )
+    return sql, [match, *params, limit, offset]
+
+
 def hits_sql(count: int) -> str:
     """The statement reading `count` ranked hits by row id, each with its whole
     original (the caller cuts the snippet and puts the rows in rank order)."""
