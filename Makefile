@@ -26,7 +26,7 @@ AGENTS_STAMP := tests/agents/node_modules/.installed
 AIDER_VENV := tests/agents/.venv-aider
 AIDER_STAMP := $(AIDER_VENV)/.installed
 
-.PHONY: install install-agents install-runtime run serve test lint generate check-generated test-py test-ts bench-smoke dist
+.PHONY: install install-agents install-runtime browser run serve test lint generate check-generated test-py test-ts bench-smoke dist
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +80,14 @@ $(AIDER_STAMP): tests/agents/aider-requirements.txt
 
 install-agents: $(AGENTS_STAMP) $(AIDER_STAMP)
 
+# The dashboard's test drives Debian's chromium through Playwright (no browser download);
+# installed once, as the test machines (root, Debian) allow
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian's chromium for the dashboard test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	}
+
 generate: install
 	scripts/generate.sh
 
@@ -93,7 +101,7 @@ lint: install
 	$(VENV)/bin/mypy
 	cd ts-client && npm run --silent format:check
 
-test-py: install install-agents
+test-py: install install-agents browser
 	$(VENV)/bin/pytest
 
 test-ts: install

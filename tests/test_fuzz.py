@@ -38,8 +38,16 @@ METHODS = {
     "DeleteSession": pb.DeleteSessionRequest,
     "ExportSession": pb.ExportSessionRequest,
     "ImportSession": pb.ImportSessionRequest,
+    "GetUsage": pb.GetUsageRequest,
 }
-READ_ONLY = {"Score", "SearchStash", "GetSessionStats", "ExportSession", "OptimizeContext"}
+READ_ONLY = {
+    "Score",
+    "SearchStash",
+    "GetSessionStats",
+    "ExportSession",
+    "OptimizeContext",
+    "GetUsage",
+}
 KEEP = "keep-me"  # the session the fuzzer must not damage
 
 texts = st.one_of(
@@ -85,6 +93,15 @@ session_ids = st.one_of(texts, st.just(KEEP))
 def structured_requests() -> st.SearchStrategy[tuple[str, bytes]]:
     """Well-formed messages with hostile values."""
     return st.one_of(
+        st.builds(
+            lambda group, since, offset: (
+                "GetUsage",
+                pb.GetUsageRequest(group_by=group, since_unix_ms=since, utc_offset_minutes=offset),
+            ),
+            ints,
+            st.integers(-(2**63), 2**63 - 1),
+            ints,
+        ),
         st.builds(
             lambda s, c: ("AppendChunks", pb.AppendChunksRequest(session_id=s, chunks=c)),
             session_ids,

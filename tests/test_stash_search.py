@@ -125,10 +125,12 @@ def test_any_text_indexes_as_its_terms(splitting_store: Store, data_dir: Path, t
     assert indexed_tokens(data_dir).get(chunk_id, []) == SPLITTING.terms(text)
 
 
-def test_the_engine_gives_the_store_its_own_analyzer(tmp_path: Path) -> None:
+def test_the_engine_gives_the_store_its_analyzer_with_identifier_parts(tmp_path: Path) -> None:
+    """Issue 32: the stash finds the parts of names whatever the live analyzer splits."""
     engine = Engine(Config(data_dir=str(tmp_path / "data")))
     try:
-        assert engine.store.analyzer is engine.analyzer
+        assert engine.analyzer.terms("parseConfig") == ["parseconfig"]
+        assert engine.store.analyzer.terms("parseConfig") == ["parseconfig", "pars", "config"]
     finally:
         engine.close()
 
@@ -251,6 +253,32 @@ def test_fts_syntax_in_a_query_never_errors(stub: Stub, query: str) -> None:
     stash_all(stub, "syntax", list(texts), OWNER)
     expected = live_matches(Analyzer(), texts, query) if query.strip() else set(texts)
     assert {h.chunk_id for h in search(stub, query, OWNER, "syntax")} == expected
+
+
+@pytest.mark.parametrize(
+    ("query", "whole"),
+    [("unique marker", "unique_marker_1"), ("parse config", "parseConfig"), ("utils", "")],
+)
+def test_a_query_finds_the_parts_of_identifiers_and_paths_and_a_whole_name_ranks_first(
+    stub: Stub, query: str, whole: str
+) -> None:
+    """Issue 32: `unique marker` finds `unique_marker_1`, `parse config` finds
+    `parseConfig`, `utils` finds `src/utils/io.py`; asked for the whole name, the
+    original holding it outranks one holding only its words."""
+    session = f"parts-{query.replace(' ', '-')}"
+    texts = {
+        "marker": "the run wrote unique_marker_1 to the log",
+        "camel": "def parseConfig(path): return load(path)",
+        "path": "opened src/utils/io.py for reading",
+        "words": "a unique step: parse the marker of the config",
+    }
+    append_texts(stub, session, texts, OWNER)
+    stash_all(stub, session, list(texts), OWNER)
+    found = [h.chunk_id for h in search(stub, query, OWNER, session)]
+    wanted = {"unique marker": "marker", "parse config": "camel", "utils": "path"}[query]
+    assert wanted in found
+    if whole:
+        assert search(stub, whole, OWNER, session)[0].chunk_id == wanted
 
 
 def test_the_stash_answers_only_to_its_owner(stub: Stub) -> None:

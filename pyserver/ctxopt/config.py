@@ -67,6 +67,9 @@ class Config:
     fsync: Literal["full", "normal"] = "normal"
     stash_max_entries: int = 100_000
     stash_max_bytes: int = 1024 * 1024 * 1024
+    # Days the usage ledger keeps a call's row (`ctxopt gain`, the dashboard): a
+    # quarter covers the monthly and weekly views people compare
+    usage_retention_days: int = 90
     # Limits on input
     max_text_chars: int = 2_000_000
     max_chunks_per_request: int = 20_000

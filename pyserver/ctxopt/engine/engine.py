@@ -89,7 +89,7 @@ class Engine:
             fsync=config.fsync,
             stash_max_entries=config.stash_max_entries,
             stash_max_bytes=config.stash_max_bytes,
-            analyzer=self.analyzer,
+            analyzer=self.analyzer.with_identifier_parts(),  # the stash finds name parts
         )
         self.sessions = LiveSessions(config, self.store, self.analyzer)
         self.registry = self.sessions.registry

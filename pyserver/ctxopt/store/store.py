@@ -8,8 +8,8 @@ exactly as it was, with the action, reasons, score, time and plan that stashed i
 indexed by an FTS5 table (external content) that `search` ranks with `bm25()`.
 
 One analyzer. The index holds each original's terms from the engine's analyzer
-(the one its live sessions score with), and a query is analysed by it too, so a
-query finds in the stash what it finds in a session (`search.py`). The database
+with identifier splitting on (a user types `parse config` for `parseConfig`), and
+a query is analysed by it too (`search.py`). The database
 records which analyzer built the index; opened with another (identifier
 splitting switched, say), the store reindexes every original before serving.
 

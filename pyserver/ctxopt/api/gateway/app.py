@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from ctxopt.api.auth import Tokens, Unauthenticated
 from ctxopt.api.gateway import windows
+from ctxopt.api.gateway.dashboard import dashboard_routes
 from ctxopt.api.gateway.deadline import prepare_within
 from ctxopt.api.gateway.formats.anthropic import AnthropicMessages
 from ctxopt.api.gateway.formats.conversation import WireFormat
@@ -31,10 +32,13 @@ from ctxopt.api.gateway.formats.gemini import GeminiContents
 from ctxopt.api.gateway.formats.openai_chat import OpenAIChat
 from ctxopt.api.gateway.formats.openai_responses import OpenAIResponses
 from ctxopt.api.gateway.forward import relay, upstream_headers
+from ctxopt.api.gateway.observe import call_row
 from ctxopt.api.gateway.pipeline import Pipeline
 from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.gateway.stream_usage import ask_for_usage
+from ctxopt.api.gateway.usage import Reported
 from ctxopt.config import Config
+from ctxopt.usage.log import UsageLog
 
 log = logging.getLogger("ctxopt.gateway")
 
@@ -68,7 +72,11 @@ def wire_format(prefix: str, path: str) -> WireFormat | None:
     return None
 
 
-def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
+def build_app(
+    pipeline: Pipeline, config: Config, tokens: Tokens, usage: UsageLog | None = None
+) -> Starlette:
+    """The gateway; with `usage`, each model call is recorded in it, and the
+    dashboard (`/ui/`) and `/metrics` are served beside the prefixes."""
     upstreams = {
         "anthropic": config.upstream_anthropic.rstrip("/"),
         "openai": config.upstream_openai.rstrip("/"),
@@ -144,12 +152,25 @@ def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
             ("x-ctxopt-tokens-after", str(prepared.tokens_after)),
         ]
 
-        def done(status: int, prompt_tokens: int | None) -> None:
+        def done(status: int, reported: Reported) -> None:
+            prompt_tokens = reported.prompt
             if prepared.state is not None and prompt_tokens is not None and status < 400:
                 pipeline.report_usage(prepared.state, prompt_tokens)
             if fmt is not None:
                 line = {**prepared.log, "status": status, "provider_prompt_tokens": prompt_tokens}
                 log.info("gateway call", extra={"fields": {"gateway": line}})
+            if fmt is not None and usage is not None:
+                agent = headers.get("user-agent", "")
+                usage.record(
+                    call_row(
+                        prepared,
+                        owner=owner,
+                        provider=prefix,
+                        status=status,
+                        reported=reported,
+                        user_agent=agent,
+                    )
+                )
 
         return await relay(
             holder["client"],
@@ -169,6 +190,7 @@ def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
     routes = [
+        *(dashboard_routes(pipeline.engine, usage, tokens) if usage is not None else []),
         Route("/{prefix}/{path:path}", gateway, methods=methods),
         Route("/{path:path}", not_found, methods=methods),
     ]

@@ -156,6 +156,7 @@ class Pipeline:
         prepared.session_id = session_id
         prepared.state = state
         prepared.log.update(host=limit.host.value, ceiling=limit.tokens, window=window)
+        prepared.log["model"] = conversation.model  # for the usage ledger's prices
         return prepared
 
     def _window(self, model: str, headers: Mapping[str, str]) -> int | None:
