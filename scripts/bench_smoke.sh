@@ -27,6 +27,7 @@ run bench_cold "$PY" -m benchmarks.bench_cold --smoke --out "$out/bench_cold.jso
 run headroom "$PY" -m benchmarks.quality.headroom --smoke --out "$out/headroom.json"
 run replay scripts/replay.sh --smoke --out "$out/replay.json"
 run gateway "$PY" -m benchmarks.gateway --smoke --out "$out/gateway.json"
+run gateway_load "$PY" -m benchmarks.gateway.load --smoke --out "$out/gateway_load.json"
 run hosts "$PY" -m benchmarks.hosts --smoke --out "$out/hosts.json"
 echo "== smoke: bench_ts"
 (cd ts-client && npm run --silent bench -- --smoke)

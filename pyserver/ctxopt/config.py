@@ -57,6 +57,11 @@ class Config:
     upstream_gemini: str = "https://generativelanguage.googleapis.com"
     gateway_window_tokens: int = 0
     gateway_host_ceilings: bool = True
+    # How long a request waits for the engine (sync, plan) before it goes up as the
+    # original, or locally truncated when that does not fit; 0 waits as long as it
+    # takes. Far above a plan's p99 under load (0.7 s on 2 shared cores, docs/gateway.md)
+    # and far below a model's answer, so only a stuck or starved engine reaches it.
+    gateway_engine_deadline_ms: int = 5000
     # Storage
     data_dir: str = ""  # empty: default_data_dir(); ":memory:" for tests only
     fsync: Literal["full", "normal"] = "normal"

@@ -71,6 +71,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "(CTXOPT_GATEWAY_HOST_CEILINGS, default on)",
     )
     serve.add_argument(
+        "--gateway-engine-deadline-ms",
+        type=int,
+        help="how long a gateway request waits for the engine before it goes up unpruned, "
+        "0: no limit (CTXOPT_GATEWAY_ENGINE_DEADLINE_MS, default 5000)",
+    )
+    serve.add_argument(
         "--insecure",
         action="store_true",
         default=None,

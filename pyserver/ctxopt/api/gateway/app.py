@@ -18,7 +18,6 @@ from contextlib import asynccontextmanager
 
 import httpx
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -26,6 +25,7 @@ from starlette.routing import Route
 from ctxopt.api.auth import Tokens, Unauthenticated
 from ctxopt.api.gateway import windows
 from ctxopt.api.gateway.dashboard import dashboard_routes
+from ctxopt.api.gateway.deadline import prepare_within
 from ctxopt.api.gateway.formats.anthropic import AnthropicMessages
 from ctxopt.api.gateway.formats.conversation import WireFormat
 from ctxopt.api.gateway.formats.gemini import GeminiContents
@@ -55,6 +55,7 @@ _FORMATS: dict[str, WireFormat] = {
 }
 # Upstream reads wait this long between two bytes: a model may think a while.
 READ_TIMEOUT_S = 600.0
+KEEPALIVE = 100  # idle upstream connections kept for the next requests
 
 
 def wire_format(prefix: str, path: str) -> WireFormat | None:
@@ -88,7 +89,10 @@ def build_app(
         timeout = httpx.Timeout(connect=30.0, read=READ_TIMEOUT_S, write=60.0, pool=30.0)
         # no Nagle delay between a request's head and body on the way up either
         nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-        transport = httpx.AsyncHTTPTransport(socket_options=nodelay)
+        # one upstream connection per request in flight, however many: with httpx's
+        # default pool (100), 100 requests the provider sits on stalled every other
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE)
+        transport = httpx.AsyncHTTPTransport(socket_options=nodelay, limits=limits)
         async with httpx.AsyncClient(
             timeout=timeout, trust_env=False, transport=transport
         ) as client:
@@ -127,9 +131,7 @@ def build_app(
         prepared = Prepared(body, Outcome.PASS_THROUGH)
         if fmt is not None:
             try:
-                prepared = await run_in_threadpool(
-                    pipeline.prepare, fmt, path, body, headers, owner
-                )
+                prepared = await prepare_within(pipeline, config, fmt, path, body, headers, owner)
             except Exception:  # never worse: a gateway bug still forwards the request
                 log.exception("gateway: %s request forwarded unchanged after an error", fmt.name)
         forwarded = upstream_headers(request.headers.items())
