@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "models": {p.name: MODELS[p.fmt] for p in PROFILES},
         "summary_chars": SUMMARY_CHARS,
         "window_median": statistics.median(c.window for c in cases),
-        "rows": rows_of(cases, count),
+        "variants": args.variant,
+        "rows": rows_of(cases, count, args.variant),
     }
     if args.long:
         long = long_cases(cases, args.long, count.count_many)
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "trajectories_per_session": args.long,
             "sessions": len(long),
             "window_median": statistics.median(c.window for c in long),
-            "rows": rows_of(long, count),
+            "rows": rows_of(long, count, args.variant),
         }
     results["seconds"] = round(time.perf_counter() - started, 1)
     return results
@@ -147,6 +148,19 @@ def plot(results: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def variant(text: str) -> tuple[str, dict[str, str]]:
+    """`deep:GATEWAY_TRIGGER_PERCENT=95,GATEWAY_LANDING_PERCENT=20` -> its name and
+    server environment."""
+    name, _, settings = text.partition(":")
+    env = {}
+    for setting in filter(None, settings.split(",")):
+        key, sep, value = setting.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{setting!r}: expected KEY=VALUE")
+        env[f"CTXOPT_{key.strip().upper()}"] = value.strip()
+    return name, env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -158,9 +172,17 @@ def main() -> None:
     parser.add_argument(
         "--long", type=int, default=0, help="also sessions of K trajectories in a row (0: none)"
     )
+    parser.add_argument(
+        "--variant",
+        type=variant,
+        action="append",
+        default=[],
+        help="NAME:KEY=VALUE,...: also ctxopt with these CTXOPT_* settings (repeatable)",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny run, for CI")
     parser.add_argument("--out", type=Path, default=RESULTS / "hosts.json")
     args = parser.parse_args()
+    args.variant = dict(args.variant)
     if args.smoke and not args.limit:
         args.limit = SMOKE_TRAJECTORIES
     results = run(args)

@@ -37,7 +37,11 @@ class Leg:
     """One way of sending a host's calls, over every trajectory."""
 
     tally: Tally = field(default_factory=Tally)
-    summarising: list[Billing] = field(default_factory=list)
+    summarising_by: dict[str, list[Billing]] = field(default_factory=dict)  # per session
+
+    @property
+    def summarising(self) -> list[Billing]:
+        return [b for billings in self.summarising_by.values() for b in billings]
 
     def add(
         self,
@@ -53,7 +57,8 @@ class Leg:
 
     def row(self, profile: Profile, method: str) -> dict[str, Any]:
         billings = [*self.tally.billings, *self.summarising]
-        timed = method == CTXOPT  # the host alone adds nothing to a call (its summaries aside)
+        # the host alone adds nothing to a call (its summaries aside)
+        timed = method.startswith(CTXOPT)
         return {
             "host": profile.name,
             "format": profile.fmt,
@@ -67,7 +72,19 @@ class Leg:
             "added_p50_ms": percentile(self.tally.ms, 50) if timed else None,
             "added_p95_ms": percentile(self.tally.ms, 95) if timed else None,
             **({"outcomes": self.tally.outcomes} if self.tally.outcomes else {}),
+            "by_session": self.by_session(profile),
         }
+
+    def by_session(self, profile: Profile) -> dict[str, list[float]]:
+        """Per session: billed tokens (its calls; the summarising calls go to the
+        session they were made in), the sum of its calls' recalls and their
+        count, so that folds of sessions pool as the whole does."""
+        figures = {}
+        for instance, f in self.tally.by_session.items():
+            extra = self.summarising_by.get(instance, [])
+            billed = sum(profile.prices.billed(b) for b in [*f.billings, *extra])
+            figures[instance] = [round(billed), round(sum(f.recalls), 4), len(f.recalls)]
+        return figures
 
 
 def tokens_of(prompt: Prompt, count: TokenCounter) -> int:
@@ -110,7 +127,9 @@ def compacting_leg(
         )
         sent = compacting(case, profile.fmt, model, lambda prompt: tokens_of(prompt, count))
         leg.add(case, sent.calls, count)
-        leg.summarising += summarising_billings(sent.calls, sent.summarising, count)
+        leg.summarising_by[case.session.instance_id] = summarising_billings(
+            sent.calls, sent.summarising, count
+        )
     return leg
 
 
@@ -125,12 +144,17 @@ def gemini_cli_leg(cases: list[Case], count: TokenCounter) -> Leg:
     leg = Leg()
     for job, result in run_jobs(jobs, address=""):  # no ctxopt job: no server
         leg.add(by_id[job.session.instance_id], result.prompts, count, outcomes=result.outcomes)
-        leg.summarising += gemini_summarising(result.prompts, result.outcomes, count)
+        leg.summarising_by[job.session.instance_id] = gemini_summarising(
+            result.prompts, result.outcomes, count
+        )
     return leg
 
 
-def ctxopt_legs(cases: list[Case], count: TokenCounter) -> dict[str, Leg]:
-    """Each host through one real gateway, by host name."""
+def ctxopt_legs(
+    cases: list[Case], count: TokenCounter, env: dict[str, str] | None = None
+) -> dict[str, Leg]:
+    """Each host through one real gateway (its server's environment plus `env`),
+    by host name."""
     legs = {p.name: Leg() for p in PROFILES}
     # The provider reports the prompt's size as it counts it; here that is cl100k, the count W,
     # the lines and the hosts' own judgement are in (the fake's default, raw bytes / 4, would
@@ -138,7 +162,12 @@ def ctxopt_legs(cases: list[Case], count: TokenCounter) -> dict[str, Leg]:
     with (
         fake_upstream(usage=lambda recorded: json_tokens(recorded.body)) as upstream,
         tempfile.TemporaryDirectory() as tmp,
-        serving(Path(tmp), "--gateway-addr", "127.0.0.1:0", env=upstream_env(upstream)) as server,
+        serving(
+            Path(tmp),
+            "--gateway-addr",
+            "127.0.0.1:0",
+            env={**upstream_env(upstream), **(env or {})},
+        ) as server,
         httpx.Client(timeout=120) as client,
     ):
         for profile in PROFILES:
@@ -151,9 +180,13 @@ def ctxopt_legs(cases: list[Case], count: TokenCounter) -> dict[str, Leg]:
     return legs
 
 
-def rows_of(cases: list[Case], count: TokenCounter) -> list[dict[str, Any]]:
-    """Every leg of every host over `cases`, one row each, in table order."""
+def rows_of(
+    cases: list[Case], count: TokenCounter, variants: dict[str, dict[str, str]] | None = None
+) -> list[dict[str, Any]]:
+    """Every leg of every host over `cases`, one row each, in table order; each
+    of `variants` (name -> server environment) adds a row `ctxopt <name>` per host."""
     ctxopt = ctxopt_legs(cases, count)
+    tried = {name: ctxopt_legs(cases, count, env) for name, env in (variants or {}).items()}
     legs = {
         (CLAUDE_CODE, HOST): compacting_leg(CLAUDE_CODE, cases, count),
         (CLAUDE_CODE, CONTEXT_EDITING): compacting_leg(CLAUDE_CODE, cases, count, edited=True),
@@ -162,6 +195,7 @@ def rows_of(cases: list[Case], count: TokenCounter) -> list[dict[str, Any]]:
         (CODEX, CTXOPT): ctxopt[CODEX.name],
         (GEMINI_CLI, HOST): gemini_cli_leg(cases, count),
         (GEMINI_CLI, CTXOPT): ctxopt[GEMINI_CLI.name],
+        **{(p, f"{CTXOPT} {name}"): t[p.name] for name, t in tried.items() for p in PROFILES},
     }
     alone = {p: legs[(p, HOST)].row(p, HOST)["billed_tokens"] for p in PROFILES}
     summary_tokens = count.count(SUMMARY_TEXT)  # each summarising call's output, not billed here

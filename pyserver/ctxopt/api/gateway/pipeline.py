@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from ctxopt.api.gateway import hosts, windows
+from ctxopt.api.gateway import hosts, schedule, windows
+from ctxopt.api.gateway.arrivals import arrivals, shrink_options
 from ctxopt.api.gateway.chunks import engine_chunks, query_of
 from ctxopt.api.gateway.formats.conversation import (
     Conversation,
@@ -58,6 +59,7 @@ from ctxopt.model import (
     Roots,
     Strategy,
 )
+from ctxopt.prices import price_of
 
 log = logging.getLogger("ctxopt.gateway")
 
@@ -221,12 +223,24 @@ class Pipeline:
         call.frame_tokens = sum(state.tokens.get(c.id, 0) for c in frame)
         edits, after, seen, before = self._project(call)
         note = ""
-        if after >= scaled * self.config.gc_threshold_percent / 100:
-            try:
-                note, edits, after = self._collect(call, after, seen)
-            except Exception as e:  # never worse, as above
-                log.warning("gateway: plan failed for %s: %s", state.session_id, e)
-                return self._fallback(call, raw, f"engine: {e}"[:200])
+        try:
+            if self._shrink_arrivals(call, seen):
+                edits, after, seen, before = self._project(call)
+            state.growth = schedule.next_growth(state.growth, last_size=state.last_size, size=after)
+            state.last_size = after
+            due = schedule.schedule(
+                price_of(conversation.model, fmt.name.partition("-")[0]).cache,
+                size=after,
+                growth=state.growth,
+                ceiling=scaled,
+                trigger_share=self.config.gateway_trigger_percent / 100,
+                landing_share=self.config.gateway_landing_percent / 100,
+            )
+            if due is not None:
+                note, edits, after = self._collect(call, after, seen, due.target)
+        except Exception as e:  # never worse, as above
+            log.warning("gateway: plan failed for %s: %s", state.session_id, e)
+            return self._fallback(call, raw, f"engine: {e}"[:200])
         if not edits:
             if before > scaled:
                 return self._fallback(call, raw, "over the ceiling with nothing to prune")
@@ -280,8 +294,37 @@ class Pipeline:
         if back:
             state.version += 1
 
+    def _shrink_arrivals(self, call: _Call, seen: int) -> bool:
+        """Shrink the tool outputs the model answered since the last call, once
+        (arrivals.py); whether any decision changed."""
+        state, share = call.state, self.config.gateway_arrival_share
+        judged = min(state.judged_turns, call.conversation.reused)
+        found = arrivals(
+            call.conversation.turns,
+            call.ids,
+            judged=judged,
+            protected=call.protected,
+            tokens=state.tokens,
+            min_tokens=self.config.gateway_arrival_min_tokens,
+        )
+        state.judged_turns = found.upto
+        if share <= 0 or not found.outputs:
+            return False
+        options = shrink_options(
+            found,
+            live=state.live,
+            tokens=state.tokens,
+            seen=seen,
+            ceiling=call.ceiling,
+            share=share,
+            query=query_of(call.conversation.turns),
+        )
+        plan = self.engine.optimize(state.owner, state.session_id, options)
+        self._remember(state, plan)
+        return bool(plan.decisions)
+
     def _collect(
-        self, call: _Call, projected: int, seen: int
+        self, call: _Call, projected: int, seen: int, target: int
     ) -> tuple[str, dict[tuple[int, int], Edit], int]:
         """Run collections until the prompt lands at the target; their decisions
         replace the ones that stuck. The engine sees its own view of the chunks
@@ -290,16 +333,17 @@ class Pipeline:
         kept for pairing), and a later pass is forced."""
         state = call.state
         roots = tuple(i for t in sorted(call.protected) for i in call.ids[t] if i in state.live)
-        target = call.ceiling * self.config.gc_target_percent / 100
         note = ""
         edits: dict[tuple[int, int], Edit] = {}
         for attempt in range(MAX_PASSES):
+            beyond = max(0, projected - seen)  # what the request carries beyond the engine's view
             options = OptimizeOptions(
                 budget=Budget(
-                    max(1, call.ceiling - max(0, projected - seen)),
-                    self.config.gc_threshold_percent,
-                    self.config.gc_target_percent,
+                    max(1, call.ceiling - beyond),
+                    self.config.gateway_trigger_percent,
+                    self.config.gateway_landing_percent,
                     self.config.gc_pressure_percent,
+                    target_tokens=max(1, target - beyond),
                 ),
                 query=query_of(call.conversation.turns),
                 roots=Roots(recent_turns=RECENT_TURNS, root_ids=roots),

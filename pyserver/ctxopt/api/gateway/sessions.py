@@ -73,6 +73,9 @@ class SessionState:
     projection: list[Any] = field(default_factory=list)  # the last call's, turn by turn
     token_scale: float = 1.0  # provider's count / ours, from the last reported usage
     last_sent_tokens: int = 0
+    judged_turns: int = 0  # turns whose answered outputs were shrunk once (arrivals.py)
+    growth: float = 0.0  # the prompt's running growth per call, as sent (schedule.py)
+    last_size: int = 0  # the last call's prompt size before any collection
 
 
 class Sessions:
