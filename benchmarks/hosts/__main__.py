@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "summary_chars": SUMMARY_CHARS,
         "window_median": statistics.median(c.window for c in cases),
         "variants": args.variant,
-        "rows": rows_of(cases, count, args.variant),
+        "rows": rows_of(cases, count, args.variant, default=not args.variants_only),
     }
     if args.long:
         long = long_cases(cases, args.long, count.count_many)
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "trajectories_per_session": args.long,
             "sessions": len(long),
             "window_median": statistics.median(c.window for c in long),
-            "rows": rows_of(long, count, args.variant),
+            "rows": rows_of(long, count, args.variant, default=not args.variants_only),
         }
     results["seconds"] = round(time.perf_counter() - started, 1)
     return results
@@ -178,6 +178,9 @@ def main() -> None:
         action="append",
         default=[],
         help="NAME:KEY=VALUE,...: also ctxopt with these CTXOPT_* settings (repeatable)",
+    )
+    parser.add_argument(
+        "--variants-only", action="store_true", help="no ctxopt row with the server's defaults"
     )
     parser.add_argument("--smoke", action="store_true", help="tiny run, for CI")
     parser.add_argument("--out", type=Path, default=RESULTS / "hosts.json")

@@ -181,20 +181,25 @@ def ctxopt_legs(
 
 
 def rows_of(
-    cases: list[Case], count: TokenCounter, variants: dict[str, dict[str, str]] | None = None
+    cases: list[Case],
+    count: TokenCounter,
+    variants: dict[str, dict[str, str]] | None = None,
+    *,
+    default: bool = True,
 ) -> list[dict[str, Any]]:
     """Every leg of every host over `cases`, one row each, in table order; each
-    of `variants` (name -> server environment) adds a row `ctxopt <name>` per host."""
-    ctxopt = ctxopt_legs(cases, count)
+    of `variants` (name -> server environment) adds a row `ctxopt <name>` per
+    host; `default` False leaves out ctxopt with the server's defaults."""
+    ctxopt = ctxopt_legs(cases, count) if default else {}
     tried = {name: ctxopt_legs(cases, count, env) for name, env in (variants or {}).items()}
     legs = {
         (CLAUDE_CODE, HOST): compacting_leg(CLAUDE_CODE, cases, count),
         (CLAUDE_CODE, CONTEXT_EDITING): compacting_leg(CLAUDE_CODE, cases, count, edited=True),
-        (CLAUDE_CODE, CTXOPT): ctxopt[CLAUDE_CODE.name],
+        **({(CLAUDE_CODE, CTXOPT): ctxopt[CLAUDE_CODE.name]} if default else {}),
         (CODEX, HOST): compacting_leg(CODEX, cases, count),
-        (CODEX, CTXOPT): ctxopt[CODEX.name],
+        **({(CODEX, CTXOPT): ctxopt[CODEX.name]} if default else {}),
         (GEMINI_CLI, HOST): gemini_cli_leg(cases, count),
-        (GEMINI_CLI, CTXOPT): ctxopt[GEMINI_CLI.name],
+        **({(GEMINI_CLI, CTXOPT): ctxopt[GEMINI_CLI.name]} if default else {}),
         **{(p, f"{CTXOPT} {name}"): t[p.name] for name, t in tried.items() for p in PROFILES},
     }
     alone = {p: legs[(p, HOST)].row(p, HOST)["billed_tokens"] for p in PROFILES}

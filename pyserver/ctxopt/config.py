@@ -59,11 +59,13 @@ class Config:
     gateway_host_ceilings: bool = True
     # When the gateway collects (api/gateway/schedule.py): once the next call would
     # reach `gateway_trigger_percent` of the ceiling, landing at `gateway_landing_percent`
-    # (or lower, where only that pays for the rewrite at the provider's cache prices);
+    # (or, unless `gateway_landing_pays` is off, lower where only that pays for the
+    # rewrite at the provider's cache prices);
     # answered tool outputs of at least `gateway_arrival_min_tokens` shrink once to at
     # most `gateway_arrival_share` of their size (api/gateway/arrivals.py; 0: off)
     gateway_trigger_percent: float = DEFAULT_THRESHOLD_PERCENT
     gateway_landing_percent: float = DEFAULT_TARGET_PERCENT
+    gateway_landing_pays: bool = True
     gateway_arrival_share: float = 0.0
     gateway_arrival_min_tokens: int = 200
     # Storage

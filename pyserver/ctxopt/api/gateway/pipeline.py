@@ -235,6 +235,7 @@ class Pipeline:
                 ceiling=scaled,
                 trigger_share=self.config.gateway_trigger_percent / 100,
                 landing_share=self.config.gateway_landing_percent / 100,
+                pays=self.config.gateway_landing_pays,
             )
             if due is not None:
                 note, edits, after = self._collect(call, after, seen, due.target)
