@@ -1,7 +1,7 @@
 """The gateway's schedule constants chosen out of fold, from a run of `benchmarks.hosts`.
 
     python -m benchmarks.hosts --long K --variant NAME:KEY=VALUE,... [...] --out RUN.json
-    python -m benchmarks.hosts.cv RUN.json [--before MAIN.json] [--out PATH]
+    python -m benchmarks.hosts.cv RUN.json [RUN.json ...] [--before NAME] [--out PATH]
 
 Fold k holds long session k and the K trajectories it is made of, so no
 trajectory is scored in a fold it helped choose for. For each fold, the
@@ -17,7 +17,9 @@ the window). Among those the one with the lowest worst bill against its bar
 trajectories) is chosen; when none qualifies, the one missing the recall bars
 by the least. Fold k is then scored with its choice; the pooled held-out
 figures are printed beside each candidate's in-sample ones and the host's
-(`--before`: a run of the previous default, shown as its own column).
+recall. Several runs of the same trajectories (variants split over
+processes) are read as one; `--before` names the variant that stands for
+the previous default, left out of the choice.
 """
 
 from __future__ import annotations
@@ -130,9 +132,8 @@ def choose(table: Table, methods: list[str], sessions: set[str]) -> str:
     return min(methods, key=lambda m: (scores[m].shortfall(), scores[m].worst_bill()))
 
 
-def cross_validate(results: dict[str, Any]) -> dict[str, Any]:
-    table, folds = table_of(results)
-    methods = sorted({m for _, _, m in table if m.startswith(CTXOPT)})
+def cross_validate(table: Table, folds: dict[str, int], before: str = "") -> dict[str, Any]:
+    methods = sorted({m for _, _, m in table if m.startswith(CTXOPT) and m != before})
     every = set(folds)
     chosen: dict[int, str] = {}
     for fold in sorted(set(folds.values())):
@@ -166,12 +167,10 @@ def _summary(s: Score) -> dict[str, dict[str, float]]:
     }
 
 
-def report(cv: dict[str, Any], before: dict[str, Any] | None) -> None:
+def report(cv: dict[str, Any]) -> None:
     print(f"{cv['folds']} folds; chosen per fold: {cv['chosen_per_fold']}")
     print(f"chosen on all folds (the default): {cv['chosen_on_all']}\n")
-    columns = {"out of fold": cv["out_of_fold"], **cv["in_sample"]}
-    if before is not None:
-        columns = {"before": before, **columns}
+    columns = {**cv.get("before", {}), "out of fold": cv["out_of_fold"], **cv["in_sample"]}
     cells = list(cv["out_of_fold"])
     print(f"{'':24} {'host recall':>11} " + " ".join(f"{name[:22]:>22}" for name in columns))
     for cell in cells:
@@ -179,9 +178,8 @@ def report(cv: dict[str, Any], before: dict[str, Any] | None) -> None:
         line = f"{cell:24} {host_recall:11.3f} "
         for figures in columns.values():
             f = figures.get(cell)
-            line += (
-                f"{'-':>22} " if f is None else f"{f['billed_vs_host']:10.3f}x {f['recall']:9.3f}  "
-            )
+            shown = "-" if f is None else f"{f['billed_vs_host']:.3f}x {f['recall']:.3f}"
+            line += f"{shown:>22} "
         print(line)
 
 
@@ -189,25 +187,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("run", type=Path, help="a benchmarks.hosts JSON with --long and variants")
-    parser.add_argument("--before", type=Path, help="a run of the previous default")
+    parser.add_argument(
+        "runs", type=Path, nargs="+", help="benchmarks.hosts JSON files with --long and variants"
+    )
+    parser.add_argument("--before", default="", help="the method of the previous default")
     parser.add_argument("--out", type=Path, default=RESULTS / "hosts_cv.json")
     args = parser.parse_args()
-    cv = cross_validate(json.loads(args.run.read_text()))
-    before = None
-    if args.before is not None:
-        before = score_all(json.loads(args.before.read_text()))
-        cv["before"] = before
-    report(cv, before)
+    table: Table = {}
+    folds: dict[str, int] = {}
+    for run in args.runs:
+        more, more_folds = table_of(json.loads(run.read_text()))
+        table |= more
+        folds |= more_folds
+    cv = cross_validate(table, folds, args.before)
+    if args.before:
+        cv["before"] = {args.before: _summary(score(table, args.before, set(folds)))}
+    report(cv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(cv, indent=2) + "\n")
     print(f"\nwrote {args.out}")
-
-
-def score_all(results: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """The plain ctxopt row of a run, on every session."""
-    table, folds = table_of(results)
-    return _summary(score(table, CTXOPT, set(folds)))
 
 
 if __name__ == "__main__":
