@@ -24,7 +24,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ctxopt.cli import GC_THRESHOLDS
+from ctxopt.cli.commands import GC_THRESHOLDS
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.planner.knobs import Tuning

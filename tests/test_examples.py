@@ -6,7 +6,7 @@ import doctest
 from types import ModuleType
 
 import pytest
-from ctxopt import engine
+from ctxopt.engine import engine
 from ctxopt.planner import plan
 from ctxopt.text import lines
 

@@ -185,7 +185,7 @@ def test_the_excerpt_names_its_stash_and_the_lines_it_dropped_and_restores_whole
     assert decision.stash_id in kept_lines(text)[0]
     assert "[... lines 1-29 dropped ...]" in kept_lines(text)
     assert "[... lines 33-60 dropped ...]" in kept_lines(text)
-    engine.restore("", S, ["out"], None, False)
+    engine.restore("", S, ["out"], budget=None, force=False)
     assert engine.chunks("", S, ["out"])[0].text == output
     engine.close()
 

@@ -44,7 +44,8 @@ def test_the_python_wheel_installs_clean_and_serves(tmp_path: Path) -> None:
     assert wheel.name == f"ctxopt_server-{__version__}-py3-none-any.whl"
     run(VENV_BIN / "twine", "check", "--strict", wheel, sdist)
     names = zipfile.ZipFile(wheel).namelist()
-    assert "ctxopt/cli.py" in names and "ctxopt/v1/ctxopt_pb2.py" in names
+    assert "ctxopt/cli/commands.py" in names and "ctxopt/engine/engine.py" in names
+    assert "ctxopt/v1/ctxopt_pb2.py" in names
     assert any(n.endswith("licenses/LICENSE") for n in names)
     assert not any(n.startswith(("tests/", "benchmarks/")) for n in names)
     with tarfile.open(sdist) as source:

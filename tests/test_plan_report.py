@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import doctest
 
-from ctxopt import plan_report, preflight
+from ctxopt.cli import preflight
+from ctxopt.engine import plan_report
+from ctxopt.engine.plan_report import LastPlans, RecordedPlan, build_report
 from ctxopt.model import Action, Chunk, ChunkKind, Decisions, Plan, PlanOutcome, Role
-from ctxopt.plan_report import LastPlans, RecordedPlan, build_report
 from ctxopt.store import StashEntry
 
 

@@ -9,7 +9,7 @@ from dataclasses import Field, fields
 from pathlib import Path
 
 import pytest
-from ctxopt.cli import subcommands
+from ctxopt.cli.commands import subcommands
 from ctxopt.config import Config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -101,7 +101,7 @@ def test_a_session_that_keeps_stashing_holds_bounded_slots_and_survives_restart(
     assert session.n_slots <= 12 + 2 * 32
     order = [c["chunk"]["id"] for c in json.loads(engine.export_session("", "s"))["chunks"]]
     assert order == live
-    engine.restore("", "s", ["c0"], None, False)  # forgotten long ago: back at the end
+    engine.restore("", "s", ["c0"], budget=None, force=False)  # forgotten long ago: back at the end
     engine.close()
 
     reopened = Engine(config)

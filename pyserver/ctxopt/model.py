@@ -8,7 +8,7 @@ the modules that use it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from enum import Enum, IntEnum
 from typing import NamedTuple, overload
 
@@ -145,6 +145,7 @@ class Budget:
     """Token budget; percentages are of `context_limit_tokens`."""
 
     context_limit_tokens: int
+    _: KW_ONLY  # four numbers side by side read wrong: the rest by name
     threshold_percent: float = DEFAULT_THRESHOLD_PERCENT
     target_percent: float = DEFAULT_TARGET_PERCENT
     pressure_percent: float = DEFAULT_PRESSURE_PERCENT
@@ -228,7 +229,7 @@ class Repair:
     detail: str
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Decisions(Sequence[Decision]):
     """A plan's decisions as columns, one list per `Decision` field, in prompt
     order. Writers of responses read the columns; a `Decision` object is built
@@ -249,15 +250,17 @@ class Decisions(Sequence[Decision]):
         """The columns of these decisions (all with breakdowns, or none)."""
         with_breakdowns = all(d.breakdown is not None for d in rows)
         return cls(
-            [d.chunk_id for d in rows],
-            [d.action for d in rows],
-            [d.tokens for d in rows],
-            [d.tokens_after for d in rows],
-            [d.score for d in rows],
-            [d.breakdown for d in rows if d.breakdown is not None] if with_breakdowns else None,
-            [d.reasons for d in rows],
-            [d.replacement_text for d in rows],
-            [d.stash_id for d in rows],
+            chunk_ids=[d.chunk_id for d in rows],
+            actions=[d.action for d in rows],
+            tokens=[d.tokens for d in rows],
+            tokens_after=[d.tokens_after for d in rows],
+            scores=[d.score for d in rows],
+            breakdowns=[d.breakdown for d in rows if d.breakdown is not None]
+            if with_breakdowns
+            else None,
+            reasons=[d.reasons for d in rows],
+            replacement_texts=[d.replacement_text for d in rows],
+            stash_ids=[d.stash_id for d in rows],
         )
 
     def __len__(self) -> int:

@@ -1,4 +1,4 @@
-"""Stateless input checks shared by every front (gRPC, MCP) and the engine.
+"""Stateless input checks shared by the fronts (gRPC, MCP) and the engine.
 
 Each check raises `InvalidArgument` (or `ResourceExhausted` for limits) naming
 the field path, e.g. `chunks[3].text`, and the offending value. Checks that

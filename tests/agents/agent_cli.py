@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from ctxopt.launch import HOSTS, point_host
+from ctxopt.cli.launch import HOSTS, point_host
 
 BIN = Path(__file__).parent / "node_modules" / ".bin"
 RUN_TIMEOUT_S = 240.0

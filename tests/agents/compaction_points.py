@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ctxopt.launch import point_host
+from ctxopt.cli.launch import point_host
 
 from tests.agents.agent_cli import BIN, PROMPT, sandbox
 from tests.agents.scripted_provider import (

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxopt.launch import gateway_answers
+from ctxopt.cli.launch import gateway_answers
 
 from tests.agents.agent_cli import host_args, require_clis, sandbox
 from tests.agents.scripted_provider import (

@@ -245,7 +245,7 @@ def test_with_pruning_off_or_in_shadow_the_provider_gets_the_bytes_as_sent(
 ) -> None:
     """`--gateway-mode off` forwards byte for byte as `pass-through`; `shadow`
     (here through CTXOPT_GATEWAY_MODE) plans and logs the pruning it would do and
-    forwards the original bytes too."""
+    forwards the original bytes too, reporting `shadow` as the TS client does."""
     args = ("--gateway-mode", mode) if mode == "off" else ()
     env = upstream_env(upstream) | ({"CTXOPT_GATEWAY_MODE": mode} if mode == "shadow" else {})
     with serving(tmp_path, "--gateway-addr", "127.0.0.1:0", *args, env=env) as server:
@@ -259,7 +259,7 @@ def test_with_pruning_off_or_in_shadow_the_provider_gets_the_bytes_as_sent(
             )
             assert answer.status_code == 200
             assert upstream.requests[-1].raw == raw
-        expected = "pass-through" if mode == "off" else "optimized"
+        expected = "pass-through" if mode == "off" else "shadow"
         assert answer.headers["x-ctxopt-outcome"] == expected
         lines = gateway_log_lines(server, lambda _line: True, count=2)
         assert [line["outcome"] for line in lines] == [expected] * 2

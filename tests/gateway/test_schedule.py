@@ -81,12 +81,8 @@ def _body(steps: int) -> dict[str, Any]:
             }
         )  # fmt: skip
         output = _lines(f"out{k}", 400 if k == 0 else 5)
-        messages.append(
-            {
-                "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": f"toolu_{k}", "content": output}],
-            }
-        )  # fmt: skip
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{k}", "content": output}
+        messages.append({"role": "user", "content": [result]})
     return {"model": "claude-sonnet-4-6", "max_tokens": 100, "messages": messages}
 
 

@@ -33,7 +33,8 @@ class LineLevel:
     """One size of a tool output's line excerpt: its text and tokens, and the
     share of the excerpt's line weight it keeps (1 for the first size)."""
 
-    made: tuple[str, int]
+    text: str
+    tokens: int
     kept: float
 
 
@@ -78,12 +79,12 @@ def levels_of(
             break
         text = ranged_excerpt(chunk.id, lines, kept, stash)
         after = count_tokens(text)
-        before = levels[-1].made[1] if levels else entry.tokens
+        before = levels[-1].tokens if levels else entry.tokens
         if after >= before * tuning.shrink_worth:
             break  # a size that does not shrink the one before well; none under it either
         kept_weight = sum(scores[i] for i in kept)
         weight = weight or kept_weight
-        levels.append(LineLevel((text, after), kept_weight / weight))
+        levels.append(LineLevel(text=text, tokens=after, kept=kept_weight / weight))
     made = tuple(levels)
     with _line_excerpts_lock:
         remember(_line_excerpts, key, made, ANCHORED_CACHE_SIZE)

@@ -21,8 +21,9 @@ from ctxopt.scoring.hybrid import Scores
 from ctxopt.session import SessionView
 
 
-def landing(options: OptimizeOptions, tuning: Tuning) -> int:
-    """The token count a triggered plan aims for."""
+def plan_target(options: OptimizeOptions, tuning: Tuning) -> int:
+    """The token count a triggered plan aims for (the budget's target, lower
+    when aggressive)."""
     target = options.budget.target
     return int(target * tuning.aggressive_target) if options.aggressive else target
 
@@ -44,7 +45,7 @@ def idle_plan(session: SessionView, options: OptimizeOptions, marks: Marks, tuni
     return idle_result(
         kept_ids=[session.slot_ids[s] for s in live.tolist()],
         tokens=int(tokens[live].sum()),
-        target_tokens=landing(options, tuning),
+        target_tokens=plan_target(options, tuning),
         mandatory_tokens=int(tokens[live][marks.root[live]].sum()),
     )
 
@@ -102,7 +103,7 @@ def plan_session(
     rules = RULES[options.strategy]
     live = session.live
     tokens = session.columns.tokens
-    target = landing(options, tuning)
+    target = plan_target(options, tuning)
     values = chunk_values(session, options, scores, tools, tuning=tuning)
     sel = Selection(session, options, scores, values)
     priorities = unit_priorities(sel, tools.book, tuning=tuning)

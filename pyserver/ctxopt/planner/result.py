@@ -57,7 +57,7 @@ def collected_result(
     Only chunks that change get a decision, and every per-slot fact is read
     column-wise; the loop left does per decision only what needs its text."""
     session, options, scores, values = sel.session, sel.options, sel.scores, sel.values
-    shrink_action, shrink_texts = values.shrink_action, values.shrink_texts
+    shrink_action = values.shrink_action
     state = sel.slot_state()
     live = sel.live
     live_state = state[live]
@@ -95,21 +95,21 @@ def collected_result(
     texts = [""] * len(slot_list)
     afters = [0] * len(slot_list)
     decisions = Decisions(
-        chunk_ids,
-        actions,
-        cols.tokens[changed_slots].tolist(),
-        afters,
-        scores.total[changed_slots].tolist(),
-        None,
-        _decision_reasons(sel, codes, changed_slots, values.covered_by_summary, requested),
-        texts,
-        stash_ids,
+        chunk_ids=chunk_ids,
+        actions=actions,
+        tokens=cols.tokens[changed_slots].tolist(),
+        tokens_after=afters,
+        scores=scores.total[changed_slots].tolist(),
+        breakdowns=None,  # set below unless the plan is lean
+        reasons=_decision_reasons(sel, codes, changed_slots, values.covered_by_summary, requested),
+        replacement_texts=texts,
+        stash_ids=stash_ids,
     )
     shrunk_rows = np.flatnonzero(shrunk).tolist()
     shrunk_slots = changed_slots[shrunk]
     tight = set(shrunk_slots[state[shrunk_slots] == int(TIGHT)].tolist())
     made = [
-        (values.tight_texts if slot in tight else shrink_texts)[slot]
+        values.texts.tight(slot) if slot in tight else values.texts.shrunk(slot)
         for slot in shrunk_slots.tolist()
     ]
     for i, (text, after) in zip(shrunk_rows, made, strict=True):

@@ -5,9 +5,9 @@ anchored or masked; `texts` writes the shrunk texts).
 
 from __future__ import annotations
 
-from collections import ChainMap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -32,8 +32,15 @@ _KEEP, _TRIM, _MASK = int(Action.KEEP), int(Action.TRIM), int(Action.MASK)
 _SUMMARY, _TOOL_RESULT = int(ChunkKind.SUMMARY), int(ChunkKind.TOOL_RESULT)
 
 
-# (chunk id, text, stash id, target tokens, tokens) -> the TRIM excerpt
-Trim = Callable[[str, str, str, int, int], str]
+class Trim(Protocol):
+    """The query-aware TRIM excerpt of a chunk's text (`texts.Trimmer`)."""
+
+    def __call__(self, chunk_id: str, text: str, stash: str, goal: int, tokens: int, /) -> str:
+        """`text` (`tokens` long, its original in stash entry `stash`) cut to
+        about `goal` tokens."""
+        ...
+
+
 TokenCount = Callable[[str], int]
 
 
@@ -47,7 +54,7 @@ class TextTools:
     book: LineBook | None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class ChunkValues:
     """Per slot: what keeping the chunk is worth, and how it would shrink."""
 
@@ -55,14 +62,61 @@ class ChunkValues:
     covered_by_summary: npt.NDArray[np.bool_]
     shrink_tokens: FloatArray
     shrink_action: npt.NDArray[np.int8]  # TRIM, MASK or KEEP (does not shrink)
-    shrink_texts: dict[int, tuple[str, int]]
+    texts: ShrunkTexts  # the shrunk (and tight) texts themselves
     retention: FloatArray  # share of the value a shrunk chunk keeps
     # A tool output's tighter line excerpt, the step between its excerpt and
     # removal (`Tuning.line_tight_share`); where there is none, the same as shrunk
     # (a call grouped with a tightened output keeps its shrunk text).
     tight_tokens: FloatArray
-    tight_texts: Mapping[int, tuple[str, int]]
     tight_retention: FloatArray
+
+
+class ShrunkTexts:
+    """Each shrinking chunk's text and exact tokens, by slot: the one place a
+    plan finds them (`result` reads those of the decisions it applies).
+
+    Where each comes from:
+    - a tool output's line excerpt (`line_levels`: made once per output and
+      remembered per session between plans), at its first size, and at its
+      tight size when it has one;
+    - a TRIM excerpt (`texts.Trimmer`) or a MASK placeholder (`texts.masked`),
+      made while the plan prices its options;
+    - an anchored excerpt, made and counted by the session's line book
+      (`LineBook.excerpts`) and read from it only on use (a plan applies few
+      of the many it prices).
+    """
+
+    def __init__(self) -> None:
+        self._made: dict[int, tuple[str, int]] = {}
+        self._tight: dict[int, tuple[str, int]] = {}
+        self._book: LineBook | None = None
+        self._anchored_tokens: FloatArray | None = None
+
+    def made(self, slot: int, text: str, tokens: int) -> None:
+        self._made[slot] = (text, tokens)
+
+    def made_tight(self, slot: int, text: str, tokens: int) -> None:
+        self._tight[slot] = (text, tokens)
+
+    def anchored_in(self, book: LineBook, tokens: FloatArray) -> None:
+        """Slots not made here are anchored excerpts of `book`, `tokens` long."""
+        self._book, self._anchored_tokens = book, tokens
+
+    def shrunk(self, slot: int) -> tuple[str, int]:
+        made = self._made.get(slot)
+        if made is not None:
+            return made
+        if self._book is None or self._anchored_tokens is None:
+            raise KeyError(slot)
+        return self._book.excerpt_text(slot), int(self._anchored_tokens[slot])
+
+    def tight(self, slot: int) -> tuple[str, int]:
+        """A tool output's tighter excerpt; where there is none, its shrunk text."""
+        return self._tight.get(slot) or self.shrunk(slot)
+
+    def tight_sizes(self) -> list[tuple[int, int]]:
+        """(slot, tokens) of every tight excerpt."""
+        return [(slot, tokens) for slot, (_, tokens) in self._tight.items()]
 
 
 def chunk_values(
@@ -90,19 +144,18 @@ def chunk_values(
     retention[shrinks.anchored] = tuning.anchor_retention
     retention[shrinks.lined] = tuning.line_retention
     return ChunkValues(
-        value,
-        covered_by_summary,
-        shrinks.tokens,
-        shrinks.action,
-        shrinks.texts,
-        retention,
-        shrinks.tight_tokens,
-        ChainMap(shrinks.tight_texts, shrinks.texts),
+        value=value,
+        covered_by_summary=covered_by_summary,
+        shrink_tokens=shrinks.tokens,
+        shrink_action=shrinks.action,
+        texts=shrinks.texts,
+        retention=retention,
+        tight_tokens=shrinks.tight_tokens,
         # a line's score counts its signals, not the chance it is needed, and the
         # lines a tight excerpt drops hold needed lines too: it keeps the square of
         # its share of the excerpt's line weight (picked in sample beside the share,
         # its cube and constant values)
-        retention * shrinks.tight_kept**2,
+        tight_retention=retention * shrinks.tight_kept**2,
     )
 
 
@@ -113,11 +166,10 @@ class _Shrinks:
 
     tokens: FloatArray
     action: npt.NDArray[np.int8]
-    texts: dict[int, tuple[str, int]]
+    texts: ShrunkTexts
     anchored: npt.NDArray[np.bool_]
     lined: npt.NDArray[np.bool_]
     tight_tokens: FloatArray
-    tight_texts: dict[int, tuple[str, int]]
     tight_kept: FloatArray  # share of the excerpt's line weight the tight one keeps
 
 
@@ -158,11 +210,10 @@ def _shrink_options(
     action = np.full(n, _KEEP, dtype=np.int8)
     anchored = np.zeros(n, dtype=bool)
     lined = np.zeros(n, dtype=bool)
-    texts: dict[int, tuple[str, int]] = {}
-    tight_texts: dict[int, tuple[str, int]] = {}
+    texts = ShrunkTexts()
     tight_kept = np.ones(n)
     if options.strategy != Strategy.HYBRID or options.aggressive:
-        return _Shrinks(tokens, action, texts, anchored, lined, tokens, tight_texts, tight_kept)
+        return _Shrinks(tokens, action, texts, anchored, lined, tokens, tight_kept)
     alive = cols.alive[:n] & ~root[:n]
     multiline = alive & (cols.lines[:n] >= tuning.trim_min_lines)
     analyze = analyzer_of(session)
@@ -182,7 +233,7 @@ def _shrink_options(
         anchored = multiline & ~outputs & (excerpt >= 0)
         action[anchored] = _TRIM
         tokens[anchored] = excerpt[anchored]
-        texts = _ShrunkTexts(book, tokens)
+        texts.anchored_in(book, tokens)
     if book is not None and outputs.any():
         facts = session_facts(
             session,
@@ -202,9 +253,11 @@ def _shrink_options(
         )
         for slot, levels in made.items():
             if levels:
-                texts[slot], tokens[slot], lined[slot] = levels[0].made, levels[0].made[1], True
+                texts.made(slot, levels[0].text, levels[0].tokens)
+                tokens[slot], lined[slot] = levels[0].tokens, True
             if len(levels) > 1:
-                tight_texts[slot], tight_kept[slot] = levels[1].made, levels[1].kept
+                texts.made_tight(slot, levels[1].text, levels[1].tokens)
+                tight_kept[slot] = levels[1].kept
         action[lined] = _TRIM
     shrunk = anchored | lined
     trimmable = multiline & ~shrunk & (cols.tokens[:n] >= tuning.trim_min_tokens)
@@ -224,27 +277,15 @@ def _shrink_options(
         if action[slot] == _TRIM:
             goal = int(entry.tokens * tuning.trim_fraction)
             text = tools.trim(chunk.id, chunk.text, stash, goal, entry.tokens)
-            texts[slot] = (text, count_tokens(text))
+            after = count_tokens(text)
         else:
-            texts[slot] = masked(chunk.id, chunk.text, stash, entry.tokens, count_tokens)
-        tokens[slot] = texts[slot][1]
+            text, after = masked(chunk.id, chunk.text, stash, entry.tokens, count_tokens)
+        texts.made(slot, text, after)
+        tokens[slot] = after
     tight_tokens = tokens.copy()
-    for slot, (_, after) in tight_texts.items():
+    for slot, after in texts.tight_sizes():
         tight_tokens[slot] = after
-    return _Shrinks(tokens, action, texts, anchored, lined, tight_tokens, tight_texts, tight_kept)
-
-
-class _ShrunkTexts(dict[int, tuple[str, int]]):
-    """Shrunk texts by slot: the fallbacks stored, anchored excerpts read from
-    the line book on use (a plan reads only the few it applies)."""
-
-    def __init__(self, book: LineBook, tokens: FloatArray) -> None:
-        super().__init__()
-        self._book = book
-        self._tokens = tokens
-
-    def __missing__(self, slot: int) -> tuple[str, int]:
-        return self._book.excerpt_text(slot), int(self._tokens[slot])
+    return _Shrinks(tokens, action, texts, anchored, lined, tight_tokens, tight_kept)
 
 
 def _anchored_excerpt(

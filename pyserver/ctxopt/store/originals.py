@@ -30,8 +30,10 @@ class Originals:
     stash: list[StashEntry] = field(default_factory=list)
     restash: list[Restash] = field(default_factory=list)
 
-    def keep(self, entry: Entry, action: Action, reasons: tuple[str, ...], score: float) -> str:
-        """Keep the original of a chunk leaving the window or shrinking: a new
+    def stash_original(
+        self, entry: Entry, action: Action, reasons: tuple[str, ...], score: float
+    ) -> str:
+        """Stash the original of a chunk leaving the window or shrinking: a new
         entry, or, when its text is already an excerpt or placeholder, the newer
         decision on the entry holding its original. Returns that stash id."""
         if entry.origin:
@@ -87,7 +89,7 @@ def plan_change(
     for i, action in enumerate(d.actions):
         if action in _SHRINKS:
             entry = entries[d.chunk_ids[i]]
-            origin = originals.keep(entry, action, d.reasons[i], d.scores[i])
+            origin = originals.stash_original(entry, action, d.reasons[i], d.scores[i])
             shrunk = replace(entry.chunk, text=d.replacement_texts[i], tokens=d.tokens_after[i])
             upserts.append(replace(stored_of(entry), chunk=shrunk, origin=origin))
     for i, action in enumerate(d.actions):
@@ -95,7 +97,7 @@ def plan_change(
             entry = entries[d.chunk_ids[i]]
             removals.append(entry.chunk.id)
             if action != Action.DELETE:
-                originals.keep(entry, action, d.reasons[i], d.scores[i])
+                originals.stash_original(entry, action, d.reasons[i], d.scores[i])
     return Change(
         session_id,
         owner,
@@ -120,7 +122,7 @@ def removal_change(
     originals = Originals(session_id, owner, now_ms)
     if stash_reason is not None:
         for entry in removed:
-            originals.keep(entry, Action.STASH, (stash_reason,), 0.0)
+            originals.stash_original(entry, Action.STASH, (stash_reason,), 0.0)
     return Change(
         session_id,
         owner,

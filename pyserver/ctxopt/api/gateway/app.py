@@ -23,6 +23,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ctxopt.api.auth import Tokens, Unauthenticated
 from ctxopt.api.gateway import windows
 from ctxopt.api.gateway.formats.anthropic import AnthropicMessages
 from ctxopt.api.gateway.formats.conversation import WireFormat
@@ -32,7 +33,6 @@ from ctxopt.api.gateway.formats.openai_responses import OpenAIResponses
 from ctxopt.api.gateway.forward import relay, upstream_headers
 from ctxopt.api.gateway.pipeline import Pipeline
 from ctxopt.api.gateway.prepared import Outcome, Prepared
-from ctxopt.api.grpc.interceptors import Tokens, Unauthenticated
 from ctxopt.config import Config
 
 log = logging.getLogger("ctxopt.gateway")

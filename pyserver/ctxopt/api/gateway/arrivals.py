@@ -12,7 +12,7 @@ once: `Arrivals.upto` moves past it whether or not it shrank.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from ctxopt.api.gateway.chunks import groups_of
@@ -39,7 +39,7 @@ def arrivals(
     ids: Sequence[Sequence[str]],
     *,
     judged: int,
-    protected: set[int],
+    protected: Set[int],
     tokens: Mapping[str, int],
     min_tokens: int,
 ) -> Arrivals:
@@ -86,7 +86,7 @@ def arrivals(
 def shrink_options(
     found: Arrivals,
     *,
-    live: set[str],
+    live: Set[str],
     tokens: Mapping[str, int],
     seen: int,
     ceiling: int,
@@ -97,10 +97,11 @@ def shrink_options(
     root, so nothing before them changes), landing `1 - share` of the outputs'
     tokens under `seen`, the engine's present size."""
     cut = sum(tokens.get(i, 0) for i in found.outputs) * (1 - share)
+    others = [i for i in live if i not in found.members]
     return OptimizeOptions(
         budget=Budget(ceiling, target_tokens=max(1, int(seen - cut))),
         query=query,
-        roots=Roots(recent_turns=0, root_ids=tuple(sorted(live - found.members))),
+        roots=Roots(recent_turns=0, root_ids=tuple(sorted(others))),
         strategy=STRATEGY,
         force=True,
         lean=True,

@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ctxopt.api.gateway.sessions import SessionState
+from ctxopt.api.gateway.state import ConversationState
 
 
 class Outcome(Enum):
     OPTIMIZED = "optimized"
+    SHADOW = "shadow"  # shadow mode: it would have sent a changed request, sent the original
     BELOW_THRESHOLD = "below-threshold"
     FALLBACK = "fallback"
     PASS_THROUGH = "pass-through"
@@ -26,5 +27,5 @@ class Prepared:
     tokens_after: int = 0
     session_id: str = ""
     note: str = ""
-    state: SessionState | None = None
+    state: ConversationState | None = None
     log: dict[str, object] = field(default_factory=dict)

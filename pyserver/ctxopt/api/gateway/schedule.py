@@ -35,6 +35,21 @@ class Collection:
     reason: str  # "next call crosses <trigger>", with the landing's rule
 
 
+class Pace:
+    """A conversation's growth per call, as `next_growth` keeps it (guarded by
+    the conversation's lock, as the rest of its state)."""
+
+    def __init__(self) -> None:
+        self.growth = 0.0
+        self._last_size = 0
+
+    def observe(self, size: int) -> float:
+        """The growth after a call whose prompt (before any collection) has `size` tokens."""
+        self.growth = next_growth(self.growth, last_size=self._last_size, size=size)
+        self._last_size = size
+        return self.growth
+
+
 def next_growth(previous: float, *, last_size: int, size: int) -> float:
     """The running mean of the prompt's growth per call, after a call of `size`
     tokens that followed one of `last_size` (a shrinking call, as after a

@@ -14,9 +14,9 @@ import time
 
 import uvicorn
 
+from ctxopt.api.auth import Tokens
 from ctxopt.api.gateway.app import build_app
 from ctxopt.api.gateway.pipeline import Pipeline
-from ctxopt.api.grpc.interceptors import Tokens
 from ctxopt.config import GATEWAY_MODES, Config
 from ctxopt.engine import Engine
 from ctxopt.errors import FailedPrecondition

@@ -1,4 +1,5 @@
-"""Which conversation a request continues, and whose it is.
+"""Which conversation a request continues, and whose it is (the engine session
+id the gateway plans it in; state.py holds what it remembers of it).
 
 The owner is the ctxopt identity, as for gRPC and MCP: the owner of the
 `x-ctxopt-token` when `CTXOPT_AUTH_TOKEN` is set, "" when auth is off; so the
@@ -16,14 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
-
-from ctxopt.api.gateway.formats.conversation import Conversation
-from ctxopt.model import Decision
 
 SESSION_HEADER = "x-ctxopt-session"
 CREDENTIAL_HEADERS = ("x-api-key", "authorization", "x-goog-api-key")
@@ -31,9 +26,6 @@ CREDENTIAL_HEADERS = ("x-api-key", "authorization", "x-goog-api-key")
 NAMESPACE_KEY = b"ctxopt gateway session namespace v1"
 NAMESPACE_CHARS = 12
 MAX_HEADER_SESSION_CHARS = 160
-# Conversations whose state (sticky decisions, calibration) stays in memory; a
-# forgotten one starts over cold (its engine session and stash stay stored).
-MAX_LIVE_SESSIONS = 1024
 
 
 def namespace_of(headers: Mapping[str, str], owner: str) -> str:
@@ -53,44 +45,3 @@ def session_of(fmt: str, namespace: str, header: str, opening: Any) -> str:
     key = hashlib.blake2b(digest_size=8)
     key.update(repr(opening).encode("utf-8", "surrogatepass"))
     return f"{namespace}.{fmt}-{key.hexdigest()}"
-
-
-@dataclass
-class SessionState:
-    """What the gateway remembers of one conversation between calls."""
-
-    session_id: str
-    owner: str
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    conversation: Conversation | None = None  # the last call's, for its unchanged prefix
-    turn_ids: list[list[str]] = field(default_factory=list)  # its chunk ids, turn by turn
-    live: set[str] = field(default_factory=set)  # chunk ids the engine session holds
-    tokens: dict[str, int] = field(default_factory=dict)  # chunk id -> count as sent
-    decisions: dict[str, Decision] = field(default_factory=dict)  # sticky between collections
-    # each rewritten chunk's text and size for its decision (made once per decision)
-    replacements: dict[str, tuple[Decision, str, int]] = field(default_factory=dict)
-    version: int = 0  # bumped whenever `decisions` change
-    projection: list[Any] = field(default_factory=list)  # the last call's, turn by turn
-    token_scale: float = 1.0  # provider's count / ours, from the last reported usage
-    last_sent_tokens: int = 0
-    judged_turns: int = 0  # turns whose answered outputs were shrunk once (arrivals.py)
-    growth: float = 0.0  # the prompt's running growth per call, as sent (schedule.py)
-    last_size: int = 0  # the last call's prompt size before any collection
-
-
-class Sessions:
-    """The live conversation states, least recently used forgotten first."""
-
-    def __init__(self, limit: int = MAX_LIVE_SESSIONS) -> None:
-        self._limit = limit
-        self._states: OrderedDict[tuple[str, str], SessionState] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, session_id: str, owner: str) -> SessionState:
-        with self._lock:
-            key = (owner, session_id)
-            state = self._states.pop(key, None) or SessionState(session_id, owner)
-            self._states[key] = state
-            while len(self._states) > self._limit:
-                self._states.popitem(last=False)
-            return state

@@ -14,6 +14,7 @@ from typing import Any, TypeVar, cast
 
 from ctxopt import __version__
 from ctxopt.config import Config
+from ctxopt.engine.plan_report import PlanReport
 from ctxopt.errors import InvalidArgument
 from ctxopt.model import (
     DEFAULT_RECENT_TURNS,
@@ -36,7 +37,6 @@ from ctxopt.model import (
     Strategy,
     Weights,
 )
-from ctxopt.plan_report import PlanReport
 from ctxopt.store import SessionSummary
 from ctxopt.v1 import ctxopt_pb2 as pb
 

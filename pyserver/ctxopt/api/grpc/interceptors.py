@@ -11,22 +11,18 @@ in this order, outermost first:
 Per-call concerns that need the servicer's context (the deadline, engine errors
 to status codes, the access log line) live in `service._call`.
 
-`CTXOPT_AUTH_TOKEN` holds comma-separated tokens, each `owner=secret` or a bare
-`secret` (owner ""). A session belongs to the owner that created it, so two
-teams sharing one server never see each other's sessions or stash. With no
-tokens configured every caller is owner "" (the loopback default).
+The bearer tokens themselves are `ctxopt.api.auth`, shared with the gateway.
 """
 
 from __future__ import annotations
 
-import hmac
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from ctxopt.errors import InvalidArgument
+from ctxopt.api.auth import Tokens, Unauthenticated
 
 if TYPE_CHECKING:  # the stubs make these generic; the runtime classes are not
     _Interceptor = grpc.ServerInterceptor[Any, Any]
@@ -42,41 +38,6 @@ _owner: ContextVar[str] = ContextVar("ctxopt_owner", default="")
 def current_owner() -> str:
     """The owner of the call this thread is serving ("" when auth is off)."""
     return _owner.get()
-
-
-class Unauthenticated(Exception):
-    """The call carries no token, or one this server does not know."""
-
-
-class Tokens:
-    def __init__(self, spec: str) -> None:
-        self._owners: list[tuple[bytes, str]] = []
-        for i, item in enumerate(part.strip() for part in spec.split(",")):
-            if not item:
-                continue
-            owner, _, secret = item.rpartition("=")
-            if not secret:
-                raise InvalidArgument(f"auth_token[{i}]", "<hidden>", "empty secret")
-            self._owners.append((secret.encode(), owner))
-
-    @property
-    def required(self) -> bool:
-        return bool(self._owners)
-
-    def owner(self, metadata: Sequence[tuple[str, str | bytes]]) -> str:
-        """The owner of the call's `authorization: Bearer <token>` header."""
-        header = next((v for k, v in metadata if k == "authorization"), None)
-        if not isinstance(header, str) or not header.startswith("Bearer "):
-            raise Unauthenticated("missing 'authorization: Bearer <token>' metadata")
-        presented = header.removeprefix("Bearer ").strip().encode()
-        owner: str | None = None
-        # compare against every token in constant time (no early exit on a match)
-        for secret, name in self._owners:
-            if hmac.compare_digest(presented, secret):
-                owner = name
-        if owner is None:
-            raise Unauthenticated("unknown bearer token")
-        return owner
 
 
 def _wrapped(

@@ -21,7 +21,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ctxopt.api.grpc.interceptors import AuthInterceptor, DecodeInterceptor, Tokens
+from ctxopt.api.auth import Tokens
+from ctxopt.api.grpc.interceptors import AuthInterceptor, DecodeInterceptor
 from ctxopt.api.grpc.service import ContextOptimizerService
 from ctxopt.config import Config
 from ctxopt.engine import Engine

@@ -62,7 +62,7 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
     ) -> pb.RemoveChunksResponse:
         def run(owner: str) -> pb.RemoveChunksResponse:
             removed, tokens = self.engine.remove(
-                owner, request.session_id, list(request.chunk_ids), request.stash
+                owner, request.session_id, list(request.chunk_ids), stash_originals=request.stash
             )
             return pb.RemoveChunksResponse(removed=removed, session_tokens=tokens)
 
@@ -132,7 +132,11 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
                 else None
             )
             restored, tokens = self.engine.restore(
-                owner, request.session_id, list(request.chunk_ids), budget, request.force
+                owner,
+                request.session_id,
+                list(request.chunk_ids),
+                budget=budget,
+                force=request.force,
             )
             return pb.RestoreResponse(restored_ids=restored, session_tokens=tokens)
 
@@ -152,7 +156,9 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
         self, request: pb.DeleteSessionRequest, context: grpc.ServicerContext
     ) -> pb.DeleteSessionResponse:
         def run(owner: str) -> pb.DeleteSessionResponse:
-            deleted = self.engine.delete_session(owner, request.session_id, request.purge_stash)
+            deleted = self.engine.delete_session(
+                owner, request.session_id, purge_stash=request.purge_stash
+            )
             return pb.DeleteSessionResponse(deleted=deleted)
 
         return self._call("DeleteSession", context, request.session_id, 0, run)
@@ -171,7 +177,9 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
         self, request: pb.ImportSessionRequest, context: grpc.ServicerContext
     ) -> pb.ImportSessionResponse:
         def run(owner: str) -> pb.ImportSessionResponse:
-            session_id, count = self.engine.import_session(owner, request.json, request.replace)
+            session_id, count = self.engine.import_session(
+                owner, request.json, overwrite=request.replace
+            )
             return pb.ImportSessionResponse(session_id=session_id, chunk_count=count)
 
         return self._call("ImportSession", context, "", 0, run)

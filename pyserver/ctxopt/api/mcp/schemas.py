@@ -77,10 +77,10 @@ class GcSettings(BaseModel):
 
     def budget(self) -> Budget:
         return Budget(
-            self.context_limit_tokens,
-            self.threshold_percent,
-            self.target_percent,
-            self.pressure_percent,
+            context_limit_tokens=self.context_limit_tokens,
+            threshold_percent=self.threshold_percent,
+            target_percent=self.target_percent,
+            pressure_percent=self.pressure_percent,
         )
 
     def weights(self) -> Weights:

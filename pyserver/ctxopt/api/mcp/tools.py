@@ -202,7 +202,7 @@ class ContextTools:
 
     def restore(self, session_id: str, ids: list[str], force: bool) -> RestoreResult:
         budget = self.settings.budget()
-        restored, tokens = self.engine.restore(OWNER, session_id, ids, budget, force)
+        restored, tokens = self.engine.restore(OWNER, session_id, ids, budget=budget, force=force)
         back = self.engine.chunks(OWNER, session_id, restored)
         return RestoreResult(
             restored=restored, session_tokens=tokens, originals={c.id: c.text for c in back}

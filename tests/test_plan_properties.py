@@ -288,5 +288,5 @@ def test_excerpts_at_every_size_land_keep_original_lines_and_restore(
             assert set(kept) <= set(originals[d.chunk_id].split("\n")), d.chunk_id
     changed = [d.chunk_id for d in plan.decisions if d.action != Action.KEEP]
     if changed:
-        e.restore("", "s", changed, None, False)
+        e.restore("", "s", changed, budget=None, force=False)
     assert [c.text for c in e.chunks("", "s", list(originals))] == list(originals.values())

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ctxopt.cli.preflight import parse_address
 from ctxopt.config import Config
-from ctxopt.preflight import parse_address
 
 if TYPE_CHECKING:
     import grpc

@@ -1,5 +1,6 @@
-"""Planning one session: mark, and when a collection is due, score and plan,
-all over one snapshot, with the engine's knobs (`Config` and `Tuning`)."""
+"""The engine's collector: mark one session, and when a collection is due,
+score and plan it, all over one snapshot, with the engine's knobs (`Config`
+and `Tuning`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ctxopt.config import Config
+from ctxopt.engine.session_checks import check_query_embedding
 from ctxopt.model import OptimizeOptions, Plan, Strategy, Weights
 from ctxopt.planner.knobs import Tuning
 from ctxopt.planner.plan import idle_plan, is_triggered, plan_session
@@ -15,13 +17,13 @@ from ctxopt.planner.values import TextTools
 from ctxopt.roots import Marks, mark
 from ctxopt.scoring.hybrid import Scores, score_session
 from ctxopt.session import Session, SessionView
-from ctxopt.session_checks import check_query_embedding
 from ctxopt.text.analyzer import Analyzer
 from ctxopt.tokens import TokenCounter
 
 
-class Planning:
-    """The scorer and planner as the engine runs them (callers hold the session lock)."""
+class Collector:
+    """The scorer and planner (`planner.plan_session`) as the engine runs them
+    (callers hold the session lock)."""
 
     def __init__(
         self, config: Config, tuning: Tuning, analyzer: Analyzer, counter: TokenCounter

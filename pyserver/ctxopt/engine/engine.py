@@ -1,20 +1,15 @@
-"""The engine: the one in-process API both fronts (gRPC, MCP) call.
+"""The engine: the one in-process API every front (gRPC, MCP, the gateway) calls.
 
-Every method validates its input and raises a `ctxopt.errors` error naming the
-field; a failed call leaves the session unchanged. `owner` scopes sessions and
+Every method that takes a client's input validates it and raises a
+`ctxopt.errors` error naming the field (`held_whole`, which only the gateway calls
+with ids it made, does not); a failed call leaves the session unchanged. `owner` scopes sessions and
 stash entries to the credential that created them ("" when auth is off).
 
 Durability: every write is one `store.Change`, committed to the store in one
 transaction and only then applied to memory (`LiveSessions.commit`), so an acknowledged
 call survives a crash and a refused one changed nothing.
 
-Locks, always taken in this order (a thread holding one never waits for an
-earlier one): the MCP front's tool lock, `LiveSessions.load_lock` (bringing a
-stored session into memory, importing), a session's `lock` (every read and
-write of that session), then the leaf locks that guard one structure each and
-call nothing that locks: the store's connection lock, the trimmer's excerpt
-cache, the stateless-session cache, the token counter's cache. A stateless
-conversation's `WarmConversation.lock` stands where a session's `lock` does.
+The lock order is in the package's docstring (`ctxopt.engine`).
 """
 
 from __future__ import annotations
@@ -28,6 +23,17 @@ from dataclasses import replace
 
 from ctxopt import validate
 from ctxopt.config import Config
+from ctxopt.engine.collector import Collector
+from ctxopt.engine.plan_report import LastPlans, PlanReport, build_report, stash_ids_of
+from ctxopt.engine.session_checks import (
+    check_capacity,
+    check_embeddings,
+    check_query_embedding,
+    check_removable,
+    require_known,
+)
+from ctxopt.engine.sessions import LiveSessions
+from ctxopt.engine.warm import WarmSessions
 from ctxopt.errors import FailedPrecondition, InvalidArgument, NotFound
 from ctxopt.model import (
     AppendResult,
@@ -46,20 +52,9 @@ from ctxopt.model import (
     UpsertStatus,
     Weights,
 )
-from ctxopt.plan_report import LastPlans, PlanReport, build_report, stash_ids_of
 from ctxopt.planner.knobs import Tuning
-from ctxopt.planning import Planning
 from ctxopt.roots import mark
 from ctxopt.session import Session
-from ctxopt.session_checks import (
-    check_capacity,
-    check_embeddings,
-    check_query_embedding,
-    check_removable,
-    require_known,
-)
-from ctxopt.sessions import LiveSessions
-from ctxopt.stateless import WarmSessions
 from ctxopt.store import (
     Change,
     SessionSummary,
@@ -98,7 +93,7 @@ class Engine:
         self.sessions = LiveSessions(config, self.store, self.analyzer)
         self.registry = self.sessions.registry
         self._warm = WarmSessions(self.analyzer)
-        self.planning = Planning(config, self.tuning, self.analyzer, self.counter)
+        self.collector = Collector(config, self.tuning, self.analyzer, self.counter)
         self.last_plans = LastPlans()
 
     def close(self) -> None:
@@ -165,7 +160,7 @@ class Engine:
         )
 
     def remove(
-        self, owner: str, session_id: str, chunk_ids: Sequence[str], stash_originals: bool
+        self, owner: str, session_id: str, chunk_ids: Sequence[str], *, stash_originals: bool
     ) -> tuple[int, int]:
         """The client dropped these chunks from its history: remove them, their
         originals stashed when asked; returns (removed, session_tokens)."""
@@ -219,7 +214,7 @@ class Engine:
             require_known(session.entries.keys(), chunk_ids, "chunk_ids")
             return [session.entries[i].chunk for i in chunk_ids]
 
-    def whole(self, owner: str, session_id: str, chunk_ids: Sequence[str]) -> list[str]:
+    def held_whole(self, owner: str, session_id: str, chunk_ids: Sequence[str]) -> list[str]:
         """Which of these ids the session holds with their original text (restored
         since they were stashed or shortened); unknown ids are not whole."""
         session = self.sessions.get(owner, session_id)
@@ -254,7 +249,7 @@ class Engine:
         with session.lock:
             if options.delete_ids:
                 check_removable(session.view(), options.delete_ids, options.roots, "delete_ids")
-            plan = self.planning.plan(session, options)
+            plan = self.collector.plan(session, options)
             if plan.triggered and not options.dry_run:
                 change = plan_change(
                     session.id,
@@ -290,7 +285,7 @@ class Engine:
             view = session.view()
             terms = self.analyzer.terms(query)
             marks = mark(view, roots)
-            scores = self.planning.scores(view, terms, query_embedding, marks, weights)
+            scores = self.collector.scores(view, terms, query_embedding, marks, weights)
             live = view.live
             return [
                 ChunkScore(session.slot_ids[s], tokens, breakdown)
@@ -333,7 +328,7 @@ class Engine:
             check_embeddings(session.embedding_dim, chunks)
             if options.delete_ids:
                 check_removable(session.view(), options.delete_ids, options.roots, "delete_ids")
-            plan = self.planning.plan(session, replace(options, dry_run=True))
+            plan = self.collector.plan(session, replace(options, dry_run=True))
         plan.server_ms = (time.perf_counter() - started) * 1000
         return plan
 
@@ -360,6 +355,7 @@ class Engine:
         owner: str,
         session_id: str,
         chunk_ids: Sequence[str],
+        *,
         budget: Budget | None,
         force: bool,
     ) -> tuple[list[str], int]:
@@ -427,10 +423,10 @@ class Engine:
                 old,
             )
 
-    def delete_session(self, owner: str, session_id: str, purge_stash: bool) -> bool:
+    def delete_session(self, owner: str, session_id: str, *, purge_stash: bool) -> bool:
         session = self.sessions.get(owner, session_id)
         with session.lock:
-            deleted = self.store.delete_session(owner, session_id, purge_stash)
+            deleted = self.store.delete_session(owner, session_id, purge_stash=purge_stash)
             self.registry.drop(session_id)
             self.last_plans.forget(owner, session_id)
             return deleted
@@ -459,7 +455,7 @@ class Engine:
             self.store.export_session(owner, session_id), ensure_ascii=False, indent=2
         )
 
-    def import_session(self, owner: str, data: str, overwrite: bool) -> tuple[str, int]:
+    def import_session(self, owner: str, data: str, *, overwrite: bool) -> tuple[str, int]:
         """Load an exported session; returns (session_id, chunk_count).
 
         Every chunk, live or stashed, passes the checks of an append, the

@@ -19,11 +19,12 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from ctxopt import __version__, cli_client, launch
+from ctxopt import __version__
+from ctxopt.cli import client, launch
+from ctxopt.cli.launch import DEFAULT_GATEWAY_ADDR, HOSTS
+from ctxopt.cli.preflight import Names, check_data_dir, check_serve, check_settings
 from ctxopt.config import GATEWAY_MODES, Config
 from ctxopt.errors import CtxoptError, FailedPrecondition, InvalidArgument
-from ctxopt.launch import DEFAULT_GATEWAY_ADDR, HOSTS
-from ctxopt.preflight import Names, check_data_dir, check_serve, check_settings
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
@@ -97,7 +98,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "export", help="a session as JSON (through the server when one holds the data directory)"
     )
     _data_dir(export)
-    cli_client.add_connection(export)
+    client.add_connection(export)
     export.add_argument("session_id")
     export.add_argument(
         "-o", "--output", type=Path, help="write to this file, only once the export succeeded"
@@ -105,12 +106,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
 
     load = commands.add_parser("import", help="load a session from a JSON export")
     _data_dir(load)
-    cli_client.add_connection(load)
+    client.add_connection(load)
     load.add_argument("file", type=Path, help="the JSON file, - for stdin")
     load.add_argument("--replace", action="store_true", help="overwrite an existing session")
 
     parsers = {"serve": serve, "mcp": mcp, "export": export, "import": load}
-    parsers.update(cli_client.add_commands(commands))
+    parsers.update(client.add_commands(commands))
     return parser, parsers
 
 
@@ -149,15 +150,15 @@ def main(argv: list[str] | None = None) -> int:
     gc.set_threshold(*GC_THRESHOLDS)
     try:
         config, names = _config(args)
-        if args.command in cli_client.COMMANDS:
-            cli_client.run(args, config, names("addr"))
+        if args.command in client.COMMANDS:
+            client.run(args, config, names("addr"))
             return 0
         if args.command == "serve":
             check_serve(config, names)
         else:
             check_settings(config, names)
             check_data_dir(config, names)
-        from ctxopt import logs
+        from ctxopt.cli import logs
 
         logs.configure(config.log_format)
         if args.command == "serve":
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             serve_stdio(config)
         else:
             _export_or_import(args, config, names)
-    except (CtxoptError, cli_client.ServerError) as e:
+    except (CtxoptError, client.ServerError) as e:
         return _fail(str(e))
     except OSError as e:
         return _fail(f"{e.filename or 'file'}: {e.strerror or e}")
@@ -199,9 +200,9 @@ def _export_or_import(args: argparse.Namespace, config: Config, names: Names) ->
     directory = Path(config.resolved_data_dir)
     if _held_by_another_process(directory / DB_FILE):
         if args.command == "export":
-            _write(args.output, cli_client.export_session(config, names("addr"), args.session_id))
+            _write(args.output, client.export_session(config, names("addr"), args.session_id))
         else:
-            session_id, count = cli_client.import_session(config, names("addr"), data, args.replace)
+            session_id, count = client.import_session(config, names("addr"), data, args.replace)
             print(f"imported {count} chunks into session {session_id}")
         return
     if args.command == "export" and not (directory / DB_FILE).exists():
@@ -217,7 +218,7 @@ def _export_or_import(args: argparse.Namespace, config: Config, names: Names) ->
             if args.command == "export":
                 _write(args.output, engine.export_session("", args.session_id))
             else:
-                session_id, count = engine.import_session("", data, args.replace)
+                session_id, count = engine.import_session("", data, overwrite=args.replace)
                 print(f"imported {count} chunks into session {session_id}")
         finally:
             engine.close()

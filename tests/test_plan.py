@@ -1,4 +1,4 @@
-"""The GC engine and pruner, one behaviour per test."""
+"""A plan's rules through `Engine.optimize`, one behaviour per test."""
 
 from __future__ import annotations
 
@@ -276,7 +276,7 @@ def test_stashed_chunk_restores_byte_for_byte() -> None:
     plan = e.optimize("", S, options(150))
     assert "t1" in removed(plan)
     assert "t1" not in e.registry.get(S).entries  # type: ignore[union-attr]
-    restored, _ = e.restore("", S, ["t1"], None, False)
+    restored, _ = e.restore("", S, ["t1"], budget=None, force=False)
     assert restored == ["t1"]
     assert e.registry.get(S).entries["t1"].chunk.text == chunks[1].text  # type: ignore[union-attr]
 

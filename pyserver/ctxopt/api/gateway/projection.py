@@ -1,0 +1,149 @@
+"""A request under the decisions that stuck: its edits and its sizes, by pure
+functions of the mapped request and the decisions.
+
+Sizes are the engine's counts of the block texts plus `BLOCK_FRAMING_TOKENS`
+per block (what the provider counts around a text). Three sizes travel
+together in a `Projection`: the prompt as the host sent it, the prompt with
+the edits, and what the engine sees of it (its chunks after the decisions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ctxopt.api.gateway.formats.conversation import (
+    Conversation,
+    Edit,
+    JsonObject,
+    Rewrite,
+    WireFormat,
+)
+from ctxopt.model import Action, Decision
+
+Ref = tuple[int, int]  # a block's place in the body (`Block.ref`)
+EMPTIED_CALL_TOKENS = 12  # a call's id, name and empty arguments, generously
+# What the provider counts around a block's text (role, type, ids, separators):
+# the engine counts the text only, and a request must fit by the provider's count.
+BLOCK_FRAMING_TOKENS = 4
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request as the pipeline mapped it."""
+
+    fmt: WireFormat
+    body: JsonObject
+    conversation: Conversation
+    ids: list[list[str]]  # chunk ids per turn
+    protected: frozenset[int]  # turns never rewritten (the first prompt, the latest turn)
+    frame_tokens: int  # the system prompt and tool declarations
+    ceiling: int  # tokens the request may carry, at our counts
+    sizes: Mapping[str, int]  # chunk id -> tokens (the engine's counts, or estimates without it)
+
+
+class Decided(Protocol):
+    """The decisions a projection applies (a `ConversationState`)."""
+
+    @property
+    def decisions(self) -> Mapping[str, Decision]: ...
+
+    @property
+    def version(self) -> int: ...
+
+    def shown(self, chunk_id: str, decision: Decision) -> tuple[str, int]:
+        """A rewritten chunk's text under `decision`, and its estimated size."""
+        ...
+
+
+@dataclass
+class TurnProjection:
+    """One turn under the decisions of `version`: its edits and sizes."""
+
+    version: int
+    protected: bool
+    edits: list[tuple[Ref, Edit]] = field(default_factory=list)
+    total: int = 0
+    seen: int = 0
+    before: int = 0
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The request with the decisions that stuck applied."""
+
+    edits: dict[Ref, Edit]
+    tokens_after: int  # the prompt's size with the edits
+    engine_tokens: int  # the engine's view of it: its chunks after the decisions
+    tokens_before: int  # the prompt as the host sent it
+    turns: list[TurnProjection]  # turn by turn, for the next call to reuse
+
+    @property
+    def overhead(self) -> int:
+        """What the request carries beyond the engine's view (placeholders, calls
+        kept for pairing): a collection's ceiling leaves room for it."""
+        return max(0, self.tokens_after - self.engine_tokens)
+
+
+def project(call: Call, decided: Decided, previous: Sequence[TurnProjection]) -> Projection:
+    """The decisions that stuck as edits, with the three sizes. A turn unchanged
+    since `previous` (reused from the last call, under the same version and
+    protection) is not walked again."""
+    edits: dict[Ref, Edit] = {}
+    total = seen = before = call.frame_tokens
+    turns: list[TurnProjection] = []
+    reused = call.conversation.reused
+    for t, turn in enumerate(call.conversation.turns):
+        protected = turn.locked or t in call.protected
+        entry = previous[t] if t < reused and t < len(previous) else None
+        if entry is None or entry.version != decided.version or entry.protected != protected:
+            entry = _project_turn(call, decided, t, protected)
+        turns.append(entry)
+        edits.update(entry.edits)
+        total += entry.total
+        seen += entry.seen
+        before += entry.before
+    return Projection(edits, total, seen, before, turns)
+
+
+def _project_turn(call: Call, decided: Decided, t: int, protected: bool) -> TurnProjection:
+    """A removed step keeps only its skeleton: the call with empty arguments
+    and the result's placeholder (which restores the whole group); the model's
+    narration beside its calls goes without one."""
+    turn = call.conversation.turns[t]
+    steps = any(b.call_id for b in turn.blocks)
+    entry = TurnProjection(decided.version, protected)
+    for block, cid in zip(turn.blocks, call.ids[t], strict=True):
+        tokens = call.sizes.get(cid, 0)
+        decision = decided.decisions.get(cid)
+        entry.before += tokens + BLOCK_FRAMING_TOKENS
+        if decision is None or protected:
+            entry.total += tokens + BLOCK_FRAMING_TOKENS
+            entry.seen += tokens
+            continue
+        shrunk = decision.action in (Action.TRIM, Action.MASK)
+        if shrunk:
+            entry.seen += decision.tokens_after
+        if block.rewrite == Rewrite.NEVER:
+            entry.total += tokens + BLOCK_FRAMING_TOKENS
+        elif block.rewrite == Rewrite.DROP or (steps and not shrunk and not block.call_id):
+            entry.edits.append((block.ref, Edit(None)))
+        elif block.rewrite == Rewrite.CALL:
+            entry.edits.append((block.ref, Edit("")))
+            entry.total += EMPTIED_CALL_TOKENS
+        else:
+            text, size = decided.shown(cid, decision)
+            entry.edits.append((block.ref, Edit(text)))
+            entry.total += size + BLOCK_FRAMING_TOKENS
+    return entry
+
+
+def tokens_as_sent(call: Call) -> int:
+    """The request's size as the host sent it."""
+    turns = call.conversation.turns
+    return call.frame_tokens + sum(
+        call.sizes.get(cid, 0) + BLOCK_FRAMING_TOKENS
+        for t in range(len(turns))
+        for cid in call.ids[t]
+    )
