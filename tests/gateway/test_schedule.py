@@ -126,3 +126,38 @@ def test_without_an_arrival_share_answered_outputs_stay_whole(
 ) -> None:
     _, second, third = _sent_steps(tmp_path, upstream, {})
     assert second[2] == third[2] == _body(1)["messages"][2]
+
+
+def test_the_gateway_collects_at_its_trigger_and_lands_at_its_landing(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    env = {
+        "CTXOPT_GATEWAY_TRIGGER_PERCENT": "95",
+        "CTXOPT_GATEWAY_LANDING_PERCENT": "30",
+        "CTXOPT_GATEWAY_LANDING_PAYS": "false",
+    }
+    window = 20_000
+    headers = {"x-api-key": "k", "x-ctxopt-session": "deep", "x-ctxopt-window-tokens": str(window)}
+    sizes = []
+    with serving(
+        tmp_path, "--gateway-addr", "127.0.0.1:0", env={**upstream_env(upstream), **env}
+    ) as server:
+        for steps in range(1, 40):
+            body = _body(steps)
+            for message in body["messages"][2::2]:  # every output the size of the first
+                message["content"][0]["content"] = _lines(message["content"][0]["tool_use_id"], 40)
+            answer = httpx.post(
+                f"{server.gateway_url}/anthropic/v1/messages", json=body, headers=headers
+            )
+            answer.raise_for_status()
+            sizes.append(
+                (
+                    int(answer.headers["x-ctxopt-tokens-before"]),
+                    int(answer.headers["x-ctxopt-tokens-after"]),
+                )
+            )
+    collected = [k for k in range(1, len(sizes)) if sizes[k][1] < sizes[k - 1][1]]
+    assert collected, sizes
+    first = collected[0]
+    assert 0.8 * window <= sizes[first - 1][1] < 0.95 * window  # not before the trigger
+    assert sizes[first][1] <= 0.3 * window  # and down to the landing, not to 60%
