@@ -63,8 +63,10 @@ class Config:
     # rewrite at the provider's cache prices);
     # answered tool outputs of at least `gateway_arrival_min_tokens` shrink once to at
     # most `gateway_arrival_share` of their size (api/gateway/arrivals.py; 0: off)
-    gateway_trigger_percent: float = DEFAULT_THRESHOLD_PERCENT
-    gateway_landing_percent: float = DEFAULT_TARGET_PERCENT
+    # 95/30: chosen out of fold over 80/60 (the service's own GC defaults), 80/60 with
+    # the cap, and shrinking on arrival by `python -m benchmarks.hosts.cv` (docs/agents.md)
+    gateway_trigger_percent: float = 95.0
+    gateway_landing_percent: float = 30.0
     gateway_landing_pays: bool = True
     gateway_arrival_share: float = 0.0
     gateway_arrival_min_tokens: int = 200
