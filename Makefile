@@ -19,11 +19,14 @@ TS_SOURCES := $(shell find ts-client/src ts-client/test ts-client/bench -name '*
 	ts-client/tsconfig.json
 TS_BUILT := ts-client/dist/.built
 
-# The real agent CLIs (Claude Code, Codex, Gemini CLI) the end-to-end tests drive, pinned by
-# tests/agents/package-lock.json and installed there only, never globally
+# The real agent CLIs (Claude Code, Codex, Gemini CLI, OpenCode) the end-to-end tests drive,
+# pinned by tests/agents/package-lock.json and installed there only, never globally; aider
+# (a Python package that pins many packages of its own) in its own virtual environment
 AGENTS_STAMP := tests/agents/node_modules/.installed
+AIDER_VENV := tests/agents/.venv-aider
+AIDER_STAMP := $(AIDER_VENV)/.installed
 
-.PHONY: install install-agents install-runtime run serve test lint generate check-generated test-py test-ts bench-smoke dist
+.PHONY: install install-agents install-runtime browser run serve test lint generate check-generated test-py test-ts bench-smoke dist
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,7 +72,21 @@ $(AGENTS_STAMP): tests/agents/package.json tests/agents/package-lock.json
 	@touch $@
 
 
-install-agents: $(AGENTS_STAMP)
+$(AIDER_STAMP): tests/agents/aider-requirements.txt
+	$(PYTHON) -m venv $(AIDER_VENV)
+	$(AIDER_VENV)/bin/python -m pip install --disable-pip-version-check --progress-bar off \
+		-r tests/agents/aider-requirements.txt
+	@touch $@
+
+install-agents: $(AGENTS_STAMP) $(AIDER_STAMP)
+
+# The dashboard's test drives Debian's chromium through Playwright (no browser download);
+# installed once, as the test machines (root, Debian) allow
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian's chromium for the dashboard test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	}
 
 generate: install
 	scripts/generate.sh
@@ -84,7 +101,7 @@ lint: install
 	$(VENV)/bin/mypy
 	cd ts-client && npm run --silent format:check
 
-test-py: install install-agents
+test-py: install install-agents browser
 	$(VENV)/bin/pytest
 
 test-ts: install

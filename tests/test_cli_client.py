@@ -205,6 +205,25 @@ def test_export_and_import_go_through_the_server_holding_the_directory(
         assert {s["session_id"] for s in listed["sessions"]} == {"s", "s-copy"}
 
 
+def test_export_and_import_go_through_a_server_on_another_directory(tmp_path: Path) -> None:
+    """Issue 32: with a server at the address, export and import never open the
+    default data directory (which holds no store here)."""
+    with serving(tmp_path) as running:
+        fill(running, [])
+        home = tmp_path / "home"
+        env = {"CTXOPT_ADDR": running.address, "HOME": str(home), "XDG_DATA_HOME": str(home)}
+        exported = ctxopt("export", "s", env=env)
+        assert exported.returncode == 0, exported.stderr
+        assert json.loads(exported.stdout)["session_id"] == "s"
+        (tmp_path / "copy.json").write_text(exported.stdout.replace('"s"', '"s-moved"'))
+        imported = ctxopt("import", str(tmp_path / "copy.json"), "--addr", running.address)
+        assert imported.returncode == 0, imported.stderr
+        assert "session s-moved" in imported.stdout
+        assert not home.exists(), "the default data directory was not touched"
+        listed = as_json("sessions", env=env)
+        assert {s["session_id"] for s in listed["sessions"]} == {"s", "s-moved"}
+
+
 def test_mcp_address_on_stdout_and_every_stderr_line_json(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [*SERVE_ON_ANY_PORT, "--mcp-addr", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")],

@@ -23,7 +23,16 @@ from ctxopt import __version__
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 TIMEOUT_S = 600
-DEV_TOOLS = {"pytest", "mypy", "ruff", "hypothesis", "matplotlib", "grpcio-tools", "build"}
+DEV_TOOLS = {
+    "pytest",
+    "mypy",
+    "ruff",
+    "hypothesis",
+    "matplotlib",
+    "grpcio-tools",
+    "build",
+    "playwright",
+}
 
 pytestmark = pytest.mark.packaging
 
@@ -46,6 +55,9 @@ def test_the_python_wheel_installs_clean_and_serves(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "ctxopt/cli/commands.py" in names and "ctxopt/engine/engine.py" in names
     assert "ctxopt/v1/ctxopt_pb2.py" in names
+    assert {f"ctxopt/api/gateway/ui/{f}" for f in ("index.html", "app.js", "style.css")} <= set(
+        names
+    ), "the dashboard's files ship in the wheel"
     assert any(n.endswith("licenses/LICENSE") for n in names)
     assert not any(n.startswith(("tests/", "benchmarks/")) for n in names)
     with tarfile.open(sdist) as source:

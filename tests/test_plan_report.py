@@ -3,22 +3,13 @@ the largest first, each with its decision; originals read from the stash."""
 
 from __future__ import annotations
 
-import doctest
-
-from ctxopt.cli import preflight
-from ctxopt.engine import plan_report
 from ctxopt.engine.plan_report import LastPlans, RecordedPlan, build_report
-from ctxopt.model import Action, Chunk, ChunkKind, Decisions, Plan, PlanOutcome, Role
+from ctxopt.model import Action, Chunk, ChunkKind, Decision, Decisions, Plan, PlanOutcome, Role
 from ctxopt.store import StashEntry
 
 
 def chunk(chunk_id: str, kind: ChunkKind, text: str, tokens: int) -> Chunk:
     return Chunk(chunk_id, Role.MODEL, kind, text, tokens=tokens)
-
-
-def test_the_docstring_examples_hold() -> None:
-    for module in (plan_report, preflight):
-        assert doctest.testmod(module, raise_on_error=True).attempted >= 1
 
 
 def test_report_counts_kept_trimmed_stashed_and_deleted_chunks() -> None:
@@ -91,3 +82,30 @@ def test_last_plans_keep_the_latest_per_session_and_forget_the_oldest() -> None:
     assert plans.get("", "a") is None and plans.get("", "c") is not None
     plans.forget("", "c")
     assert plans.get("", "c") is None
+
+
+def test_a_plan_that_decided_nothing_does_not_hide_the_one_that_did() -> None:
+    """Issue 32: the gateway's forced or repeated passes plan again and decide nothing;
+    the dashboard's last collection is still the one that stashed something."""
+
+    def plan(decisions: list[Decision]) -> Plan:
+        return Plan(
+            kept_ids=[],
+            decisions=Decisions.of(decisions),
+            tokens_before=10,
+            tokens_after=10,
+            target_tokens=5,
+            outcome=PlanOutcome.LANDED,
+            repairs=[],
+        )
+
+    stash = Decision("old", Action.STASH, 8, 0, 0.1, None, ("budget_tier_oldest",))
+    decisive, idle, later = plan([stash]), plan([]), plan([stash])
+    plans = LastPlans()
+    plans.record("", "s", decisive, dry_run=False)
+    plans.record("", "s", idle, dry_run=False)
+    recorded = plans.get("", "s")
+    assert recorded is not None and recorded.plan is decisive
+    plans.record("", "s", later, dry_run=False)
+    recorded = plans.get("", "s")
+    assert recorded is not None and recorded.plan is later

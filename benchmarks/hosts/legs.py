@@ -1,9 +1,12 @@
-"""The legs of the host benchmark: each host alone, and each host through the
-gateway, tallied per host over every trajectory, one table row per leg."""
+"""The legs of the host benchmark: each host alone, through ctxopt's gateway
+(under any collection schedule) and behind headroom's proxy, tallied per
+host over every trajectory, one table row per leg."""
 
 from __future__ import annotations
 
 import tempfile
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,24 +15,39 @@ import httpx
 from ctxopt.api.gateway.windows import claude_window
 from ctxopt.tokens import TokenCounter
 
+from benchmarks.gateway.histories import JsonObject
+from benchmarks.gateway.latency import PATHS
 from benchmarks.hosts import through
 from benchmarks.hosts.baselines import Compacting, compacting, context_editing
-from benchmarks.hosts.profiles import CLAUDE_CODE, CODEX, GEMINI_CLI, PROFILES, Profile
-from benchmarks.hosts.prompts import Case
+from benchmarks.hosts.costs import Summaries, bill
+from benchmarks.hosts.headroom_proxy import NextTurn, headroom_proxy
+from benchmarks.hosts.profiles import CODEX, GEMINI_CLI, Profile
+from benchmarks.hosts.prompts import Case, rendered
+from benchmarks.hosts.schedule import Schedule
 from benchmarks.latency.typescript import TS_CLIENT
 from benchmarks.replay.ledger import Billing, bill_calls
-from benchmarks.replay.node import SUMMARY_TEXT, Job, check_node, run_jobs
+from benchmarks.replay.node import Job, check_node, run_jobs
 from benchmarks.replay.report import Tally, percentile
 from benchmarks.replay.sessions import SHARE_WINDOW, Prompt
 from tests.gateway.checks import tokens_of as json_tokens
 from tests.gateway.conftest import upstream_env
-from tests.gateway.upstream import fake_upstream
+from tests.gateway.upstream import FakeUpstream, fake_upstream
 from tests.serverproc import serving
 
 # Gemini CLI's compression statuses after which it had asked the model for a summary, twice
 # (the summary, then its "probe" verification: chatCompressionService.js of gemini-cli-core)
 GEMINI_SUMMARISED = ("COMPRESSED", "COMPRESSION_FAILED_INFLATED_TOKEN_COUNT")
-HOST, CONTEXT_EDITING, CTXOPT = "host", "host + context editing", "ctxopt"
+HOST, CONTEXT_EDITING, CTXOPT, HEADROOM = (
+    "host",
+    "host + context editing",
+    "ctxopt",
+    "host + headroom",
+)
+# Of Gemini CLI's calls, every GEMINI_HEADROOM_SAMPLE-th goes through headroom to check that it
+# forwards them unchanged (it leaves functionCall and functionResponse parts alone)
+GEMINI_HEADROOM_SAMPLE = 10
+
+CasesByHost = Mapping[Profile, Sequence[Case]]
 
 
 @dataclass(slots=True)
@@ -37,11 +55,10 @@ class Leg:
     """One way of sending a host's calls, over every trajectory."""
 
     tally: Tally = field(default_factory=Tally)
-    summarising_by: dict[str, list[Billing]] = field(default_factory=dict)  # per session
-
-    @property
-    def summarising(self) -> list[Billing]:
-        return [b for billings in self.summarising_by.values() for b in billings]
+    summarising: list[Billing] = field(default_factory=list)
+    summaries: int = 0  # summaries the model wrote (Gemini CLI: the summary and its probe)
+    timed: bool = False  # a proxy stands in front: its added ms are the leg's stall
+    sampled: tuple[int, int] = (0, 0)  # Gemini CLI + headroom: calls forwarded unchanged, of
 
     def add(
         self,
@@ -55,36 +72,29 @@ class Leg:
         times = ms if ms is not None else [0.0] * len(prompts)
         self.tally.add(case.session, case.window, prompts, times, count.count_many, outcomes or ())
 
-    def row(self, profile: Profile, method: str) -> dict[str, Any]:
+    def row(self, profile: Profile, method: str, cost: Summaries) -> dict[str, Any]:
         billings = [*self.tally.billings, *self.summarising]
-        # the host alone adds nothing to a call (its summaries aside)
-        timed = method.startswith(CTXOPT)
+        billed = bill(billings, self.summaries, cost, profile.price)
+        added_s = sum(self.tally.ms) / 1000 if self.timed else 0.0
         return {
             "host": profile.name,
             "format": profile.fmt,
             "method": method,
             "calls": len(self.tally.billings),
             "summarising_calls": len(self.summarising),
+            "summaries": self.summaries,
             "prompt_tokens": sum(b.prompt_tokens for b in billings),
-            "billed_tokens": round(sum(profile.prices.billed(b) for b in billings)),
+            "input_billed_tokens": round(billed.input_tokens),
+            "summary_output_tokens": self.summaries * cost.output_tokens,
+            "output_billed_tokens": round(billed.output_tokens),
+            "billed_tokens": round(billed.total),
             "needed_later_recall": round(self.tally.mean_recall(), 4),
             "over_window_calls": self.tally.over_window,
-            "added_p50_ms": percentile(self.tally.ms, 50) if timed else None,
-            "added_p95_ms": percentile(self.tally.ms, 95) if timed else None,
+            "added_p50_ms": percentile(self.tally.ms, 50) if self.timed else None,
+            "added_p95_ms": percentile(self.tally.ms, 95) if self.timed else None,
+            "stall_s": round(cost.stall_s(self.summaries) + added_s, 1),
             **({"outcomes": self.tally.outcomes} if self.tally.outcomes else {}),
-            "by_session": self.by_session(profile),
         }
-
-    def by_session(self, profile: Profile) -> dict[str, list[float]]:
-        """Per session: billed tokens (its calls; the summarising calls go to the
-        session they were made in), the sum of its calls' recalls and their
-        count, so that folds of sessions pool as the whole does."""
-        figures = {}
-        for instance, f in self.tally.by_session.items():
-            extra = self.summarising_by.get(instance, [])
-            billed = sum(profile.prices.billed(b) for b in [*f.billings, *extra])
-            figures[instance] = [round(billed), round(sum(f.recalls), 4), len(f.recalls)]
-        return figures
 
 
 def tokens_of(prompt: Prompt, count: TokenCounter) -> int:
@@ -94,7 +104,7 @@ def tokens_of(prompt: Prompt, count: TokenCounter) -> int:
 def summarising_billings(
     calls: list[Prompt], summarising: dict[int, Prompt], count: TokenCounter
 ) -> list[Billing]:
-    """Each summarising call billed after the call before it (the same history, cached)."""
+    """Each summarising call billed after the call before it (its shared prefix cached)."""
     return [
         bill_calls([calls[k - 1], prompt], count.count_many)[1] for k, prompt in summarising.items()
     ]
@@ -115,25 +125,38 @@ def gemini_summarising(
 
 
 def compacting_leg(
-    profile: Profile, cases: list[Case], count: TokenCounter, *, edited: bool = False
+    profile: Profile,
+    cases: Sequence[Case],
+    count: TokenCounter,
+    *,
+    edited: bool = False,
 ) -> Leg:
     """Claude Code or Codex alone (`edited`: with Anthropic context editing)."""
     leg = Leg()
     for case in cases:
-        model = Compacting(
-            line=profile.line(case.window),
-            keep_task=profile is CODEX,
-            edit=context_editing(case.window, claude_window(profile.model)) if edited else None,
-        )
-        sent = compacting(case, profile.fmt, model, lambda prompt: tokens_of(prompt, count))
-        leg.add(case, sent.calls, count)
-        leg.summarising_by[case.session.instance_id] = summarising_billings(
-            sent.calls, sent.summarising, count
+        edit = context_editing(case.window, claude_window(profile.model)) if edited else None
+        _compact(
+            leg, profile, case, count, Compacting(profile.line(case.window), profile is CODEX, edit)
         )
     return leg
 
 
-def gemini_cli_leg(cases: list[Case], count: TokenCounter) -> Leg:
+def _compact(
+    leg: Leg,
+    profile: Profile,
+    case: Case,
+    count: TokenCounter,
+    model: Compacting,
+    send: _Proxied | None = None,
+) -> None:
+    sent = compacting(case, model, lambda prompt: tokens_of(prompt, count), send)
+    ms = None if send is None else [send.ms[k] for k in range(case.calls)]
+    leg.add(case, sent.calls, count, ms=ms)
+    leg.summarising += summarising_billings(sent.calls, sent.summarising, count)
+    leg.summaries += len(sent.summarising)
+
+
+def gemini_cli_leg(cases: Sequence[Case], count: TokenCounter) -> Leg:
     """Gemini CLI alone: the session replay's gemini-cli-native leg, masking scaled."""
     check_node(TS_CLIENT)
     by_id = {c.session.instance_id: c for c in cases}
@@ -144,18 +167,15 @@ def gemini_cli_leg(cases: list[Case], count: TokenCounter) -> Leg:
     leg = Leg()
     for job, result in run_jobs(jobs, address=""):  # no ctxopt job: no server
         leg.add(by_id[job.session.instance_id], result.prompts, count, outcomes=result.outcomes)
-        leg.summarising_by[job.session.instance_id] = gemini_summarising(
-            result.prompts, result.outcomes, count
-        )
+        billings = gemini_summarising(result.prompts, result.outcomes, count)
+        leg.summarising += billings
+        leg.summaries += len(billings)
     return leg
 
 
-def ctxopt_legs(
-    cases: list[Case], count: TokenCounter, env: dict[str, str] | None = None
-) -> dict[str, Leg]:
-    """Each host through one real gateway (its server's environment plus `env`),
-    by host name."""
-    legs = {p.name: Leg() for p in PROFILES}
+def ctxopt_legs(cases: CasesByHost, count: TokenCounter, schedule: Schedule) -> dict[str, Leg]:
+    """Each host through one real gateway collecting on `schedule`, by host name."""
+    legs = {p.name: Leg(timed=True) for p in cases}
     # The provider reports the prompt's size as it counts it; here that is cl100k, the count W,
     # the lines and the hosts' own judgement are in (the fake's default, raw bytes / 4, would
     # make the gateway shrink its ceiling for a tokenizer that counts more than cl100k).
@@ -166,12 +186,12 @@ def ctxopt_legs(
             Path(tmp),
             "--gateway-addr",
             "127.0.0.1:0",
-            env={**upstream_env(upstream), **(env or {})},
+            env={**upstream_env(upstream), **schedule.env()},
         ) as server,
         httpx.Client(timeout=120) as client,
     ):
-        for profile in PROFILES:
-            for case in cases:
+        for profile, host_cases in cases.items():
+            for case in host_cases:
                 line = profile.line(case.window)
                 sent = through.replay(client, server.gateway_url, upstream, profile, case, line)
                 legs[profile.name].add(
@@ -180,38 +200,63 @@ def ctxopt_legs(
     return legs
 
 
-def rows_of(
-    cases: list[Case],
-    count: TokenCounter,
-    variants: dict[str, dict[str, str]] | None = None,
-    *,
-    default: bool = True,
-) -> list[dict[str, Any]]:
-    """Every leg of every host over `cases`, one row each, in table order; each
-    of `variants` (name -> server environment) adds a row `ctxopt <name>` per
-    host; `default` False leaves out ctxopt with the server's defaults."""
-    ctxopt = ctxopt_legs(cases, count) if default else {}
-    tried = {name: ctxopt_legs(cases, count, env) for name, env in (variants or {}).items()}
-    legs = {
-        (CLAUDE_CODE, HOST): compacting_leg(CLAUDE_CODE, cases, count),
-        (CLAUDE_CODE, CONTEXT_EDITING): compacting_leg(CLAUDE_CODE, cases, count, edited=True),
-        **({(CLAUDE_CODE, CTXOPT): ctxopt[CLAUDE_CODE.name]} if default else {}),
-        (CODEX, HOST): compacting_leg(CODEX, cases, count),
-        **({(CODEX, CTXOPT): ctxopt[CODEX.name]} if default else {}),
-        (GEMINI_CLI, HOST): gemini_cli_leg(cases, count),
-        **({(GEMINI_CLI, CTXOPT): ctxopt[GEMINI_CLI.name]} if default else {}),
-        **{(p, f"{CTXOPT} {name}"): t[p.name] for name, t in tried.items() for p in PROFILES},
-    }
-    alone = {p: legs[(p, HOST)].row(p, HOST)["billed_tokens"] for p in PROFILES}
-    summary_tokens = count.count(SUMMARY_TEXT)  # each summarising call's output, not billed here
-    rows = []
-    for (profile, method), leg in legs.items():
-        row = leg.row(profile, method)
-        rows.append(
-            {
-                **row,
-                "billed_vs_host": round(row["billed_tokens"] / alone[profile], 3),
-                "summary_output_tokens": row["summarising_calls"] * summary_tokens,
-            }
-        )
-    return rows
+@dataclass(slots=True)
+class _Proxied:
+    """Sends one case's bodies through headroom and times what it adds."""
+
+    client: httpx.Client
+    proxy: str
+    upstream: FakeUpstream
+    script: NextTurn
+    profile: Profile
+    case: Case
+    # per call index (a summarising call's time is overwritten by its call's)
+    ms: dict[int, float] = field(default_factory=dict)
+
+    def __call__(self, body: JsonObject, call: int) -> Prompt:
+        _, path = PATHS[self.profile.fmt]
+        self.script.step = call
+        started = time.perf_counter()
+        self.client.post(self.upstream.url + path, json=body).raise_for_status()
+        direct = time.perf_counter() - started
+        headers = {"user-agent": self.profile.user_agent, "x-api-key": "bench"}
+        started = time.perf_counter()
+        self.client.post(self.proxy + path, json=body, headers=headers).raise_for_status()
+        self.ms[call] = (time.perf_counter() - started - direct) * 1000
+        forwarded = self.upstream.calls(path)[-1].body
+        with self.upstream.lock:
+            self.upstream.requests.clear()
+        return rendered(self.case, forwarded)
+
+
+def headroom_legs(cases: CasesByHost, count: TokenCounter) -> dict[str, Leg]:
+    """Claude Code and Codex behind headroom's proxy, compacting at their line
+    on the sizes it forwards; Gemini CLI's calls sampled through it (its own
+    compression runs in Node, which is not pointed at the proxy)."""
+    legs: dict[str, Leg] = {}
+    script = NextTurn()
+    with (
+        fake_upstream(script=script) as upstream,
+        headroom_proxy(upstream.url) as proxy,
+        httpx.Client(timeout=300) as client,
+    ):
+        for profile, host_cases in cases.items():
+            leg = legs[profile.name] = Leg(timed=True)
+            for case in host_cases:
+                script.fmt, script.trajectory = profile.fmt, case.trajectory
+                send = _Proxied(client, proxy, upstream, script, profile, case)
+                if profile is GEMINI_CLI:
+                    same, seen = _unchanged(send, case)
+                    leg.sampled = (leg.sampled[0] + same, leg.sampled[1] + seen)
+                    continue
+                model = Compacting(profile.line(case.window), profile is CODEX)
+                _compact(leg, profile, case, count, model, send)
+    return legs
+
+
+def _unchanged(send: _Proxied, case: Case) -> tuple[int, int]:
+    """Every GEMINI_HEADROOM_SAMPLE-th full-history body of `case` through the
+    proxy: how many it forwarded unchanged, of how many."""
+    calls = range(0, case.calls, GEMINI_HEADROOM_SAMPLE)
+    same = sum(send(case.body(k), k) == rendered(case, case.body(k)) for k in calls)
+    return same, len(calls)

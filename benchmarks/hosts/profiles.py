@@ -1,5 +1,6 @@
 """The three hosts as the benchmark replays them: wire format, User-Agent,
-compaction line as a share of the window, and the provider's cache prices.
+compaction line as a share of the window, and the provider's prices
+(ctxopt.prices: cache read and write shares, output price in input units).
 
 Each host's line is its own rule's proportion of its own window, taken from
 the gateway's host table (ctxopt.api.gateway.hosts), so the benchmark's
@@ -18,26 +19,9 @@ from ctxopt.api.gateway.hosts import (
     compaction_line,
 )
 from ctxopt.api.gateway.windows import claude_window
+from ctxopt.prices import ModelPrice, price_of
 
-from benchmarks.gateway.billing import ANTHROPIC_WRITE_PRICE, CACHED_PRICE
 from benchmarks.gateway.histories import MODELS
-from benchmarks.replay.ledger import Billing
-
-# Gemini 2.5 Pro: cached input $0.31 against $1.25 per million input tokens (prompts up to
-# 200k), https://ai.google.dev/gemini-api/docs/pricing
-GEMINI_CACHED_PRICE = 0.25
-
-
-@dataclass(frozen=True, slots=True)
-class Prices:
-    """Input prices as shares of the provider's base input price."""
-
-    cached: float  # a cache read
-    uncached: float = 1.0  # input past the cached prefix (a cache write on Anthropic)
-
-    def billed(self, billing: Billing) -> float:
-        uncached = billing.prompt_tokens - billing.cached_tokens
-        return uncached * self.uncached + billing.cached_tokens * self.cached
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +31,15 @@ class Profile:
     user_agent: str  # as recorded from the real CLI (tests/agents), so the gateway knows it
     query: str  # what the host adds to the request path
     line_share: float  # its compaction line over its window
-    prices: Prices
+    provider: str  # as ctxopt.prices names it
 
     @property
     def model(self) -> str:
         return MODELS[self.fmt]
+
+    @property
+    def price(self) -> ModelPrice:
+        return price_of(self.model, self.provider)
 
     def line(self, window: int) -> int:
         return int(window * self.line_share)
@@ -69,9 +57,7 @@ CLAUDE_CODE = Profile(
     user_agent="claude-cli/2.1.332 (external, sdk-cli)",
     query="?beta=true",
     line_share=_share(Host.CLAUDE_CODE, MODELS["anthropic"], claude_window(MODELS["anthropic"])),
-    # Anthropic: cache reads 0.1x, 5-minute cache writes 1.25x the base input price,
-    # https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching#pricing
-    prices=Prices(cached=CACHED_PRICE, uncached=ANTHROPIC_WRITE_PRICE),
+    provider="anthropic",
 )
 CODEX = Profile(
     name="Codex CLI",
@@ -79,8 +65,7 @@ CODEX = Profile(
     user_agent="codex_exec/0.169.0 (Ubuntu 24.4.0; x86_64) xterm-256color",
     query="",
     line_share=_share(Host.CODEX, MODELS["openai-responses"], CODEX_WINDOW),
-    # GPT-5 family: cached input $0.125 against $1.25 per million, https://openai.com/api/pricing/
-    prices=Prices(cached=CACHED_PRICE),
+    provider="openai",
 )
 GEMINI_CLI = Profile(
     name="Gemini CLI",
@@ -88,6 +73,6 @@ GEMINI_CLI = Profile(
     user_agent="GeminiCLI/0.61.0/gemini-2.5-pro (linux; x64)",
     query="",
     line_share=_share(Host.GEMINI_CLI, MODELS["gemini"], GEMINI_CLI_DEFAULT_LIMIT),
-    prices=Prices(cached=GEMINI_CACHED_PRICE),
+    provider="gemini",
 )
 PROFILES = (CLAUDE_CODE, CODEX, GEMINI_CLI)

@@ -2,7 +2,10 @@
 
 Every leg of the host benchmark is scored on the same rendering, so a host's
 own prompts and the gateway's output are counted, cached and searched for
-needed lines alike: the system prompt, then one (role, text) message per turn.
+needed lines alike: the frame, then one (role, text) message per turn. The
+frame renders as one system message: the system prompt, the tool
+declarations (JSON) and the list's own frame items (system and developer
+messages, and a recorded frame's leading items other than the task).
 A model turn renders as the original assistant message when its thought and
 command are the step's own (so an untouched body renders as the session's
 history, byte for byte), else as its thought and a bash block of its command;
@@ -16,8 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.gateway.histories import JsonObject, Trajectory, call_id
-from benchmarks.gateway.latency import LISTS
+from benchmarks.gateway.histories import JsonObject, Trajectory, call_id, request
+from benchmarks.hosts.frames import Frame, framed_request
 from benchmarks.quality.datasets import CountTokens
 from benchmarks.replay.sessions import WINDOW_SHARE, Message, Prompt, Session, concatenated
 
@@ -27,11 +30,15 @@ CALL_PREFIX = call_id(0)[: -len("0000")]
 @dataclass(frozen=True, slots=True)
 class Case:
     """One development trajectory twice: as the bodies a host sends
-    (histories.request) and as the session its needed lines are scored on.
-    The call with index k sends the task and k steps."""
+    (histories.request, or framed_request in a host's real frame) and as the
+    session its needed lines are scored on. The call with index k sends the
+    task and k steps. A case made by `of` has no host yet (`hosted` gives it
+    one, its session's first two messages then rendered from the host's body)."""
 
     session: Session
     trajectory: Trajectory
+    fmt: str = ""
+    frame: Frame | None = None
 
     @classmethod
     def of(cls, session: Session, trajectory: Trajectory) -> Case:
@@ -41,6 +48,35 @@ class Case:
         if not aligned or len(trajectory.steps) < len(session.calls) - 1:
             raise ValueError(f"{session.instance_id}: trajectory and session do not align")
         return cls(session, trajectory)
+
+    def hosted(self, fmt: str, frame: Frame | None, count: CountTokens) -> Case:
+        """This case as `fmt`'s host sends it (in `frame`, else the trajectory's
+        own system prompt and bash tool); W is then taken over that frame."""
+        case = Case(self.session, self.trajectory, fmt, frame)
+        old = self.session.messages
+        new = rendered(case, case.body(0))
+        messages = (*new, *old[2:])
+        before, after = count([t for _, t in old[:2]]), count([t for _, t in new])
+        final = self.session.final_tokens - sum(before) + sum(after)
+        session = Session(
+            self.session.instance_id,
+            messages,
+            self.session.submission,
+            self.session.calls,
+            final,
+        )
+        return Case(session, self.trajectory, fmt, frame)
+
+    def body(self, steps: int) -> JsonObject:
+        """The request after `steps` steps, in the host's format and frame."""
+        if self.frame is not None:
+            return framed_request(self.frame, self.trajectory, steps)
+        return request(self.fmt, self.trajectory, steps)
+
+    @property
+    def lead(self) -> int:
+        """How many items open the message list before the first exchange."""
+        return len(self.frame.lead) if self.frame is not None else 1
 
     @property
     def calls(self) -> int:
@@ -69,16 +105,22 @@ def long_cases(cases: list[Case], k: int, count: CountTokens) -> list[Case]:
 
 def rendered(case: Case, body: JsonObject) -> Prompt:
     """The prompt `body` carries, in any of the three hosts' formats."""
-    if "messages" in body:
+    key = "messages" if "messages" in body else "input" if "input" in body else "contents"
+    framing = case.frame.frame_items if case.frame is not None else ()
+    folded = [i for i in body[key] if i in framing or i.get("role") in ("system", "developer")]
+    items = [i for i in body[key] if i not in folded]
+    if key == "messages":
         system = _texts(body.get("system", ""))
-        turns = _anthropic(case, body["messages"])
-    elif "input" in body:
+        turns = _anthropic(case, items)
+    elif key == "input":
         system = str(body.get("instructions", ""))
-        turns = _responses(case, body["input"])
+        turns = _responses(case, items)
     else:
         system = _texts(body.get("systemInstruction", {}).get("parts", []))
-        turns = _gemini(case, body[LISTS["gemini"]])
-    return (("system", system), *turns)
+        turns = _gemini(case, items)
+    frame = [system, json.dumps(body.get("tools", []), sort_keys=True)]
+    frame += [_texts(i.get("content", i.get("parts", []))) for i in folded]
+    return (("system", "\n".join(frame)), *turns)
 
 
 def _texts(value: Any) -> str:

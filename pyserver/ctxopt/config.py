@@ -59,22 +59,27 @@ class Config:
     gateway_host_ceilings: bool = True
     # When the gateway collects (api/gateway/schedule.py): once the next call would
     # reach `gateway_trigger_percent` of the ceiling, landing at `gateway_landing_percent`
-    # (or, unless `gateway_landing_pays` is off, lower where only that pays for the
-    # rewrite at the provider's cache prices);
-    # answered tool outputs of at least `gateway_arrival_min_tokens` shrink once to at
-    # most `gateway_arrival_share` of their size (api/gateway/arrivals.py; 0: off)
+    # (or lower where only that pays for the rewrite at the provider's cache prices);
+    # answered tool outputs shrink once to at most `gateway_arrival_share` of their
+    # size (api/gateway/arrivals.py; 0: off)
     # 95/30: chosen out of fold over 80/60 (the service's own GC defaults), 80/60 with
     # the cap, and shrinking on arrival by `python -m benchmarks.hosts.cv` (docs/agents.md)
     gateway_trigger_percent: float = 95.0
     gateway_landing_percent: float = 30.0
-    gateway_landing_pays: bool = True
     gateway_arrival_share: float = 0.0
-    gateway_arrival_min_tokens: int = 200
+    # How long a request waits for the engine (sync, plan) before it goes up as the
+    # original, or locally truncated when that does not fit; 0 waits as long as it
+    # takes. Far above a plan's p99 under load (0.7 s on 2 shared cores, docs/gateway.md)
+    # and far below a model's answer, so only a stuck or starved engine reaches it.
+    gateway_engine_deadline_ms: int = 5000
     # Storage
     data_dir: str = ""  # empty: default_data_dir(); ":memory:" for tests only
     fsync: Literal["full", "normal"] = "normal"
     stash_max_entries: int = 100_000
     stash_max_bytes: int = 1024 * 1024 * 1024
+    # Days the usage ledger keeps a call's row (`ctxopt gain`, the dashboard): a
+    # quarter covers the monthly and weekly views people compare
+    usage_retention_days: int = 90
     # Limits on input
     max_text_chars: int = 2_000_000
     max_chunks_per_request: int = 20_000

@@ -18,14 +18,15 @@ from pathlib import Path
 
 from ctxopt.cli.launch import point_host
 
-from tests.agents.agent_cli import BIN, PROMPT, sandbox
+from tests.agents.agent_cli import BIN, PROMPT, RUN_TIMEOUT_S, sandbox
 from tests.agents.scripted_provider import (
     AgentScript,
+    kind_of,
     read_and_inspect,
-    requests_of,
     scripted_upstream,
     write_workspace,
 )
+from tests.gateway.upstream import Recorded
 
 # (host, model flag, low, high): the bracket to bisect, in reported prompt tokens
 CASES: list[tuple[str, str | None, int, int]] = [
@@ -39,14 +40,16 @@ CASES: list[tuple[str, str | None, int, int]] = [
 RESOLUTION = 100  # tokens
 
 
-def compacts(host: str, model: str | None, reported: int) -> bool:
-    """Whether `host` compacts when every answer reports `reported` prompt tokens."""
+def scripted_run(host: str, args: list[str], reported: int | None) -> tuple[str, list[Recorded]]:
+    """Run `host` with `args` on a small scratch workspace against the scripted
+    provider, every answer reporting `reported` prompt tokens (None: the
+    request's own size); its scratch root and every request that reached the
+    provider."""
     with tempfile.TemporaryDirectory(prefix="ctxopt-compaction-") as scratch:
         root = Path(scratch)
         names = write_workspace(root / "workspace", files=2, lines_per_file=10)
         script = AgentScript(read_and_inspect(names), reported_prompt_tokens=reported)
         box = sandbox(host, root, root / "workspace")
-        args = _args(host, model)
         with scripted_upstream(script) as upstream:
             launch = point_host(host, upstream.url, args, box.env, scratch=root / "tmp")
             subprocess.run(
@@ -54,11 +57,18 @@ def compacts(host: str, model: str | None, reported: int) -> bool:
                 cwd=box.workspace,
                 env=launch.env,
                 capture_output=True,
-                timeout=120,
+                timeout=RUN_TIMEOUT_S,
                 stdin=subprocess.DEVNULL,
                 check=False,
             )
-            return bool(requests_of(upstream, "compaction"))
+            with upstream.lock:
+                return str(root), list(upstream.requests)
+
+
+def compacts(host: str, model: str | None, reported: int) -> bool:
+    """Whether `host` compacts when every answer reports `reported` prompt tokens."""
+    _, requests = scripted_run(host, _args(host, model), reported)
+    return any(kind_of(r) == "compaction" for r in requests)
 
 
 def _args(host: str, model: str | None) -> list[str]:

@@ -24,6 +24,7 @@ from starlette.responses import Response
 from tests.agents.wire import (
     COMPACTION_SUMMARY,
     AnthropicWire,
+    ChatWire,
     FinalText,
     GeminiWire,
     Rendered,
@@ -113,6 +114,8 @@ def wire_of(path: str) -> Wire | None:
         return AnthropicWire()
     if path.endswith("/v1/responses"):
         return ResponsesWire()
+    if path.endswith("/v1/chat/completions"):
+        return ChatWire()
     if path.endswith((":generateContent", ":streamGenerateContent")):
         return GeminiWire()
     return None

@@ -34,6 +34,9 @@ RUN_TIMEOUT_S = 120.0
 FAKE_HOST = f"""#!{sys.executable}
 import json, os, sys, urllib.error, urllib.parse, urllib.request
 base = os.environ.get("ANTHROPIC_BASE_URL") or os.environ.get("GOOGLE_GEMINI_BASE_URL")
+if base is None and "OPENCODE_CONFIG_CONTENT" in os.environ:
+    config = json.loads(os.environ["OPENCODE_CONFIG_CONTENT"])
+    base = config["provider"]["openai"]["options"]["baseURL"]
 if base is None:  # codex: the base URL is in a -c override
     base = next(a for a in sys.argv if "base_url=" in a).split('base_url="')[1].split('"')[0]
 try:
@@ -153,6 +156,40 @@ def test_gemini_with_an_auth_type_chosen_runs_on_the_users_own_home(tmp_path: Pa
     result, recorded = _launch("gemini", ["-p", "hi"], tmp_path, _free_address())
     assert result.returncode == 0, result.stderr
     assert "GEMINI_CLI_HOME" not in recorded["env"]
+
+
+def test_aider_gets_the_gateway_for_openai_and_anthropic_models(tmp_path: Path) -> None:
+    address = _free_address()
+    args = ["--model", "openai/gpt-5.2", "--message", "fix it", "app.py"]
+    result, recorded = _launch("aider", args, tmp_path, address, OPENAI_BASE_URL="http://x")
+    assert result.returncode == 0, result.stderr
+    assert recorded["argv"] == args
+    for name in ("OPENAI_API_BASE", "OPENAI_BASE_URL"):  # LiteLLM reads the second first
+        assert recorded["env"][name] == f"http://{address}/openai/v1"
+    for name in ("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"):
+        assert recorded["env"][name] == f"http://{address}/anthropic"
+    assert recorded["gateway"] == "ctxopt_gateway"
+
+
+def test_opencode_gets_its_providers_base_urls_merged_over_the_users_config(
+    tmp_path: Path,
+) -> None:
+    address = _free_address()
+    own = {"model": "openai/gpt-5.2", "provider": {"openai": {"options": {"timeout": 5}}}}
+    args = ["run", "-m", "openai/gpt-5.2", "say hi"]
+    env = {"OPENCODE_CONFIG_CONTENT": json.dumps(own)}
+    result, recorded = _launch("opencode", args, tmp_path, address, **env)
+    assert result.returncode == 0, result.stderr
+    assert recorded["argv"] == args
+    config = json.loads(recorded["env"]["OPENCODE_CONFIG_CONTENT"])
+    assert config["model"] == "openai/gpt-5.2"
+    assert config["provider"]["openai"]["options"] == {
+        "timeout": 5,
+        "baseURL": f"http://{address}/openai/v1",
+    }
+    assert config["provider"]["anthropic"]["options"]["baseURL"] == f"http://{address}/anthropic/v1"
+    assert config["provider"]["google"]["options"]["baseURL"] == f"http://{address}/gemini/v1beta"
+    assert recorded["gateway"] == "ctxopt_gateway"
 
 
 def test_a_running_gateway_is_used_and_left_running(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Claude Code, Codex and Gemini CLI, the real ones, through the gateway to a scripted provider.
+"""Claude Code, Codex, Gemini CLI and OpenCode, the real ones, through the gateway to a scripted
+provider (aider, which edits files rather than running tools: test_aider_through_gateway.py).
 
 Each CLI reads large files in a scratch workspace until its history is several
 times the gateway's window, then answers; offline, with a fake key. With a
@@ -35,9 +36,14 @@ WINDOW = 24_000
 FILES = 8
 LINES_PER_FILE = 400
 NO_PRUNING_WINDOW = 100_000_000
-HOSTS = ["claude", "codex", "gemini"]
+HOSTS = ["claude", "codex", "gemini", "opencode"]
 # How the gateway names each host it recognises from the User-Agent (api/gateway/hosts.py)
-RECOGNISED_AS = {"claude": "claude-code", "codex": "codex", "gemini": "gemini-cli"}
+RECOGNISED_AS = {
+    "claude": "claude-code",
+    "codex": "codex",
+    "gemini": "gemini-cli",
+    "opencode": "opencode",
+}
 
 
 @pytest.fixture(autouse=True)

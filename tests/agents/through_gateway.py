@@ -29,7 +29,13 @@ from tests.gateway.upstream import FakeUpstream, Recorded
 from tests.serverproc import serving
 
 # The gateway's name for each host's wire format (tests/gateway/checks.py)
-HOST_FORMATS = {"claude": "anthropic", "codex": "openai-responses", "gemini": "gemini"}
+HOST_FORMATS = {
+    "claude": "anthropic",
+    "codex": "openai-responses",
+    "gemini": "gemini",
+    "aider": "openai-chat",
+    "opencode": "openai-responses",
+}
 
 
 @dataclass(frozen=True)
@@ -85,11 +91,11 @@ def run_through_gateway(
         for line in (tmp_path / "server.log").read_text().splitlines()
         if line.startswith('{"gateway"')
     ]
-    calls = _pair(relay.requests, upstream.requests, relayed.answered, log)
+    calls = pair_calls(relay.requests, upstream.requests, relayed.answered, log)
     return GatewayRun(result, script, upstream, calls, workspace, names)
 
 
-def _pair(
+def pair_calls(
     sent: list[Recorded],
     reached: list[Recorded],
     answered: list[Answered],

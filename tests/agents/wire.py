@@ -1,4 +1,4 @@
-"""The three wire formats as the real agent CLIs read them, for the scripted provider.
+"""The four wire formats as the real agent CLIs read them, for the scripted provider.
 
 Each `*Wire` class knows one provider's request shape (is this the agent's own
 turn, or a side call such as Gemini CLI's router?) and renders one scripted
@@ -114,6 +114,9 @@ def _declared_tools(body: Mapping[str, Any]) -> set[str]:
             continue
         if isinstance(tool.get("name"), str):
             names.add(tool["name"])
+        function = tool.get("function")
+        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+            names.add(function["name"])  # Chat Completions
         for declaration in tool.get("functionDeclarations") or []:
             names.add(declaration.get("name", ""))
     return names
@@ -226,13 +229,24 @@ class AnthropicWire:
         return events
 
 
+# Each host's shell tool and the arguments it takes: Codex, OpenCode
+SHELL_ARGUMENTS = {
+    "exec_command": lambda command: {"cmd": command},
+    "bash": lambda command: {"command": command, "description": "Run a scripted command"},
+}
+
+
+def _shell(body: Mapping[str, Any]) -> str:
+    return next((name for name in SHELL_ARGUMENTS if name in _declared_tools(body)), "")
+
+
 class ResponsesWire:
-    """OpenAI Responses streaming as Codex reads it (`POST /v1/responses`)."""
+    """OpenAI Responses streaming as Codex and OpenCode read it (`POST /v1/responses`)."""
 
     shell_tool = "exec_command"
 
     def is_agent_turn(self, body: Mapping[str, Any]) -> bool:
-        return self.shell_tool in _declared_tools(body)
+        return bool(_shell(body))
 
     def render(self, reply: Reply, body: Mapping[str, Any], step: int, usage: int) -> Rendered:
         reasoning = {
@@ -246,8 +260,8 @@ class ResponsesWire:
                 "type": "function_call",
                 "id": f"fc_{step:04d}",
                 "call_id": f"call_{step:04d}",
-                "name": self.shell_tool,
-                "arguments": json.dumps({"cmd": reply.command}),
+                "name": _shell(body),
+                "arguments": json.dumps(SHELL_ARGUMENTS[_shell(body)](reply.command)),
                 "status": "completed",
             }
         else:
@@ -321,6 +335,63 @@ class ResponsesWire:
         if not body.get("stream"):
             return _json(completed)
         return Rendered(200, "text/event-stream", _sse(events))
+
+
+class ChatWire:
+    """Chat Completions as aider (through LiteLLM) and OpenCode read them: an agent turn
+    is aider's own request (its system prompt) or one that declares a shell tool."""
+
+    shell_tool = "bash"
+    # aider 0.86.2's main system prompt (aider/coders/editblock_prompts.py) starts so
+    AIDER_SYSTEM = "Act as an expert software developer."
+
+    def is_agent_turn(self, body: Mapping[str, Any]) -> bool:
+        messages = body.get("messages") or [{}]
+        first = messages[0] if isinstance(messages[0], Mapping) else {}
+        system = first.get("content") if first.get("role") == "system" else ""
+        aider = isinstance(system, str) and system.startswith(self.AIDER_SYSTEM)
+        return aider or self.shell_tool in _declared_tools(body)
+
+    def render(self, reply: Reply, body: Mapping[str, Any], step: int, usage: int) -> Rendered:
+        if isinstance(reply, ToolCall):
+            arguments = SHELL_ARGUMENTS[self.shell_tool](reply.command)
+            call = {
+                "id": f"call_{step:04d}",
+                "type": "function",
+                "function": {"name": self.shell_tool, "arguments": json.dumps(arguments)},
+            }
+            return self._answer({"content": None, "tool_calls": [call]}, "tool_calls", body, usage)
+        return self._answer({"content": reply.text}, "stop", body, usage)
+
+    def render_side_call(
+        self, path: str, body: Mapping[str, Any], usage: int, text: str = "ok"
+    ) -> Rendered:
+        return self._answer({"content": text}, "stop", body, usage)
+
+    @staticmethod
+    def _answer(
+        message: dict[str, Any], finish: str, body: Mapping[str, Any], prompt: int
+    ) -> Rendered:
+        """As the API: a stream reports usage only in an extra chunk the request asked for."""
+        usage = {"prompt_tokens": prompt, "completion_tokens": 20, "total_tokens": prompt + 20}
+        base = {"id": "chatcmpl-scripted", "created": 0, "model": body.get("model", "")}
+        message = {"role": "assistant", **message}
+        if not body.get("stream"):
+            choice = {"index": 0, "message": message, "finish_reason": finish}
+            return _json({**base, "object": "chat.completion", "choices": [choice], "usage": usage})
+        options = body.get("stream_options")
+        asked = isinstance(options, Mapping) and options.get("include_usage") is True
+        chunk = {**base, "object": "chat.completion.chunk", **({"usage": None} if asked else {})}
+        delta = dict(message)
+        if delta.get("tool_calls"):
+            delta["tool_calls"] = [{**c, "index": i} for i, c in enumerate(delta["tool_calls"])]
+        events: list[tuple[str | None, Mapping[str, Any]]] = [
+            (None, {**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}),
+            (None, {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}),
+        ]
+        if asked:
+            events.append((None, {**chunk, "choices": [], "usage": usage}))
+        return Rendered(200, "text/event-stream", _sse(events) + b"data: [DONE]\n\n")
 
 
 class GeminiWire:

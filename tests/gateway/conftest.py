@@ -35,10 +35,17 @@ def gateway(
 
 
 @pytest.fixture(autouse=True)
-def fresh_upstream(upstream: FakeUpstream) -> None:
-    """Each test sees only its own requests and a healthy provider."""
+def fresh_upstream(upstream: FakeUpstream) -> Iterator[None]:
+    """Each test sees only its own requests and a healthy provider; what it held
+    is let go after it."""
     with upstream.lock:
         upstream.requests.clear()
+        upstream.streams_abandoned = 0
     upstream.failure = None
     upstream.script = lambda _request: "ok"
     upstream.usage = lambda request: len(request.raw) // 4
+    upstream.hold = lambda _request: False
+    upstream.stream_fault = None
+    upstream.released.clear()
+    yield
+    upstream.released.set()

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
 from benchmarks.gateway.histories import Trajectory, load, request
-from tests.gateway.checks import assert_valid, tokens_of
+from tests.gateway.checks import assert_valid, gateway_log_lines, tokens_of
 from tests.gateway.upstream import FakeUpstream, ToolCall
 from tests.serverproc import ServerProcess
 
@@ -161,3 +163,41 @@ def test_a_tool_call_answer_reaches_the_client(
     )
     calls = completion.choices[0].message.tool_calls
     assert calls is not None and calls[0].id == "call_9"
+
+
+def test_a_chat_stream_without_usage_is_calibrated_and_the_client_sees_no_usage_chunk(
+    gateway: ServerProcess, upstream: FakeUpstream
+) -> None:
+    """aider streams without `stream_options.include_usage`: the gateway asks for it,
+    reads the provider's prompt size, and relays the stream without the extra chunk."""
+    upstream.usage = lambda _request: 1234
+    session = "stream-without-usage"
+    with client(gateway).chat.completions.with_streaming_response.create(
+        model="gpt-5",
+        messages=[{"role": "user", "content": "hi"}],
+        stream=True,
+        extra_headers={"x-ctxopt-session": session},
+    ) as response:
+        chunks = list(response.parse())
+    assert chunks and all(c.choices for c in chunks)
+    assert chunks[0].choices[0].delta.content == "ok"
+    sent = upstream.calls("/v1/chat/completions")[-1]
+    assert sent.body["stream_options"] == {"include_usage": True}
+    assert sent.headers["accept-encoding"] == "identity"
+    (line,) = gateway_log_lines(gateway, lambda line: line["session"].endswith(session))
+    assert line["provider_prompt_tokens"] == 1234
+
+
+def test_a_chat_stream_that_asks_for_usage_keeps_its_usage_chunk(
+    gateway: ServerProcess, upstream: FakeUpstream
+) -> None:
+    body = {"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]}
+    raw = json.dumps({**body, "stream": True, "stream_options": {"include_usage": True}})
+    answer = httpx.post(
+        f"{gateway.gateway_url}/openai/v1/chat/completions",
+        content=raw,
+        headers={"authorization": "Bearer sk-test", "content-type": "application/json"},
+    )
+    assert upstream.calls("/v1/chat/completions")[-1].raw == raw.encode()
+    events = [json.loads(e[6:]) for e in answer.text.split("\n\n") if e.startswith("data: {")]
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["prompt_tokens"] > 0

@@ -134,7 +134,6 @@ def test_the_gateway_collects_at_its_trigger_and_lands_at_its_landing(
     env = {
         "CTXOPT_GATEWAY_TRIGGER_PERCENT": "95",
         "CTXOPT_GATEWAY_LANDING_PERCENT": "30",
-        "CTXOPT_GATEWAY_LANDING_PAYS": "false",
     }
     window = 20_000
     headers = {"x-api-key": "k", "x-ctxopt-session": "deep", "x-ctxopt-window-tokens": str(window)}

@@ -16,14 +16,16 @@ Usage:
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 import json
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 from starlette.applications import Starlette
@@ -32,6 +34,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 JsonObject = dict[str, Any]
+RELEASE_POLL_S = 0.02
+TEST_ID_HEADER = "x-test-id"
 
 
 @dataclass
@@ -71,6 +75,16 @@ class FakeUpstream:
     usage: Callable[[Recorded], int] = lambda request: len(request.raw) // 4
     failure: tuple[int, JsonObject] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Faults: requests `hold` picks get no answer until `released` is set; a streamed
+    # answer with `stream_fault` "cut" loses its connection after its first event,
+    # with "stall" it waits there for `released`, counted in `streams_abandoned` when
+    # the gateway goes away first.
+    hold: Callable[[Recorded], bool] = lambda _request: False
+    released: threading.Event = field(default_factory=threading.Event)
+    stream_fault: Literal["cut", "stall"] | None = None
+    streams_abandoned: int = 0
+    # The bytes answered to each request carrying an `x-test-id` header, by that id
+    answers: dict[str, bytes] = field(default_factory=dict)
 
     def fail_with(self, status: int, body: JsonObject) -> None:
         self.failure = (status, body)
@@ -83,8 +97,11 @@ class FakeUpstream:
     async def _handle(self, request: Request) -> Response:
         raw = await request.body()
         try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
+            # as a provider does, a gzip body is read decoded (`raw` keeps what arrived)
+            gzipped = request.headers.get("content-encoding") == "gzip"
+            text = gzip.decompress(raw) if gzipped else raw
+            body = json.loads(text) if text else None
+        except (ValueError, OSError, RecursionError):
             body = None
         recorded = Recorded(
             request.method,
@@ -96,6 +113,8 @@ class FakeUpstream:
         )
         with self.lock:
             self.requests.append(recorded)
+        if self.hold(recorded):
+            await self._until_released()
         if self.failure is not None:
             status, error = self.failure
             return JSONResponse(error, status_code=status, headers={"x-provider": "fake"})
@@ -112,12 +131,54 @@ class FakeUpstream:
             return reply
         tokens = self.usage(recorded)
         if path.endswith("/v1/messages"):
-            return _anthropic(reply, tokens, recorded.streamed)
-        if path.endswith("/v1/chat/completions"):
-            return _chat(reply, tokens, recorded.streamed)
-        if path.endswith("/v1/responses"):
-            return _responses(reply, tokens, recorded.streamed)
-        return _gemini(reply, tokens, recorded.streamed, "alt=sse" in recorded.query)
+            answer = _anthropic(reply, tokens, recorded.streamed)
+        elif path.endswith("/v1/chat/completions"):
+            options = body.get("stream_options")
+            asked = isinstance(options, dict) and options.get("include_usage") is True
+            answer = _chat(reply, tokens, recorded.streamed, usage_chunk=asked)
+        elif path.endswith("/v1/responses"):
+            answer = _responses(reply, tokens, recorded.streamed)
+        else:
+            answer = _gemini(reply, tokens, recorded.streamed, "alt=sse" in recorded.query)
+        if self.stream_fault is not None and isinstance(answer, StreamingResponse):
+            answer.body_iterator = self._faulty(answer.body_iterator, self.stream_fault)
+        test_id = recorded.headers.get(TEST_ID_HEADER)
+        if test_id is not None:
+            if isinstance(answer, StreamingResponse):
+                answer.body_iterator = self._kept(answer.body_iterator, test_id)
+            else:
+                self.answers[test_id] = bytes(answer.body)
+        return answer
+
+    async def _kept(
+        self, events: AsyncIterable[str | bytes | memoryview], test_id: str
+    ) -> AsyncIterator[str | bytes | memoryview]:
+        sent = bytearray()
+        async for event in events:
+            sent += event.encode() if isinstance(event, str) else event
+            yield event
+        self.answers[test_id] = bytes(sent)
+
+    async def _until_released(self) -> None:
+        while not self.released.is_set():
+            await asyncio.sleep(RELEASE_POLL_S)
+
+    async def _faulty(
+        self, events: AsyncIterable[str | bytes | memoryview], fault: str
+    ) -> AsyncIterator[str | bytes | memoryview]:
+        finished = False
+        try:
+            async for event in events:
+                yield event
+                if fault == "cut":
+                    finished = True  # the cut is the fake's own doing
+                    raise ConnectionAbortedError("the fake provider cuts the stream")
+                await self._until_released()
+            finished = True
+        finally:
+            if not finished:
+                with self.lock:
+                    self.streams_abandoned += 1
 
 
 def _sse(events: list[tuple[str | None, JsonObject | str]]) -> StreamingResponse:
@@ -184,7 +245,9 @@ def _anthropic(reply: str | ToolCall, tokens: int, streamed: bool) -> Response:
     )
 
 
-def _chat(reply: str | ToolCall, tokens: int, streamed: bool) -> Response:
+def _chat(reply: str | ToolCall, tokens: int, streamed: bool, *, usage_chunk: bool) -> Response:
+    """As the API: a stream reports usage only when the request asked for it, in an
+    extra chunk with no choices, every other chunk then carrying `"usage": null`."""
     usage = {"prompt_tokens": tokens, "completion_tokens": 5, "total_tokens": tokens + 5}
     message: JsonObject = {
         "role": "assistant",
@@ -208,15 +271,14 @@ def _chat(reply: str | ToolCall, tokens: int, streamed: bool) -> Response:
     delta = {**message}
     if "tool_calls" in delta:
         delta["tool_calls"] = [{**delta["tool_calls"][0], "index": 0}]
-    chunk = {**base, "object": "chat.completion.chunk"}
-    return _sse(
-        [
-            (None, {**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}),
-            (None, {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}),
-            (None, {**chunk, "choices": [], "usage": usage}),
-            (None, "[DONE]"),
-        ]
-    )
+    chunk = {**base, "object": "chat.completion.chunk", **({"usage": None} if usage_chunk else {})}
+    events: list[tuple[str | None, JsonObject | str]] = [
+        (None, {**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}),
+        (None, {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}),
+    ]
+    if usage_chunk:
+        events.append((None, {**chunk, "choices": [], "usage": usage}))
+    return _sse([*events, (None, "[DONE]")])
 
 
 def _responses(reply: str | ToolCall, tokens: int, streamed: bool) -> Response:

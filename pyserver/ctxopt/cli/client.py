@@ -1,6 +1,6 @@
 """The `ctxopt` subcommands that ask a running server: `sessions`, `show`,
-`stash search`, `stash restore`, and `export` / `import` when a server holds
-the data directory.
+`stash search`, `stash restore`, `gain`, and `export` / `import` when a server
+answers.
 
 They dial `CTXOPT_ADDR` (or `--addr`) with the first token of
 `CTXOPT_AUTH_TOKEN` (the server's own setting: `owner=secret` sends `secret`)
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxopt.cli.preflight import parse_address
 from ctxopt.config import Config
+from ctxopt.usage.gain import GROUP_CHOICES
 
 if TYPE_CHECKING:
     import grpc
@@ -25,11 +26,15 @@ if TYPE_CHECKING:
     from ctxopt.v1 import ctxopt_pb2_grpc as pb_grpc
 
 CALL_TIMEOUT_S = 30.0
-COMMANDS = ("sessions", "show", "stash")
+COMMANDS = ("sessions", "show", "stash", "gain")
 
 
 class ServerError(Exception):
     """A call to the server failed; the message says what to do."""
+
+
+class Unavailable(ServerError):
+    """No server answers at the address."""
 
 
 def add_commands(
@@ -50,9 +55,12 @@ def add_commands(
     restore = actions.add_parser("restore", help="put stashed chunks back into their session")
     restore.add_argument("session_id")
     restore.add_argument("chunk_ids", nargs="+", metavar="CHUNK_ID")
-    parsers = {"sessions": sessions, "show": show, "stash search": search}
+    gain = commands.add_parser("gain", help="what the gateway and Optimize saved, from the ledger")
+    gain.add_argument("--by", choices=GROUP_CHOICES, default="day", help="rows per (day)")
+    gain.add_argument("--since", help="a span back (30m, 12h, 7d, 2w) or a date (2026-11-20)")
+    parsers = {"sessions": sessions, "show": show, "stash search": search, "gain": gain}
     parsers["stash restore"] = restore
-    for parser in (sessions, show, search, restore):
+    for parser in (sessions, show, search, restore, gain):
         add_connection(parser)
         parser.add_argument("--json", action="store_true", help="print JSON")
     return parsers
@@ -70,6 +78,8 @@ def run(args: argparse.Namespace, config: Config, setting: str) -> None:
     elif args.command == "show":
         request = _pb().GetLastPlanRequest(session_id=args.session_id, top=args.top)
         _print(args, _call(config, stub.GetLastPlan, request))
+    elif args.command == "gain":
+        _gain(args, config, stub)
     elif args.stash_command == "search":
         request = _pb().SearchStashRequest(
             session_id=args.session_id, query=args.query, limit=args.limit
@@ -86,10 +96,26 @@ def export_session(config: Config, setting: str, session_id: str) -> str:
     return str(answer.json)
 
 
-def import_session(config: Config, setting: str, data: str, replace: bool) -> tuple[str, int]:
+def import_session(config: Config, setting: str, data: str, *, replace: bool) -> tuple[str, int]:
     request = _pb().ImportSessionRequest(json=data, replace=replace)
     answer = _call(config, _stub(config, setting).ImportSession, request)
     return str(answer.session_id), int(answer.chunk_count)
+
+
+def _gain(args: argparse.Namespace, config: Config, stub: pb_grpc.ContextOptimizerStub) -> None:
+    from ctxopt.usage import gain, wire
+    from ctxopt.usage.report import GroupBy
+
+    now = datetime.now().astimezone()
+    by, since = GroupBy(args.by), gain.since_ms(args.since, now)
+    offset = now.utcoffset()
+    request = _pb().GetUsageRequest(
+        group_by=wire.GROUPS[by],
+        since_unix_ms=since,
+        utc_offset_minutes=int(offset.total_seconds() // 60) if offset else 0,
+    )
+    answer = _call(config, stub.GetUsage, request)
+    print(gain.render(wire.report_from_pb(answer, by, since), as_json=args.json))
 
 
 # ---- the connection -------------------------------------------------------------
@@ -129,7 +155,8 @@ def _call(config: Config, method: Callable[..., Any], request: Message) -> Any:
     try:
         return method(request, timeout=CALL_TIMEOUT_S, metadata=metadata)
     except grpc.RpcError as err:
-        raise ServerError(_explain(config, err)) from None
+        unanswered = err.code() == grpc.StatusCode.UNAVAILABLE
+        raise (Unavailable if unanswered else ServerError)(_explain(config, err)) from None
 
 
 def _explain(config: Config, err: grpc.RpcError) -> str:

@@ -71,6 +71,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "(CTXOPT_GATEWAY_HOST_CEILINGS, default on)",
     )
     serve.add_argument(
+        "--gateway-engine-deadline-ms",
+        type=int,
+        help="how long a gateway request waits for the engine before it goes up unpruned, "
+        "0: no limit (CTXOPT_GATEWAY_ENGINE_DEADLINE_MS, default 5000)",
+    )
+    serve.add_argument(
         "--insecure",
         action="store_true",
         default=None,
@@ -78,6 +84,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     )
     serve.add_argument(
         "--log-format", choices=("json", "text"), help="stderr lines (CTXOPT_LOG_FORMAT)"
+    )
+    serve.add_argument(
+        "--usage-retention-days",
+        type=int,
+        help="days the usage ledger keeps a call (CTXOPT_USAGE_RETENTION_DAYS, default 90)",
     )
 
     run = commands.add_parser(
@@ -95,7 +106,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     _data_dir(mcp)
 
     export = commands.add_parser(
-        "export", help="a session as JSON (through the server when one holds the data directory)"
+        "export", help="a session as JSON (through the server at --addr when one answers)"
     )
     _data_dir(export)
     client.add_connection(export)
@@ -190,7 +201,7 @@ def _fail(message: str) -> int:
 
 
 def _export_or_import(args: argparse.Namespace, config: Config, names: Names) -> None:
-    """Through the server when one holds the data directory, else on the directory;
+    """Through the server when one answers at the address, else on the data directory;
     a directory this command created is removed again when the command fails."""
     data = ""
     if args.command == "import":  # read first: a missing file must create nothing
@@ -198,13 +209,18 @@ def _export_or_import(args: argparse.Namespace, config: Config, names: Names) ->
     from ctxopt.store import DB_FILE
 
     directory = Path(config.resolved_data_dir)
-    if _held_by_another_process(directory / DB_FILE):
+    try:  # a server that answers at the address holds its own directory, whichever it is
         if args.command == "export":
             _write(args.output, client.export_session(config, names("addr"), args.session_id))
         else:
-            session_id, count = client.import_session(config, names("addr"), data, args.replace)
+            session_id, count = client.import_session(
+                config, names("addr"), data, replace=args.replace
+            )
             print(f"imported {count} chunks into session {session_id}")
         return
+    except client.Unavailable:
+        if _held_by_another_process(directory / DB_FILE):
+            raise
     if args.command == "export" and not (directory / DB_FILE).exists():
         raise FailedPrecondition(
             "data_dir", str(directory), "holds no ctxopt store: no session to export"

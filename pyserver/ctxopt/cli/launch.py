@@ -1,6 +1,6 @@
 """`ctxopt run HOST [ARGS...]`: run an agent CLI with its model calls going through the gateway.
 
-The host (Claude Code, Codex CLI or Gemini CLI) is pointed at the gateway for
+The host (Claude Code, Codex CLI, Gemini CLI, aider or OpenCode) is pointed at the gateway for
 this run only, through its environment or its command line; no file the user
 owns is edited. When no gateway answers at the address, `ctxopt serve` is
 started there with the gateway on (its log goes to a file under the data
@@ -15,6 +15,11 @@ How each host is pointed (the gateway's route prefix after the address):
             no auth type, "gemini-api-key" through a temporary GEMINI_CLI_HOME
             overlay (Gemini CLI 0.61.0's headless mode refuses the "gateway"
             auth type it would pick from the base URL alone)
+    aider   OPENAI_API_BASE and OPENAI_BASE_URL=<gateway>/openai/v1, ANTHROPIC_API_BASE and
+            ANTHROPIC_BASE_URL=<gateway>/anthropic (LiteLLM, which aider calls, reads either)
+    opencode  OPENCODE_CONFIG_CONTENT (merged over the user's own, which OpenCode merges over
+            its config files): the base URLs of its built-in `openai`, `anthropic` and
+            `google` providers
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from pathlib import Path
 
 from ctxopt.errors import FailedPrecondition, InvalidArgument
 
-HOSTS = ("claude", "codex", "gemini")
+HOSTS = ("claude", "codex", "gemini", "aider", "opencode")
 # A fixed loopback port beside gRPC's default 50051, so a second `ctxopt run` finds the first
 DEFAULT_GATEWAY_ADDR = "127.0.0.1:50052"
 HEALTH_TIMEOUT_S = 1.0
@@ -46,6 +51,13 @@ STOP_TIMEOUT_S = 15.0
 # apart from another HTTP service on the port
 GATEWAY_ERROR_TYPE = "ctxopt_gateway"
 CODEX_PROVIDER = "ctxopt"
+# OpenCode 1.18.33's built-in providers and their SDKs' default base URLs' paths
+# (@ai-sdk/openai .../v1, @ai-sdk/anthropic .../v1, @ai-sdk/google .../v1beta)
+OPENCODE_PROVIDERS = {
+    "openai": "/openai/v1",
+    "anthropic": "/anthropic/v1",
+    "google": "/gemini/v1beta",
+}
 
 
 @dataclass(frozen=True)
@@ -77,6 +89,13 @@ def point_host(
         launch_env["ANTHROPIC_BASE_URL"] = f"{gateway_url}/anthropic"
     elif host == "codex":
         argv += codex_overrides(f"{gateway_url}/openai/v1", env)
+    elif host == "aider":
+        for name in ("OPENAI_API_BASE", "OPENAI_BASE_URL"):
+            launch_env[name] = f"{gateway_url}/openai/v1"
+        for name in ("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"):
+            launch_env[name] = f"{gateway_url}/anthropic"
+    elif host == "opencode":
+        launch_env["OPENCODE_CONFIG_CONTENT"] = opencode_config(gateway_url, env)
     else:
         launch_env["GOOGLE_GEMINI_BASE_URL"] = f"{gateway_url}/gemini"
         overlay = gemini_home_overlay(env, scratch)
@@ -115,6 +134,22 @@ def codex_overrides(base_url: str, env: Mapping[str, str]) -> list[str]:
         "-c",
         f'model_provider="{CODEX_PROVIDER}"',
     ]
+
+
+def opencode_config(gateway_url: str, env: Mapping[str, str]) -> str:
+    """The user's OPENCODE_CONFIG_CONTENT (if any) with OpenCode's built-in providers'
+    base URLs at the gateway (the paths their SDKs append come after these)."""
+    try:
+        config = json.loads(env.get("OPENCODE_CONFIG_CONTENT") or "{}")
+    except ValueError as e:
+        raise InvalidArgument("OPENCODE_CONFIG_CONTENT", "(not JSON)", str(e)) from e
+    if not isinstance(config, dict):
+        raise InvalidArgument("OPENCODE_CONFIG_CONTENT", "(not an object)", "must be a JSON object")
+    providers = config.setdefault("provider", {})
+    for name, route in OPENCODE_PROVIDERS.items():
+        provider = providers.setdefault(name, {})
+        provider.setdefault("options", {})["baseURL"] = f"{gateway_url}{route}"
+    return json.dumps(config)
 
 
 def gemini_home_overlay(env: Mapping[str, str], scratch: Path) -> Path | None:

@@ -34,6 +34,7 @@ _AT_LEAST: dict[str, float] = {
     "drain_notice_seconds": 0,
     "stash_max_entries": 1,
     "stash_max_bytes": 1,
+    "usage_retention_days": 1,
     "max_text_chars": 1,
     "max_chunks_per_request": 1,
     "max_chunks_per_session": 1,

@@ -1,13 +1,14 @@
 """The engine: the one in-process API every front (gRPC, MCP, the gateway) calls.
 
 Every method that takes a client's input validates it and raises a
-`ctxopt.errors` error naming the field (`held_whole`, which only the gateway calls
-with ids it made, does not); a failed call leaves the session unchanged. `owner` scopes sessions and
-stash entries to the credential that created them ("" when auth is off).
+`ctxopt.errors` error naming the field (`held_whole`, which only the gateway
+calls with ids it made, does not); a failed call leaves the session unchanged.
+`owner` scopes sessions and stash entries to the credential that created them
+("" when auth is off).
 
 Durability: every write is one `store.Change`, committed to the store in one
-transaction and only then applied to memory (`LiveSessions.commit`), so an acknowledged
-call survives a crash and a refused one changed nothing.
+transaction and only then applied to memory (`LiveSessions.commit`), so an
+acknowledged call survives a crash and a refused one changed nothing.
 
 The lock order is in the package's docstring (`ctxopt.engine`).
 """
@@ -88,7 +89,7 @@ class Engine:
             fsync=config.fsync,
             stash_max_entries=config.stash_max_entries,
             stash_max_bytes=config.stash_max_bytes,
-            analyzer=self.analyzer,
+            analyzer=self.analyzer.with_identifier_parts(),  # the stash finds name parts
         )
         self.sessions = LiveSessions(config, self.store, self.analyzer)
         self.registry = self.sessions.registry
@@ -168,7 +169,8 @@ class Engine:
         session = self.sessions.get(owner, session_id)
         with session.lock:
             require_known(session.entries.keys(), chunk_ids, "chunk_ids")
-            return self._remove(session, owner, chunk_ids, stash_originals, "removed_by_client")
+            stash_reason = "removed_by_client" if stash_originals else None
+            return self._remove(session, owner, chunk_ids, stash_reason)
 
     def prune(
         self,
@@ -186,21 +188,21 @@ class Engine:
         session = self.sessions.get(owner, session_id)
         with session.lock:
             check_removable(session.view(), chunk_ids, roots, "ids")
-            return self._remove(session, owner, chunk_ids, stash_originals, "pruned_on_request")
+            stash_reason = "pruned_on_request" if stash_originals else None
+            return self._remove(session, owner, chunk_ids, stash_reason)
 
     def _remove(
         self,
         session: Session,
         owner: str,
         chunk_ids: Sequence[str],
-        stash_originals: bool,
-        reason: str,
+        stash_reason: str | None,  # None: the originals are not stashed
     ) -> tuple[int, int]:
         change = removal_change(
             session.id,
             owner,
             [session.entries[chunk_id] for chunk_id in chunk_ids],
-            stash_reason=reason if stash_originals else None,
+            stash_reason=stash_reason,
             now_ms=_now_ms(),
         )
         self.sessions.commit(session, change)
@@ -480,7 +482,7 @@ class Engine:
         session_id = exported.session.session_id
         live = self.registry.get(session_id)
         with self.sessions.load_lock, live.lock if live is not None else nullcontext():
-            self.store.import_session(exported, overwrite)
+            self.store.import_session(exported, replace=overwrite)
             self.registry.drop(session_id)
         session = self.sessions.get(owner, session_id)
         return session_id, len(session)

@@ -40,8 +40,15 @@ class LastPlans:
         self._lock = threading.Lock()
 
     def record(self, owner: str, session_id: str, plan: Plan, *, dry_run: bool) -> None:
+        """Remember `plan`, unless it decided nothing and the one before it did: a
+        repeated or forced pass with nothing left to remove (the gateway runs such
+        passes) would hide what the last collection did, and why."""
         key = (owner, session_id)
         with self._lock:
+            earlier = self._plans.get(key)
+            if earlier is not None and len(earlier.plan.decisions) and not len(plan.decisions):
+                self._plans.move_to_end(key)
+                return
             self._plans[key] = RecordedPlan(plan, dry_run, int(time.time() * 1000))
             self._plans.move_to_end(key)
             while len(self._plans) > self._capacity:

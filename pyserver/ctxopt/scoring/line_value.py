@@ -42,6 +42,8 @@ MIN_NAME_CHARS = 4
 _RANGE = re.compile(r"(\d+),(\d+)p")
 _SINGLE = re.compile(r"(?:\bline[s]? |\.\w{1,5}:)(\d+)\b")
 PROFILE_CACHE_SIZE = 16384  # distinct texts (tool outputs, model messages) remembered
+NAME_CACHE_SIZE = 65536  # distinct name-like words and paths resolved
+_NO_NAMES: frozenset[str] = frozenset()
 MAX_CITED_RANGE = 400  # a wider range is a whole-file read, not a citation
 # A line's own number as `nl -ba`, `cat -n`, `grep -n` or a traceback prints it.
 _NUMBERED = re.compile(r"^\s*(\d+)(?:[\t:|]| {2})")
@@ -50,7 +52,11 @@ _ERROR = re.compile(
     r"Traceback \(most recent call last\)|^\s*File \"[^\"]+\", line \d+"
     r"|\b[A-Z]\w*(?:Error|Exception)\b|\bFAILED\b|\berror:|^E\s{2,}|AssertionError"
 )
+# Each alternative of _ERROR holds one of these (or starts its line with "E").
+_ERROR_MARKS = ("Traceback", 'File "', "Error", "Exception", "FAILED", "error:")
 _HEADER = re.compile(r"^\s*(?:async\s+def|def|class|function|func|fn|impl|struct|interface)\b")
+# One of these is in every line _HEADER matches.
+_HEADER_WORDS = ("def", "class", "func", "fn", "impl", "struct", "interface")
 
 
 @lru_cache(maxsize=PROFILE_CACHE_SIZE)
@@ -61,15 +67,29 @@ def names(text: str) -> frozenset[str]:
     >>> sorted(names("edit django/db/query.py then call compute_total(x) in Cart"))
     ['compute_total', 'db/query.py', 'django/db/query.py', 'query.py']
     """
-    found: set[str] = set()
-    for match in _NAME.finditer(text):
-        name = match.group(0).strip("./-")
-        if "/" in name:
-            parts = name.split("/")
-            found.update("/".join(parts[i:]) for i in range(len(parts)))
-        else:
-            found.add(name)
-    return frozenset(n for n in found if _is_code_name(n))
+    # each distinct match once (a set in C): texts repeat their words
+    found = [name for match in set(_NAME.findall(text)) for name in _code_names(match)]
+    return frozenset(found) if found else _NO_NAMES
+
+
+@lru_cache(maxsize=NAME_CACHE_SIZE)
+def _code_names(match: str) -> tuple[str, ...]:
+    """The code names one `_NAME` match stands for. Agent text repeats the
+    same words and paths on line after line: resolving each distinct match
+    once is most of what profiling a text's lines used to cost."""
+    name = match.strip("./-")
+    if "/" in name:
+        parts = name.split("/")
+        found = ["/".join(parts[i:]) for i in range(len(parts))]
+    else:
+        found = [name]
+    return tuple(n for n in found if _is_code_name(n))
+
+
+def _may_name(line: str) -> bool:
+    """Whether a line can hold a code name at all (`_is_code_name` asks for one
+    of these): prose and log lines skip the name search."""
+    return "_" in line or "." in line or "/" in line or _INNER_CAPITAL.search(line) is not None
 
 
 def _is_code_name(name: str) -> bool:
@@ -100,12 +120,27 @@ def own_number(line: str) -> int | None:
     numbered = _NUMBERED.match(line)
     if numbered:
         return int(numbered.group(1))
+    if 'File "' not in line:  # what _TRACEBACK_AT needs: skips its scan of most lines
+        return None
     at = _TRACEBACK_AT.search(line)
     return int(at.group(1)) if at else None
 
 
 def is_error(line: str) -> bool:
     return _ERROR.search(line) is not None
+
+
+def _error_lines(text: str, lines: Sequence[str]) -> frozenset[int]:
+    """The lines `is_error` finds, searched only where one of `_ERROR_MARKS` is
+    (or a line starts with "E"): most outputs hold none, and a regex search of
+    every line was the largest part of profiling a text."""
+    if not (text.startswith("E") or "\nE" in text or any(m in text for m in _ERROR_MARKS)):
+        return frozenset()
+    return frozenset(
+        i
+        for i, line in enumerate(lines)
+        if (line.startswith("E") or any(m in line for m in _ERROR_MARKS)) and is_error(line)
+    )
 
 
 @lru_cache(maxsize=64)
@@ -136,17 +171,25 @@ class LineProfile:
 @lru_cache(maxsize=PROFILE_CACHE_SIZE)
 def profile(text: str) -> LineProfile:
     lines = tuple(text.split("\n"))
-    line_names = tuple(names(line) for line in lines)
+    line_names = tuple(names(line) if _may_name(line) else _NO_NAMES for line in lines)
     numbers = tuple(own_number(line) for line in lines)
     return LineProfile(
         lines,
         line_names,
         numbers,
-        frozenset(i for i, line in enumerate(lines) if is_error(line)),
+        _error_lines(text, lines),
         frozenset().union(*line_names),
         frozenset(n for n in numbers if n is not None),
-        enclosing_headers(lines),
+        _headers(lines),
     )
+
+
+def _headers(lines: Sequence[str]) -> tuple[int | None, ...]:
+    """`enclosing_headers`, skipped when no line holds a header keyword (most
+    outputs: logs, listings, prose)."""
+    if any(word in line for line in lines for word in _HEADER_WORDS):
+        return enclosing_headers(lines)
+    return (None,) * len(lines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +251,8 @@ def enclosing_headers(lines: Sequence[str]) -> tuple[int | None, ...]:
         if not body.strip():
             enclosing.append(open_headers[-1][1] if open_headers else None)
             continue
-        indent = _indent(line)
+        expanded = body.expandtabs(4)
+        indent = len(expanded) - len(expanded.lstrip())
         while open_headers and open_headers[-1][0] >= indent:
             open_headers.pop()
         enclosing.append(open_headers[-1][1] if open_headers else None)
@@ -220,11 +264,6 @@ def enclosing_headers(lines: Sequence[str]) -> tuple[int | None, ...]:
 def _body(line: str) -> str:
     numbered = _NUMBERED.match(line)
     return line[numbered.end() :] if numbered else line
-
-
-def _indent(line: str) -> int:
-    body = _body(line).expandtabs(4)
-    return len(body) - len(body.lstrip())
 
 
 def excerpt_lines(

@@ -267,9 +267,9 @@ def entry_values(e: StashEntry, terms: str) -> tuple[object, ...]:
     (`search.index_text`)."""
     values = chunk_values(e.chunk)
     embedding = values[_EMBEDDING_COLUMN]
-    size = len(e.chunk.text.encode("utf-8")) + (
-        len(embedding) if isinstance(embedding, bytes) else 0
-    )
+    # the search terms are stored beside the text and weigh about as much
+    size = len(e.chunk.text.encode("utf-8")) + len(terms.encode("utf-8"))
+    size += len(embedding) if isinstance(embedding, bytes) else 0
     ephemeral = effective_policy(e.chunk.policy, e.chunk.kind, e.chunk.role) == GcPolicy.EPHEMERAL
     return (
         e.stash_id,
@@ -303,7 +303,8 @@ def entry_from(row: Sequence[Any]) -> StashEntry:
 
 
 def hit_from(row: Sequence[Any], snippet: str) -> StashHit:
-    """A row selected by `search.search_sql`, with the snippet cut from its column 5."""
+    """A row selected by `search.browse_sql` or `search.hits_sql` (less its id), with
+    the snippet cut from its column 5."""
     return StashHit(
         stash_id=str(row[0]),
         chunk_id=str(row[1]),

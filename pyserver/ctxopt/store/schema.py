@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from ctxopt.store.rows import CHUNK_COLUMNS
-from ctxopt.store.search import FTS_TOKENIZER, Terms, analyzer_identity, index_text
+from ctxopt.store.search import FTS_TOKENIZER, Terms, analyzer_identity, index_text, term_count
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+
+# Each owner's entries and terms: the statistics of its stash search (ranking.py)
+_OWNER_TOTALS = """CREATE TABLE IF NOT EXISTS stash_owner_totals (
+  owner TEXT PRIMARY KEY,
+  entries INTEGER NOT NULL,
+  terms INTEGER NOT NULL
+)"""
 
 _CHUNK_DDL = ",\n  ".join(f"{name} {decl}" for name, decl in CHUNK_COLUMNS)
 
@@ -76,14 +85,32 @@ CREATE TRIGGER IF NOT EXISTS stash_updated AFTER UPDATE OF size_bytes, tokens ON
   UPDATE stash_totals SET size_bytes = size_bytes - old.size_bytes + new.size_bytes,
     tokens = tokens - old.tokens + new.tokens WHERE session_id = new.session_id;
 END;
+
+{_OWNER_TOTALS};
+CREATE TRIGGER IF NOT EXISTS stash_owner_inserted AFTER INSERT ON stash BEGIN
+  INSERT INTO stash_owner_totals VALUES (new.owner, 1, {term_count("new.terms")})
+    ON CONFLICT (owner) DO UPDATE SET entries = entries + 1, terms = terms + excluded.terms;
+END;
+CREATE TRIGGER IF NOT EXISTS stash_owner_deleted AFTER DELETE ON stash BEGIN
+  UPDATE stash_owner_totals SET entries = entries - 1,
+    terms = terms - {term_count("old.terms")} WHERE owner = old.owner;
+END;
+CREATE TRIGGER IF NOT EXISTS stash_owner_updated AFTER UPDATE OF owner, terms ON stash BEGIN
+  UPDATE stash_owner_totals SET entries = entries - 1,
+    terms = terms - {term_count("old.terms")} WHERE owner = old.owner;
+  INSERT INTO stash_owner_totals VALUES (new.owner, 1, {term_count("new.terms")})
+    ON CONFLICT (owner) DO UPDATE SET entries = entries + 1, terms = terms + excluded.terms;
+END;
 """
 
 # The search index: each original's analysed terms (search.py), kept in step with
-# `stash.terms` by triggers, and rebuilt whole by `ensure_index`.
-_FTS = f"""
+# `stash.terms` by triggers, and rebuilt whole by `reindex`.
+_FTS_TABLE = f"""
 CREATE VIRTUAL TABLE IF NOT EXISTS stash_fts USING fts5 (
   terms, content = 'stash', content_rowid = 'id', tokenize = "{FTS_TOKENIZER}"
 );
+"""
+_FTS_TRIGGERS = """
 CREATE TRIGGER IF NOT EXISTS stash_indexed AFTER INSERT ON stash BEGIN
   INSERT INTO stash_fts (rowid, terms) VALUES (new.id, new.terms);
 END;
@@ -96,6 +123,7 @@ WHEN old.terms IS NOT new.terms BEGIN
   INSERT INTO stash_fts (rowid, terms) VALUES (new.id, new.terms);
 END;
 """
+_FTS = _FTS_TABLE + _FTS_TRIGGERS
 
 # Created after the migrations: they name columns older schemas lack.
 _INDEXES = """
@@ -114,7 +142,7 @@ _DROP_FTS = (
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: ("ALTER TABLE chunks ADD COLUMN origin TEXT NOT NULL DEFAULT ''",),
     # v2 indexed the text with FTS5's porter stemmer; v3 indexes the analyser's
-    # terms (filled in by `ensure_index`, which the opening store runs next).
+    # terms (filled in by `reindex`, which the opening store runs next).
     2: (
         "DROP TRIGGER stash_inserted",
         "DROP TRIGGER stash_deleted",
@@ -122,9 +150,23 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP TABLE stash_fts",
         "ALTER TABLE stash ADD COLUMN terms TEXT NOT NULL DEFAULT ''",
     ),
+    # v4 ranks stash search over each owner's statistics
+    3: (
+        _OWNER_TOTALS,
+        "INSERT INTO stash_owner_totals SELECT owner, count(*), "
+        f"sum({term_count('terms')}) FROM stash GROUP BY owner",
+    ),
 }
 
-REINDEX_BATCH = 1_000  # originals read and rewritten at a time by a reindex
+REINDEX_BATCH = 1_000  # originals analysed and indexed per transaction by a reindex
+# An original's size less its terms (`rows.entry_values` counts all three)
+_BASE_SIZE = (
+    "length(CAST(text AS BLOB)) + CASE WHEN typeof(embedding) = 'blob' "
+    "THEN length(embedding) ELSE 0 END"
+)
+# meta keys of a reindex under way: the analyzer it indexes with, the last row done
+REINDEXING = "reindexing"
+REINDEXED_TO = "reindexed_to"
 
 
 def split_statements(script: str) -> list[str]:
@@ -141,8 +183,8 @@ def split_statements(script: str) -> list[str]:
 
 def create_or_migrate(cur: sqlite3.Cursor, version: int) -> None:
     """Bring a database at `version` (0: new) to `SCHEMA_VERSION`, inside the
-    caller's transaction; `ensure_index` must follow in that transaction (a
-    migrated search index starts empty)."""
+    caller's transaction; `reindex` must follow (a migrated search index starts
+    empty, and the analyzer it records is not this one)."""
     if version:
         for old in range(version, SCHEMA_VERSION):
             for statement in _MIGRATIONS[old]:
@@ -160,38 +202,68 @@ def indexed_with(cur: sqlite3.Cursor) -> str | None:
     return None if row is None else str(row[0])
 
 
-def ensure_index(cur: sqlite3.Cursor, terms: Terms) -> int | None:
-    """Rebuild the search index with `terms` unless it was built with the same
-    analyzer; returns the originals reindexed (None: the index was current).
+def reindex(transaction: Callable[[], AbstractContextManager[sqlite3.Cursor]], terms: Terms) -> int:
+    """Rebuild the search index with `terms`; returns the originals analysed.
 
-    Every original's `terms` column is analysed again from its text (written
-    only where it changed), then the FTS index is dropped and built from it, so
-    the index holds nothing from the previous analyzer or a previous schema."""
+    Every original's `terms` column (and its size) is analysed again from its
+    text and indexed anew, REINDEX_BATCH originals per transaction: a large
+    stash is never rewritten in one transaction, a reader or writer waits for
+    one batch at most, and a reindex cut short (a kill, a full disk) keeps its
+    finished batches and goes on from there at the next open with the same
+    analyzer. The index's triggers come back, and the analyzer is recorded,
+    once every original is in."""
     identity = analyzer_identity(terms)
-    if indexed_with(cur) == identity:
-        return None
-    for statement in _DROP_FTS:
-        cur.execute(statement)
-    entries = last_id = 0
-    while rows := cur.execute(
-        "SELECT id, text, terms FROM stash WHERE id > ? ORDER BY id LIMIT ?",
-        (last_id, REINDEX_BATCH),
-    ).fetchall():
-        cur.executemany(
-            "UPDATE stash SET terms = ? WHERE id = ?",
-            [
-                (new, row_id)
-                for row_id, text, old in rows
-                if (new := index_text(terms(text))) != old
-            ],
-        )
+    with transaction() as cur:
+        last_id = _resume_point(cur, identity)
+        if last_id is None:  # start over: nothing of another analyzer's index stays
+            for statement in _DROP_FTS:
+                cur.execute(statement)
+            cur.execute(_FTS_TABLE)
+            _set_meta(cur, REINDEXING, identity)
+            last_id = 0
+    entries = 0
+    while True:
+        with transaction() as cur:
+            rows = cur.execute(
+                f"SELECT id, text, terms, size_bytes, {_BASE_SIZE} "
+                "FROM stash WHERE id > ? ORDER BY id LIMIT ?",
+                (last_id, REINDEX_BATCH),
+            ).fetchall()
+            if not rows:
+                break
+            indexed = [(row_id, index_text(terms(text))) for row_id, text, *_ in rows]
+            changed = [
+                (new, size, row_id)
+                for (row_id, _, old, old_size, base), (_, new) in zip(rows, indexed, strict=True)
+                if (size := base + len(new.encode("utf-8"))) != old_size or new != old
+            ]
+            cur.executemany("UPDATE stash SET terms = ?, size_bytes = ? WHERE id = ?", changed)
+            cur.executemany("INSERT INTO stash_fts (rowid, terms) VALUES (?, ?)", indexed)
+            last_id = rows[-1][0]
+            _set_meta(cur, REINDEXED_TO, str(last_id))
         entries += len(rows)
-        last_id = rows[-1][0]
-    for statement in split_statements(_FTS):
-        cur.execute(statement)
-    cur.execute("INSERT INTO stash_fts (stash_fts) VALUES ('rebuild')")
-    cur.execute(
-        "INSERT INTO meta VALUES ('analyzer', ?) ON CONFLICT (key) DO UPDATE SET value = ?1",
-        (identity,),
-    )
+    with transaction() as cur:
+        for statement in split_statements(_FTS_TRIGGERS):
+            cur.execute(statement)
+        _set_meta(cur, "analyzer", identity)
+        cur.execute("DELETE FROM meta WHERE key IN (?, ?)", (REINDEXING, REINDEXED_TO))
     return entries
+
+
+def _resume_point(cur: sqlite3.Cursor, identity: str) -> int | None:
+    """The last original a reindex with this analyzer finished, None to start over."""
+    rows = dict(
+        cur.execute(
+            "SELECT key, value FROM meta WHERE key IN (?, ?)", (REINDEXING, REINDEXED_TO)
+        ).fetchall()
+    )
+    if rows.get(REINDEXING) != identity:
+        return None
+    return int(rows.get(REINDEXED_TO, 0))
+
+
+def _set_meta(cur: sqlite3.Cursor, key: str, value: str) -> None:
+    cur.execute(
+        "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (key, value),
+    )

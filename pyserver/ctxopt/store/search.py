@@ -14,8 +14,9 @@ Ranking is FTS5's `bm25()`. Its idf is the live index's, log((N - n + 0.5) /
 the same texts as the live BM25 does (the order then depends on tf over length
 only). Two differences remain for longer queries: FTS5 fixes k1 = 1.2 where the
 live index uses 1.5, and the terms as an exact phrase add to the score (an exact
-phrase outranks scattered words). The statistics are the whole stash's; the live
-ones are the session's, and the live score adds feedback and neighbour terms.
+phrase outranks scattered words). The statistics are the owner's (ranking.py:
+one owner's originals never move another's ranking); the live ones are the
+session's, and the live score adds feedback and neighbour terms.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ Terms = Callable[[str], list[str]]  # an analyzer: text -> its terms, in order
 # identifier-splitting analyzer, `.` and `/`. `ascii` never folds or splits a
 # non-ASCII character and stems nothing; `tokenchars` keeps the rest whole.
 FTS_TOKENIZER = "ascii tokenchars '_./'"
-# Bump when the indexed form of terms changes: stores reindex at open.
-INDEX_FORMAT = 1
+# Bump when the indexed form of terms changes: stores reindex at open (2: an entry's
+# size_bytes counts its terms too).
+INDEX_FORMAT = 2
 # Words whose terms change with every analyzer option: stopwords, stemming,
 # identifier splitting (camelCase, snake_case, dotted, slashed), non-ASCII.
 _IDENTITY_PROBE = (
@@ -57,6 +59,11 @@ MAX_QUERY_TERMS = 64
 _WORD = re.compile(r"\w+(?:[./]\w+)*")
 
 
+def term_count(column: str) -> str:
+    """SQL for the number of terms in a `terms` value (space-joined, one FTS token each)."""
+    return f"(length({column}) - length(replace({column}, ' ', '')) + ({column} != ''))"
+
+
 def index_text(terms: Sequence[str]) -> str:
     """The indexed form of an original's terms (the `terms` column)."""
     return " ".join(terms)
@@ -69,65 +76,88 @@ def analyzer_identity(terms: Terms) -> str:
     return f"v{INDEX_FORMAT}: {index_text(terms(_IDENTITY_PROBE))}"
 
 
+Phrase = tuple[str, ...]
+
+
+def phrases(terms: Sequence[str]) -> list[Phrase]:
+    """A query's phrases: its first MAX_QUERY_TERMS terms as one phrase (with
+    more than one distinct term), then each term, a repeated one again.
+
+    >>> phrases(["retri", "pool", "retri"])
+    [('retri', 'pool', 'retri'), ('retri',), ('pool',), ('retri',)]
+    """
+    terms = list(terms[:MAX_QUERY_TERMS])
+    single: list[Phrase] = [(t,) for t in terms]
+    return [tuple(terms), *single] if len(set(terms)) > 1 else single
+
+
 def match_query(terms: Sequence[str]) -> str | None:
     """An FTS5 query for a query's analysed terms, None when there are none.
 
-    Every term is quoted, so nothing a user types is FTS5 syntax; a hit needs any
-    term; a repeated term counts again (as in the live BM25); and with more than
-    one distinct term, all of them as a phrase add to the score.
+    Every phrase is quoted, so nothing a user types is FTS5 syntax; a hit needs
+    any term; a repeated term counts again (as in the live BM25); and with more
+    than one distinct term, all of them as a phrase add to the score.
 
     >>> match_query(["retri", "pool"])
     '"retri pool" OR "retri" OR "pool"'
     """
-    terms = list(terms[:MAX_QUERY_TERMS])
-    if not terms:
-        return None
-    quoted = [_quoted(t) for t in terms]
-    if len(set(terms)) > 1:
-        quoted.insert(0, _quoted(" ".join(terms)))
-    return " OR ".join(quoted)
+    found = phrases(terms)
+    return " OR ".join(quoted(" ".join(p)) for p in found) if found else None
 
 
-def _quoted(text: str) -> str:
+def quoted(text: str) -> str:
     return '"' + text.replace('"', '""') + '"'
 
 
-def search_sql(
-    owner: str,
-    session_id: str,
-    match: str | None,
-    filters: StashFilter,
-    limit: int,
-    offset: int,
+def browse_sql(
+    owner: str, session_id: str, filters: StashFilter, limit: int, offset: int
 ) -> tuple[str, list[object]]:
-    """The statement and arguments of one page of hits (one more row than `limit`,
-    so the caller knows whether a next page exists). A `match` query ranks by
-    bm25 and selects the whole original (the caller cuts the snippet); None lists
-    the filtered entries newest first, each with the start of its text."""
-    where, params = _filter_sql(owner, session_id, filters)
-    if match is None:
-        sql = (
-            "SELECT s.stash_id, s.chunk_id, s.session_id, s.kind, 0.0, "
-            "CASE WHEN length(s.text) > ? THEN substr(s.text, 1, ?) || ? ELSE s.text END, "
-            "s.tokens, s.action, s.stashed_at_ms "
-            f"FROM stash AS s WHERE {where} "
-            "ORDER BY s.stashed_at_ms DESC, s.id DESC LIMIT ? OFFSET ?"
-        )
-        cut: list[object] = [BROWSE_SNIPPET_CHARS, BROWSE_SNIPPET_CHARS, SNIPPET_ELLIPSIS]
-        return sql, [*cut, *params, limit + 1, offset]
-    # The page is ranked on ids alone, then its originals are read: the sorter
-    # never carries the text of every match.
+    """The statement and arguments of one page of the filtered entries, newest
+    first, each with the start of its text (one more row than `limit`, so the
+    caller knows whether a next page exists)."""
+    where, params = filter_sql(owner, session_id, filters)
+    sql = (
+        f"SELECT {_HIT_COLUMNS.format(score='0.0', text=_BROWSE_TEXT)} "
+        f"FROM stash AS s WHERE {where} "
+        "ORDER BY s.stashed_at_ms DESC, s.id DESC LIMIT ? OFFSET ?"
+    )
+    cut: list[object] = [BROWSE_SNIPPET_CHARS, BROWSE_SNIPPET_CHARS, SNIPPET_ELLIPSIS]
+    return sql, [*cut, *params, limit + 1, offset]
+
+
+def bm25_sql(
+    owner: str, session_id: str, match: str, filters: StashFilter, limit: int, offset: int
+) -> tuple[str, list[object]]:
+    """One page of hits ranked by FTS5's own bm25(), as `hits_sql` reads them
+    (id first): right when `owner` holds every entry, so the table's statistics
+    are the owner's. The page is ranked on ids alone, then its originals are read."""
+    where, params = filter_sql(owner, session_id, filters)
+    columns = _HIT_COLUMNS.format(score="-page.rank", text="s.text")
     sql = (
         "WITH page AS ("
         "SELECT s.id AS id, bm25(stash_fts) AS rank "
         "FROM stash_fts JOIN stash AS s ON s.id = stash_fts.rowid "
         f"WHERE stash_fts MATCH ? AND {where} "
         "ORDER BY rank, s.id LIMIT ? OFFSET ?) "
-        "SELECT s.stash_id, s.chunk_id, s.session_id, s.kind, -page.rank, "
-        "s.text, s.tokens, s.action, s.stashed_at_ms "
-        "FROM page JOIN stash AS s ON s.id = page.id ORDER BY page.rank, s.id"
+        f"SELECT s.id, {columns} FROM page JOIN stash AS s ON s.id = page.id "
+        "ORDER BY page.rank, s.id"
     )
-    return sql, [match, *params, limit + 1, offset]
+    return sql, [match, *params, limit, offset]
+
+
+def hits_sql(count: int) -> str:
+    """The statement reading `count` ranked hits by row id, each with its whole
+    original (the caller cuts the snippet and puts the rows in rank order)."""
+    marks = ", ".join("?" * count)
+    columns = _HIT_COLUMNS.format(score="0.0", text="s.text")
+    return f"SELECT s.id, {columns} FROM stash AS s WHERE s.id IN ({marks})"
+
+
+_HIT_COLUMNS = (
+    "s.stash_id, s.chunk_id, s.session_id, s.kind, {score}, {text}, "
+    "s.tokens, s.action, s.stashed_at_ms"
+)
+_BROWSE_TEXT = "CASE WHEN length(s.text) > ? THEN substr(s.text, 1, ?) || ? ELSE s.text END"
 
 
 def snippet(text: str, wanted: frozenset[str], terms: Terms) -> str:
@@ -215,7 +245,7 @@ def _pieces(text: str) -> list[str]:
     return pieces
 
 
-def _filter_sql(owner: str, session_id: str, filters: StashFilter) -> tuple[str, list[object]]:
+def filter_sql(owner: str, session_id: str, filters: StashFilter) -> tuple[str, list[object]]:
     clauses = ["s.owner = ?"]
     params: list[object] = [owner]
     if session_id:

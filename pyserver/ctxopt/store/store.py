@@ -8,8 +8,8 @@ exactly as it was, with the action, reasons, score, time and plan that stashed i
 indexed by an FTS5 table (external content) that `search` ranks with `bm25()`.
 
 One analyzer. The index holds each original's terms from the engine's analyzer
-(the one its live sessions score with), and a query is analysed by it too, so a
-query finds in the stash what it finds in a session (`search.py`). The database
+with identifier splitting on (a user types `parse config` for `parseConfig`), and
+a query is analysed by it too (`search.py`). The database
 records which analyzer built the index; opened with another (identifier
 splitting switched, say), the store reindexes every original before serving.
 
@@ -61,6 +61,7 @@ from ctxopt.store.caps import Dropped, enforce_caps, log_dropped
 from ctxopt.store.export import Exported, export_document
 from ctxopt.store.files import DB_FILE, Directory, classify, damaged
 from ctxopt.store.owners import owners_of, require_owner
+from ctxopt.store.ranking import VOCABULARY_DDL, ranked_page
 from ctxopt.store.rows import (
     LIST_SESSIONS_SQL,
     LIVE_NAMES,
@@ -82,14 +83,13 @@ from ctxopt.store.rows import (
 from ctxopt.store.schema import (
     SCHEMA_VERSION,
     create_or_migrate,
-    ensure_index,
     indexed_with,
+    reindex,
 )
 from ctxopt.store.search import (
     analyzer_identity,
+    browse_sql,
     index_text,
-    match_query,
-    search_sql,
     snippet,
 )
 from ctxopt.text.analyzer import Analyzer
@@ -176,14 +176,13 @@ class Store:
             raise FailedPrecondition(
                 "data_dir", self.db_path, f"schema version {version} is newer than this server"
             )
-        terms = self.analyzer.terms
-        if version < SCHEMA_VERSION or indexed_with(conn.cursor()) != analyzer_identity(terms):
+        if version < SCHEMA_VERSION:
             with self._transaction() as cur:
-                if version < SCHEMA_VERSION:
-                    create_or_migrate(cur, version)
-                reindexed = ensure_index(cur, terms)
-            if reindexed:
-                logger.info("stash search index rebuilt: %d originals analysed", reindexed)
+                create_or_migrate(cur, version)
+        if indexed_with(conn.cursor()) != analyzer_identity(self.analyzer.terms):
+            reindexed = reindex(self._transaction, self.analyzer.terms)
+            logger.info("stash search index rebuilt: %d originals analysed", reindexed)
+        conn.execute(VOCABULARY_DDL)
 
     def close(self) -> None:
         """Checkpoint the WAL into the database file and close; a failing
@@ -294,7 +293,7 @@ class Store:
             dropped = self._enforce_caps(cur, session_id, {e.stash_id for e in change.stash})
         log_dropped(session_id, dropped)
 
-    def delete_session(self, owner: str, session_id: str, purge_stash: bool) -> bool:
+    def delete_session(self, owner: str, session_id: str, *, purge_stash: bool) -> bool:
         """Delete a live session (and its stash when `purge_stash`); whether anything existed."""
         with self._transaction() as cur:
             require_owner(owners_of(cur, session_id), owner, session_id)
@@ -387,8 +386,9 @@ class Store:
         offset: int,
     ) -> tuple[list[StashHit], int | None]:
         """Stash entries of `owner` (one session, or all with session_id "") matching
-        `query` and every filter, best first (bm25), with a snippet of the lines
-        that match; and the offset of the next page, None on the last one.
+        `query` and every filter, best first (bm25 over the owner's entries), with a
+        snippet of the lines that match; and the offset of the next page, None on the
+        last one.
 
         The query is plain words, analysed as the live sessions analyse text (the
         same stems, stopwords and identifier parts): quotes and FTS5 operators are
@@ -400,12 +400,12 @@ class Store:
         if offset < 0:
             raise InvalidArgument("offset", offset, "must not be negative")
         terms = self.analyzer.terms(query) if query.strip() else []
-        match = match_query(terms)
-        if query.strip() and match is None:
-            return [], None
-        statement = search_sql(owner, session_id, match, filters, limit, offset)
         with self._reading() as cur:
-            rows = cur.execute(*statement).fetchall()
+            if query.strip():
+                rows = ranked_page(cur, owner, session_id, terms, filters, limit + 1, offset)
+            else:
+                page = browse_sql(owner, session_id, filters, limit, offset)
+                rows = cur.execute(*page).fetchall()
         wanted = frozenset(terms)
         hits = [
             hit_from(row, snippet(row[5], wanted, self.analyzer.terms) if wanted else row[5])
@@ -432,7 +432,7 @@ class Store:
             raise NotFound("session_id", session_id, "no such session")
         return export_document(live, stash)
 
-    def import_session(self, exported: Exported, replace: bool) -> None:
+    def import_session(self, exported: Exported, *, replace: bool) -> None:
         """Write an export read by `export.read_export` (and validated by the
         engine) for its owner. An existing session of that id is replaced only
         with `replace`, and only when the same owner holds it."""

@@ -153,8 +153,18 @@ class Analyzer:
     def __init__(
         self, *, split_identifiers: bool = False, stopwords: bool = True, stem: bool = True
     ) -> None:
+        self._options = (split_identifiers, stopwords, stem)
         self._table = _IDENTIFIER_TABLE if split_identifiers else _WORD_TABLE
         self._cache = _TermCache(_TokenAnalyzer(split_identifiers, stopwords, stem))
+
+    def with_identifier_parts(self) -> Analyzer:
+        """This analyzer with identifier splitting on (itself when it splits already).
+
+        >>> Analyzer().with_identifier_parts().terms("parseConfig")
+        ['parseconfig', 'pars', 'config']
+        """
+        split, stopwords, stem = self._options
+        return self if split else Analyzer(split_identifiers=True, stopwords=stopwords, stem=stem)
 
     def terms(self, text: str) -> list[str]:
         """The terms of `text` in order (a term repeats as often as it occurs)."""

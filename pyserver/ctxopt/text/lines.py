@@ -92,9 +92,9 @@ def text_lines(text: str) -> TextLines:
     if found is not None:
         return found
     lines = tuple(text.split("\n"))
-    keys = tuple(s if len(s) >= ECHO_MIN_CHARS else "" for s in (line.strip() for line in lines))
-    distinct = frozenset(k for k in keys if k)
-    made = TextLines(lines, keys, distinct, sum(len(k) for k in distinct))
+    keys = tuple([s if len(s) >= ECHO_MIN_CHARS else "" for s in map(str.strip, lines)])
+    distinct = frozenset(keys).difference(("",))
+    made = TextLines(lines, keys, distinct, sum(map(len, distinct)))
     with _texts_lock:
         _texts[text] = made
         if len(_texts) > TEXT_CACHE_SIZE:
@@ -108,6 +108,10 @@ class LineBook:
     def __init__(self) -> None:
         self.text: dict[int, str] = {}  # slot -> the text indexed for it
         self.holders: dict[str, set[int]] = defaultdict(set)
+        # key -> its latest holder, kept while its holders stay: a line many
+        # chunks hold is asked for by each of them, and max() over its holders
+        # each time made a session's first plan quadratic in them
+        self._latest: dict[str, int] = {}
         self.quoted: set[int] = set()  # slots a later model chunk quoted a line of
         self._by_model: set[int] = set()  # slots the model wrote (never marked quoted)
         self._anchors: dict[int, tuple[int, ...]] = {}  # slot -> cached anchors
@@ -150,12 +154,13 @@ class LineBook:
     def _touch(self, keys: set[str]) -> None:
         """Cached answers of every slot sharing these keys are stale."""
         self.version += 1
-        for key in keys:
-            for slot in self.holders.get(key, ()):
-                self._anchors.pop(slot, None)
-                self._quoted_lines.pop(slot, None)
-                self._repeated.pop(slot, None)
-                self._forget_excerpt(slot)
+        holders = self.holders
+        # each slot once: a line held by many slots would visit each per line
+        for slot in set().union(*(holders[key] for key in keys if key in holders)):
+            self._anchors.pop(slot, None)
+            self._quoted_lines.pop(slot, None)
+            self._repeated.pop(slot, None)
+            self._forget_excerpt(slot)
 
     def _forget_excerpt(self, slot: int) -> None:
         if slot < len(self._excerpt_tokens):
@@ -216,8 +221,10 @@ class LineBook:
         self._quoted_lines.pop(slot, None)
         self._repeated.pop(slot, None)
         self._forget_excerpt(slot)
+        latest = self._latest
         for key in keys:
             self.holders[key].add(slot)
+            latest.pop(key, None)
         return keys
 
     def _mark_quoted(self, slot: int, keys: frozenset[str]) -> None:
@@ -239,6 +246,7 @@ class LineBook:
         for key in keys:
             holders = self.holders[key]
             holders.discard(slot)
+            self._latest.pop(key, None)
             if not holders:
                 del self.holders[key]
         self._anchors.pop(slot, None)
@@ -255,13 +263,17 @@ class LineBook:
         lines = text_lines(self.text[slot])
         owned = []
         for number, key in enumerate(lines.keys):
-            if key:
-                holders = self.holders[key]
-                if len(holders) > 1 and max(holders) == slot:
-                    owned.append(number)
+            if key and len(self.holders[key]) > 1 and self._latest_holder(key) == slot:
+                owned.append(number)
         result = tuple(owned)
         self._anchors[slot] = result
         return result
+
+    def _latest_holder(self, key: str) -> int:
+        found = self._latest.get(key)
+        if found is None:
+            found = self._latest[key] = max(self.holders[key])
+        return found
 
     def quoted_lines(self, slot: int) -> frozenset[int]:
         """Line numbers of this slot's lines that a chunk the model wrote also
@@ -273,7 +285,7 @@ class LineBook:
         result = frozenset(
             number
             for number, key in enumerate(text_lines(self.text[slot]).keys)
-            if key and any(h != slot and h in by_model for h in self.holders[key])
+            if key and _held_by_another(self.holders[key], slot, by_model)
         )
         self._quoted_lines[slot] = result
         return result
@@ -284,7 +296,7 @@ class LineBook:
         if found is not None:
             return found
         lines = text_lines(self.text[slot])
-        later = sum(len(k) for k in lines.distinct if max(self.holders[k]) > slot)
+        later = sum(len(k) for k in lines.distinct if self._latest_holder(k) > slot)
         share = later / lines.key_chars if lines.key_chars else 0.0
         self._repeated[slot] = share
         return share
@@ -299,3 +311,12 @@ class LineBook:
             out[slot] = self.repeated_share(slot)
         self._repeated_all = (self.version, out)
         return out
+
+
+def _held_by_another(holders: set[int], slot: int, by_model: set[int]) -> bool:
+    """Whether a slot other than `slot` (which holds the line) in `by_model`
+    holds it too: set operations in C, where a Python loop over the holders
+    of a line many chunks hold was quadratic."""
+    if slot in by_model:
+        return len(holders & by_model) > 1
+    return not holders.isdisjoint(by_model)

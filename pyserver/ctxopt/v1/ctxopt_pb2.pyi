@@ -61,6 +61,14 @@ class UpsertStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UPSERT_STATUS_ADDED: _ClassVar[UpsertStatus]
     UPSERT_STATUS_UNCHANGED: _ClassVar[UpsertStatus]
     UPSERT_STATUS_UPDATED: _ClassVar[UpsertStatus]
+
+class UsageGroup(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    USAGE_GROUP_UNSPECIFIED: _ClassVar[UsageGroup]
+    USAGE_GROUP_DAY: _ClassVar[UsageGroup]
+    USAGE_GROUP_HOST: _ClassVar[UsageGroup]
+    USAGE_GROUP_MODEL: _ClassVar[UsageGroup]
+    USAGE_GROUP_SESSION: _ClassVar[UsageGroup]
 ROLE_UNSPECIFIED: Role
 ROLE_SYSTEM: Role
 ROLE_USER: Role
@@ -98,6 +106,11 @@ UPSERT_STATUS_UNSPECIFIED: UpsertStatus
 UPSERT_STATUS_ADDED: UpsertStatus
 UPSERT_STATUS_UNCHANGED: UpsertStatus
 UPSERT_STATUS_UPDATED: UpsertStatus
+USAGE_GROUP_UNSPECIFIED: UsageGroup
+USAGE_GROUP_DAY: UsageGroup
+USAGE_GROUP_HOST: UsageGroup
+USAGE_GROUP_MODEL: UsageGroup
+USAGE_GROUP_SESSION: UsageGroup
 
 class Chunk(_message.Message):
     __slots__ = ("id", "role", "kind", "text", "tokens", "created_at_ms", "turn", "pinned", "policy", "group_id", "parent_id", "references", "file_path", "line_start", "line_end", "tags", "topic_id", "task_id", "boost", "embedding", "summary_of", "metadata")
@@ -706,3 +719,55 @@ class GetLastPlanResponse(_message.Message):
     kinds: _containers.RepeatedCompositeFieldContainer[KindTokens]
     largest: _containers.RepeatedCompositeFieldContainer[PlannedChunk]
     def __init__(self, found: _Optional[bool] = ..., planned_unix_ms: _Optional[int] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., target_tokens: _Optional[int] = ..., dry_run: _Optional[bool] = ..., kinds: _Optional[_Iterable[_Union[KindTokens, _Mapping]]] = ..., largest: _Optional[_Iterable[_Union[PlannedChunk, _Mapping]]] = ...) -> None: ...
+
+class GetUsageRequest(_message.Message):
+    __slots__ = ("group_by", "since_unix_ms", "utc_offset_minutes")
+    GROUP_BY_FIELD_NUMBER: _ClassVar[int]
+    SINCE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    UTC_OFFSET_MINUTES_FIELD_NUMBER: _ClassVar[int]
+    group_by: UsageGroup
+    since_unix_ms: int
+    utc_offset_minutes: int
+    def __init__(self, group_by: _Optional[_Union[UsageGroup, str]] = ..., since_unix_ms: _Optional[int] = ..., utc_offset_minutes: _Optional[int] = ...) -> None: ...
+
+class UsageTotals(_message.Message):
+    __slots__ = ("key", "calls", "calls_optimized", "tokens_sent", "tokens_forwarded", "tokens_saved", "priced_calls", "input_tokens", "cached_tokens", "output_tokens", "billed_input_usd", "unpruned_input_usd", "saved_usd")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    CALLS_OPTIMIZED_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_SENT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FORWARDED_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_SAVED_FIELD_NUMBER: _ClassVar[int]
+    PRICED_CALLS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    BILLED_INPUT_USD_FIELD_NUMBER: _ClassVar[int]
+    UNPRUNED_INPUT_USD_FIELD_NUMBER: _ClassVar[int]
+    SAVED_USD_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    calls: int
+    calls_optimized: int
+    tokens_sent: int
+    tokens_forwarded: int
+    tokens_saved: int
+    priced_calls: int
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    billed_input_usd: float
+    unpruned_input_usd: float
+    saved_usd: float
+    def __init__(self, key: _Optional[str] = ..., calls: _Optional[int] = ..., calls_optimized: _Optional[int] = ..., tokens_sent: _Optional[int] = ..., tokens_forwarded: _Optional[int] = ..., tokens_saved: _Optional[int] = ..., priced_calls: _Optional[int] = ..., input_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., billed_input_usd: _Optional[float] = ..., unpruned_input_usd: _Optional[float] = ..., saved_usd: _Optional[float] = ...) -> None: ...
+
+class GetUsageResponse(_message.Message):
+    __slots__ = ("rows", "total", "prices_checked", "retention_days")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PRICES_CHECKED_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_DAYS_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[UsageTotals]
+    total: UsageTotals
+    prices_checked: str
+    retention_days: int
+    def __init__(self, rows: _Optional[_Iterable[_Union[UsageTotals, _Mapping]]] = ..., total: _Optional[_Union[UsageTotals, _Mapping]] = ..., prices_checked: _Optional[str] = ..., retention_days: _Optional[int] = ...) -> None: ...

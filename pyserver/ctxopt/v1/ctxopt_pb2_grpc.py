@@ -113,6 +113,11 @@ class ContextOptimizerStub:
                 request_serializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetLastPlanRequest.SerializeToString,
                 response_deserializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetLastPlanResponse.FromString,
                 _registered_method=True)
+        self.GetUsage = channel.unary_unary(
+                '/ctxopt.v1.ContextOptimizer/GetUsage',
+                request_serializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetUsageRequest.SerializeToString,
+                response_deserializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetUsageResponse.FromString,
+                _registered_method=True)
 
 
 class ContextOptimizerServicer:
@@ -233,6 +238,15 @@ class ContextOptimizerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetUsage(self, request, context):
+        """GetUsage reports the caller's calls from the usage ledger (gateway calls
+        and Optimize): tokens sent, forwarded and saved, and the input billed and
+        saved at list prices, per day, host, model or session.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextOptimizerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -310,6 +324,11 @@ def add_ContextOptimizerServicer_to_server(servicer, server):
                     servicer.GetLastPlan,
                     request_deserializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetLastPlanRequest.FromString,
                     response_serializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetLastPlanResponse.SerializeToString,
+            ),
+            'GetUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUsage,
+                    request_deserializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetUsageRequest.FromString,
+                    response_serializer=ctxopt_dot_v1_dot_ctxopt__pb2.GetUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -721,6 +740,33 @@ class ContextOptimizer:
             '/ctxopt.v1.ContextOptimizer/GetLastPlan',
             ctxopt_dot_v1_dot_ctxopt__pb2.GetLastPlanRequest.SerializeToString,
             ctxopt_dot_v1_dot_ctxopt__pb2.GetLastPlanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxopt.v1.ContextOptimizer/GetUsage',
+            ctxopt_dot_v1_dot_ctxopt__pb2.GetUsageRequest.SerializeToString,
+            ctxopt_dot_v1_dot_ctxopt__pb2.GetUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -18,22 +18,27 @@ from contextlib import asynccontextmanager
 
 import httpx
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ctxopt.api.auth import Tokens, Unauthenticated
 from ctxopt.api.gateway import windows
+from ctxopt.api.gateway.dashboard import dashboard_routes
+from ctxopt.api.gateway.deadline import prepare_within
 from ctxopt.api.gateway.formats.anthropic import AnthropicMessages
 from ctxopt.api.gateway.formats.conversation import WireFormat
 from ctxopt.api.gateway.formats.gemini import GeminiContents
 from ctxopt.api.gateway.formats.openai_chat import OpenAIChat
 from ctxopt.api.gateway.formats.openai_responses import OpenAIResponses
 from ctxopt.api.gateway.forward import relay, upstream_headers
+from ctxopt.api.gateway.observe import call_row
 from ctxopt.api.gateway.pipeline import Pipeline
 from ctxopt.api.gateway.prepared import Outcome, Prepared
+from ctxopt.api.gateway.stream_usage import ask_for_usage
+from ctxopt.api.gateway.usage import Reported
 from ctxopt.config import Config
+from ctxopt.usage.log import UsageLog
 
 log = logging.getLogger("ctxopt.gateway")
 
@@ -50,6 +55,7 @@ _FORMATS: dict[str, WireFormat] = {
 }
 # Upstream reads wait this long between two bytes: a model may think a while.
 READ_TIMEOUT_S = 600.0
+KEEPALIVE = 100  # idle upstream connections kept for the next requests
 
 
 def wire_format(prefix: str, path: str) -> WireFormat | None:
@@ -66,7 +72,11 @@ def wire_format(prefix: str, path: str) -> WireFormat | None:
     return None
 
 
-def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
+def build_app(
+    pipeline: Pipeline, config: Config, tokens: Tokens, usage: UsageLog | None = None
+) -> Starlette:
+    """The gateway; with `usage`, each model call is recorded in it, and the
+    dashboard (`/ui/`) and `/metrics` are served beside the prefixes."""
     upstreams = {
         "anthropic": config.upstream_anthropic.rstrip("/"),
         "openai": config.upstream_openai.rstrip("/"),
@@ -79,7 +89,10 @@ def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
         timeout = httpx.Timeout(connect=30.0, read=READ_TIMEOUT_S, write=60.0, pool=30.0)
         # no Nagle delay between a request's head and body on the way up either
         nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-        transport = httpx.AsyncHTTPTransport(socket_options=nodelay)
+        # one upstream connection per request in flight, however many: with httpx's
+        # default pool (100), 100 requests the provider sits on stalled every other
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE)
+        transport = httpx.AsyncHTTPTransport(socket_options=nodelay, limits=limits)
         async with httpx.AsyncClient(
             timeout=timeout, trust_env=False, transport=transport
         ) as client:
@@ -118,11 +131,18 @@ def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
         prepared = Prepared(body, Outcome.PASS_THROUGH)
         if fmt is not None:
             try:
-                prepared = await run_in_threadpool(
-                    pipeline.prepare, fmt, path, body, headers, owner
-                )
+                prepared = await prepare_within(pipeline, config, fmt, path, body, headers, owner)
             except Exception:  # never worse: a gateway bug still forwards the request
                 log.exception("gateway: %s request forwarded unchanged after an error", fmt.name)
+        forwarded = upstream_headers(request.headers.items())
+        strip_usage = False
+        if fmt is _FORMATS["chat"] and config.gateway_mode == "on":
+            asked = ask_for_usage(prepared.body)  # for calibration (stream_usage.py)
+            if asked is not None:
+                prepared.body, strip_usage = asked, True
+                # the extra chunk is taken out of the bytes as they pass: no compression
+                forwarded = [(k, v) for k, v in forwarded if k.lower() != "accept-encoding"]
+                forwarded.append(("accept-encoding", "identity"))
         url = f"{upstreams[prefix]}/{path}"
         if request.url.query:
             url = f"{url}?{request.url.query}"
@@ -132,22 +152,36 @@ def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
             ("x-ctxopt-tokens-after", str(prepared.tokens_after)),
         ]
 
-        def done(status: int, prompt_tokens: int | None) -> None:
+        def done(status: int, reported: Reported) -> None:
+            prompt_tokens = reported.prompt
             if prepared.state is not None and prompt_tokens is not None and status < 400:
                 pipeline.report_usage(prepared.state, prompt_tokens)
             if fmt is not None:
                 line = {**prepared.log, "status": status, "provider_prompt_tokens": prompt_tokens}
                 log.info("gateway call", extra={"fields": {"gateway": line}})
+            if fmt is not None and usage is not None:
+                agent = headers.get("user-agent", "")
+                usage.record(
+                    call_row(
+                        prepared,
+                        owner=owner,
+                        provider=prefix,
+                        status=status,
+                        reported=reported,
+                        user_agent=agent,
+                    )
+                )
 
         return await relay(
             holder["client"],
             request.method,
             url,
-            upstream_headers(request.headers.items()),
+            forwarded,
             prepared.body,
             extra,
             fmt,
             done,
+            strip_usage=strip_usage,
         )
 
     async def not_found(request: Request) -> Response:
@@ -156,6 +190,7 @@ def build_app(pipeline: Pipeline, config: Config, tokens: Tokens) -> Starlette:
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
     routes = [
+        *(dashboard_routes(pipeline.engine, usage, tokens) if usage is not None else []),
         Route("/{prefix}/{path:path}", gateway, methods=methods),
         Route("/{path:path}", not_found, methods=methods),
     ]

@@ -22,6 +22,8 @@ from ctxopt.model import Budget, OptimizeOptions, Roots, Strategy
 # Outputs shrink by the hybrid strategy's steps (an excerpt, its tighter size, or out,
 # by value per token), the only one that makes excerpts.
 STRATEGY = Strategy.HYBRID
+# Smaller outputs stay whole: an excerpt's header and gap marks alone take some 30 tokens.
+ARRIVAL_MIN_TOKENS = 200
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,8 @@ def engine_chunks(turns: Sequence[Turn], ids: list[list[str]], start: int) -> li
                     turn=t + 1,
                     policy=policy,
                     group_id=group,
+                    pinned=block.pinned,
+                    file_path=block.file_path,
                 )
             )
     return chunks

@@ -17,6 +17,8 @@ import httpx
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ctxopt.api.gateway.formats.conversation import WireFormat
+from ctxopt.api.gateway.stream_usage import UsageStripper
+from ctxopt.api.gateway.usage import Reported
 
 HOP_BY_HOP = frozenset(
     {
@@ -68,7 +70,7 @@ class UsageSniffer:
         self._readable = fmt is not None and encoding in ("", "identity", "gzip", "deflate")
         self._pending = b""
         self._body = bytearray()
-        self.prompt_tokens: int | None = None
+        self.reported = Reported()
 
     def feed(self, chunk: bytes) -> None:
         if not self._readable or not chunk:
@@ -89,12 +91,12 @@ class UsageSniffer:
                 return
             self._body += data
 
-    def finish(self) -> int | None:
+    def finish(self) -> Reported:
         if self._readable and self._sse and self._pending:
             self._line(self._pending)
         if self._readable and self._json and self._body:
             self._payload(bytes(self._body))
-        return self.prompt_tokens
+        return self.reported
 
     def _line(self, line: bytes) -> None:
         if line.startswith(b"data:") and any(m in line for m in USAGE_MARKERS):
@@ -111,7 +113,8 @@ class UsageSniffer:
             if isinstance(item, dict):
                 found = self._fmt.prompt_tokens(item)
                 if found is not None:
-                    self.prompt_tokens = found
+                    self.reported.prompt = found
+                self.reported.update(self._fmt.name, item)
 
 
 async def relay(
@@ -122,15 +125,19 @@ async def relay(
     content: bytes,
     extra_headers: list[tuple[str, str]],
     fmt: WireFormat | None,
-    done: Callable[[int, int | None], None],
+    done: Callable[[int, Reported], None],
+    *,
+    strip_usage: bool = False,
 ) -> Response:
     """Send upstream and stream the answer back unchanged (plus `extra_headers`);
-    `done(status, prompt_tokens)` runs once the last byte has gone out."""
+    `done(status, reported usage)` runs once the last byte has gone out. With
+    `strip_usage`, an uncompressed event stream loses its usage-only chunks (the
+    gateway asked for them; stream_usage.py)."""
     request = client.build_request(method, url, headers=headers, content=content)
     try:
         upstream = await client.send(request, stream=True)
     except httpx.HTTPError as e:
-        done(502, None)
+        done(502, Reported())
         where = f"{request.url.scheme}://{request.url.netloc.decode()}"
         message = f"ctxopt gateway: upstream {where} unreachable ({type(e).__name__})"
         return JSONResponse(
@@ -144,17 +151,27 @@ async def relay(
         upstream.headers.get("content-encoding", ""),
     )
 
+    plain = upstream.headers.get("content-encoding", "identity").strip().lower() == "identity"
+    sse = "text/event-stream" in upstream.headers.get("content-type", "")
+    stripper = UsageStripper() if strip_usage and plain and sse else None
+
     async def body() -> AsyncIterator[bytes]:
         try:
             async for chunk in upstream.aiter_raw():
                 sniffer.feed(chunk)
-                yield chunk
+                if stripper is None:
+                    yield chunk
+                elif relayed := stripper.feed(chunk):
+                    yield relayed
+            if stripper is not None and (rest := stripper.finish()):
+                yield rest
         finally:
             await upstream.aclose()
             done(upstream.status_code, sniffer.finish())
 
     response = StreamingResponse(body(), status_code=upstream.status_code)
+    dropped = HOP_BY_HOP if stripper is None else HOP_BY_HOP | {"content-length"}
     response.raw_headers = [
-        (k, v) for k, v in upstream.headers.raw if k.decode("latin-1").lower() not in HOP_BY_HOP
+        (k, v) for k, v in upstream.headers.raw if k.decode("latin-1").lower() not in dropped
     ] + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra_headers]
     return response

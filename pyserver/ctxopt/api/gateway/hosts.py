@@ -20,19 +20,24 @@ class Host(Enum):
     CLAUDE_CODE = "claude-code"
     CODEX = "codex"
     GEMINI_CLI = "gemini-cli"
+    OPENCODE = "opencode"
     OTHER = "other"
 
 
 # Gemini CLI 0.61.0 sends `GeminiCLI/<version>/<model>`, or `GeminiCLI-<client>/...` when it
 # names its client (`GeminiCLI-tui/0.61.0/...`, also under `gemini -p`): bundle/chunk-JDPZ4CE3.js
 # line 311949 of @google/gemini-cli 0.61.0. Claude Code 2.1.332 sends `claude-cli/2.1.332
-# (external, sdk-cli)`, Codex 0.169.0 `codex_exec/0.169.0 (...)`: recorded by tests/agents.
+# (external, sdk-cli)`, Codex 0.169.0 `codex_exec/0.169.0 (...)`, OpenCode 1.18.33
+# `opencode/1.18.33 (linux ...; x64) ai-sdk/...`: recorded by tests/agents. aider sends its
+# SDK's (`OpenAI/Python 2.20.0`): it is told by its messages (formats/aider.py). OpenCode's
+# own compaction line is not modelled: the window is its ceiling.
 USER_AGENT_PREFIXES: dict[str, Host] = {
     "claude-cli/": Host.CLAUDE_CODE,
     "codex_exec/": Host.CODEX,
     "codex_cli_rs/": Host.CODEX,
     "geminicli/": Host.GEMINI_CLI,
     "geminicli-": Host.GEMINI_CLI,
+    "opencode/": Host.OPENCODE,
 }
 
 # Claude Code: its auto-compact point is window - min(max output, 20,000) - 13,000

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 import orjson
 
 from ctxopt.api.gateway import hosts, schedule, windows
-from ctxopt.api.gateway.arrivals import arrivals, shrink_options
+from ctxopt.api.gateway.arrivals import ARRIVAL_MIN_TOKENS, arrivals, shrink_options
 from ctxopt.api.gateway.chunks import engine_chunks, query_of
 from ctxopt.api.gateway.formats.conversation import (
     Conversation,
@@ -48,6 +48,7 @@ from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.gateway.projection import Call, Projection, Ref, project, tokens_as_sent
 from ctxopt.api.gateway.sessions import SESSION_HEADER, namespace_of, session_of
 from ctxopt.api.gateway.state import ConversationState, ConversationStates
+from ctxopt.api.gateway.threads import Threads
 from ctxopt.api.gateway.truncation import truncate
 from ctxopt.config import Config
 from ctxopt.engine import Engine
@@ -68,6 +69,7 @@ class Pipeline:
         self.engine = engine
         self.config = config
         self.conversations = ConversationStates()
+        self.threads = Threads()
 
     def prepare(
         self, fmt: WireFormat, path: str, raw: bytes, headers: Mapping[str, str], owner: str
@@ -118,11 +120,26 @@ class Pipeline:
         except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
             return Prepared(raw, Outcome.PASS_THROUGH, note=f"not parsed: {e}"[:200])
         namespace = namespace_of(headers, owner)
-        session_id = session_of(fmt.name, namespace, headers.get(SESSION_HEADER, ""), opening)
+        header = headers.get(SESSION_HEADER, "")
+        session_id = session_of(fmt.name, namespace, header, opening)
+        followed = None
+        try:
+            if not header.strip():  # which live conversation this one continues
+
+                def last(session: str) -> Conversation | None:
+                    return self.conversations.get(session, owner).conversation
+
+                followed = self.threads.follow(fmt, body, path, session_id, last)
+                session_id = followed.session_id
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
+            return Prepared(raw, Outcome.PASS_THROUGH, note=f"not parsed: {e}"[:200])
         state = self.conversations.get(session_id, owner)
         with state.lock:
             try:
-                conversation = fmt.parse(body, path, state.conversation)
+                if followed is not None and followed.previous is state.conversation:
+                    conversation = followed.conversation
+                else:
+                    conversation = fmt.parse(body, path, state.conversation)
             except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
                 return Prepared(raw, Outcome.PASS_THROUGH, note=f"not parsed: {e}"[:200])
             if conversation is None or not conversation.turns:
@@ -143,6 +160,7 @@ class Pipeline:
         prepared.session_id = session_id
         prepared.state = state
         prepared.log.update(host=limit.host.value, ceiling=limit.tokens, window=window)
+        prepared.log["model"] = conversation.model  # for the usage ledger's prices
         return prepared
 
     def _window(self, model: str, headers: Mapping[str, str]) -> int | None:
@@ -213,7 +231,6 @@ class Pipeline:
                 ceiling=scaled,
                 trigger_share=self.config.gateway_trigger_percent / 100,
                 landing_share=self.config.gateway_landing_percent / 100,
-                pays=self.config.gateway_landing_pays,
             )
             if due is not None:
                 note, projection = self._collect(call, state, projection, due.target)
@@ -271,7 +288,7 @@ class Pipeline:
             judged=state.judged_turns,
             protected=call.protected,
             tokens=state.tokens,
-            min_tokens=self.config.gateway_arrival_min_tokens,
+            min_tokens=ARRIVAL_MIN_TOKENS,
         )
         state.judged(found.upto)
         share = self.config.gateway_arrival_share

@@ -98,14 +98,13 @@ def schedule(
     ceiling: int,
     trigger_share: float,
     landing_share: float,
-    pays: bool = True,
 ) -> Collection | None:
     """The collection to run before sending a prompt of `size` tokens, or None.
 
     It runs when the next call (`size + growth`) would reach `trigger_share`
     of `ceiling` (the lower of the window and the host's line); it lands at
-    `landing_share` of `ceiling`, or (with `pays`) lower where that is the
-    most a rewrite pays for (`landing_that_pays`).
+    `landing_share` of `ceiling`, or lower where that is the most a rewrite
+    pays for (`landing_that_pays`).
 
     >>> from ctxopt.prices import ANTHROPIC_CACHE
     >>> schedule(ANTHROPIC_CACHE, size=60_000, growth=700, ceiling=76_000,
@@ -124,6 +123,6 @@ def schedule(
     wanted = int(ceiling * landing_share)
     paid = landing_that_pays(cache, size=size, trigger=trigger, growth=growth)
     crossing = f"next call crosses {trigger}"
-    if pays and paid < wanted:
+    if paid < wanted:
         return Collection(paid, f"{crossing}; lands where the rewrite pays for itself")
     return Collection(wanted, f"{crossing}; lands at {landing_share:.0%} of the ceiling")

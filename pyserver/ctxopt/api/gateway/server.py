@@ -20,6 +20,7 @@ from ctxopt.api.gateway.pipeline import Pipeline
 from ctxopt.config import GATEWAY_MODES, Config
 from ctxopt.engine import Engine
 from ctxopt.errors import FailedPrecondition
+from ctxopt.usage.log import UsageLog
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 STARTUP_TIMEOUT_S = 10.0
@@ -27,7 +28,9 @@ STOP_TIMEOUT_S = 10.0
 
 
 class GatewayServer:
-    def __init__(self, engine: Engine, config: Config, tokens: Tokens) -> None:
+    def __init__(
+        self, engine: Engine, config: Config, tokens: Tokens, usage: UsageLog | None = None
+    ) -> None:
         if config.gateway_mode not in GATEWAY_MODES:
             raise FailedPrecondition(
                 "gateway_mode", config.gateway_mode, f"must be one of {', '.join(GATEWAY_MODES)}"
@@ -61,7 +64,7 @@ class GatewayServer:
         scheme = "https" if tls else "http"
         self.url = f"{scheme}://{host}:{bound}"
         self.pipeline = Pipeline(engine, config)
-        app = build_app(self.pipeline, config, tokens)
+        app = build_app(self.pipeline, config, tokens, usage)
         self._server = uvicorn.Server(
             uvicorn.Config(
                 app,

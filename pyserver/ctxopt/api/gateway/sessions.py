@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 SESSION_HEADER = "x-ctxopt-session"
@@ -43,5 +43,42 @@ def session_of(fmt: str, namespace: str, header: str, opening: Any) -> str:
     if header.strip():
         return f"{namespace}.{header.strip()[:MAX_HEADER_SESSION_CHARS]}"
     key = hashlib.blake2b(digest_size=8)
-    key.update(repr(opening).encode("utf-8", "surrogatepass"))
+    for piece in _repr_pieces(opening):
+        key.update(piece.encode("utf-8", "surrogatepass"))
     return f"{namespace}.{fmt}-{key.hexdigest()}"
+
+
+def _repr_pieces(value: Any) -> Iterator[str]:
+    """`repr(value)` in pieces, for parsed JSON in tuples, without recursion: a
+    body nested a thousand levels deep is valid JSON, and `repr` would raise
+    RecursionError on it (the pieces join to what `repr` gives, so ids derived
+    before stay the same).
+
+    >>> value = ({"a": [1, 2.5, None, True]}, ("x",), [], {}, "it's")
+    >>> "".join(_repr_pieces(value)) == repr(value)
+    True
+    """
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _Text):
+            yield item
+        elif isinstance(item, dict):
+            inner: list[Any] = []
+            for k, v in item.items():
+                inner += [_Text(", "), _Text(f"{k!r}: "), v]
+            stack += [_Text("}"), *reversed(inner[1:]), _Text("{")]
+        elif isinstance(item, list | tuple):
+            opens, closes = (
+                ("[", "]") if isinstance(item, list) else ("(", ",)" if len(item) == 1 else ")")
+            )
+            inner = []
+            for v in item:
+                inner += [_Text(", "), v]
+            stack += [_Text(closes), *reversed(inner[1:]), _Text(opens)]
+        else:
+            yield repr(item)
+
+
+class _Text(str):
+    """Punctuation `_repr_pieces` writes as is (a plain str in the value is repr'd)."""

@@ -28,8 +28,9 @@ CLAUDE_NATIVE_1M_FROM: dict[str, tuple[int, int]] = {
 CLAUDE_1M_WINDOW = 1_000_000
 CLAUDE_WINDOW = 200_000
 CLAUDE_1M_SUFFIX = "[1m]"
-# family, major version, minor version (a dated snapshot's 8 digits are not a minor)
-_CLAUDE_NAME = re.compile(r"^claude-([a-z]+)-(\d+)(?:-(\d{1,2}))?(?!\d)")
+# family, major version, minor version (a dated snapshot's 8 digits are not a minor); a
+# major of more digits than any version has is no version (and int() refuses 4,301 digits)
+_CLAUDE_NAME = re.compile(r"^claude-([a-z]+)-(\d{1,4})(?:-(\d{1,2}))?(?!\d)")
 
 # Other providers, longest matching prefix wins; sizes from each provider's model pages.
 MODEL_WINDOWS: dict[str, int] = {

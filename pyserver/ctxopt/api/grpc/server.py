@@ -27,6 +27,7 @@ from ctxopt.api.grpc.service import ContextOptimizerService
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.errors import FailedPrecondition
+from ctxopt.usage.log import UsageLog
 from ctxopt.v1 import ctxopt_pb2 as pb
 from ctxopt.v1 import ctxopt_pb2_grpc as pb_grpc
 
@@ -45,6 +46,7 @@ class Server:
         self.tokens = Tokens(config.auth_token)
         credentials = _credentials(config)
         self.engine = Engine(config)
+        self.usage = UsageLog(self.engine.store.db_path, retention_days=config.usage_retention_days)
         self._mcp = None
         self.mcp_url = ""
         try:
@@ -54,7 +56,7 @@ class Server:
 
                 self._mcp, self.mcp_url = serve_http(self.engine, config)
         except BaseException:
-            self.engine.close()
+            self._close_storage()
             raise
         self.health = health.HealthServicer(experimental_non_blocking=True)
         self._grpc = grpc.server(
@@ -69,7 +71,7 @@ class Server:
         )
         # grpcio-tools writes no stubs for the *_grpc module, hence the ignore
         pb_grpc.add_ContextOptimizerServicer_to_server(  # type: ignore[no-untyped-call]
-            ContextOptimizerService(self.engine), self._grpc
+            ContextOptimizerService(self.engine, self.usage), self._grpc
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
         reflection.enable_server_reflection(
@@ -82,7 +84,7 @@ class Server:
             else:
                 port = self._grpc.add_secure_port(config.addr, credentials)
         except RuntimeError:  # gRPC's text names GRPC_VERBOSITY, not the cause
-            self.engine.close()
+            self._close_storage()
             raise FailedPrecondition(
                 "addr", config.addr, "cannot bind: the address is in use or not on this machine"
             ) from None
@@ -93,11 +95,15 @@ class Server:
                 # imported only when asked for, as the MCP front (the HTTP stack)
                 from ctxopt.api.gateway.server import GatewayServer
 
-                self.gateway = GatewayServer(self.engine, config, self.tokens)
+                self.gateway = GatewayServer(self.engine, config, self.tokens, self.usage)
         except BaseException:
-            self.engine.close()
+            self._close_storage()
             raise
         self._stopped = threading.Event()
+
+    def _close_storage(self) -> None:
+        self.usage.close()
+        self.engine.close()
 
     def start(self) -> None:
         self._grpc.start()
@@ -116,6 +122,7 @@ class Server:
         self._grpc.stop(self.config.grace_seconds).wait()
         if self.gateway is not None:
             self.gateway.stop()
+        self.usage.close()  # after the fronts: every call they answered has its row
         if self._mcp is None:
             self.engine.close()
         else:

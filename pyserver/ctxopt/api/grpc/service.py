@@ -22,6 +22,8 @@ from ctxopt.api.grpc import convert
 from ctxopt.api.grpc.interceptors import current_owner
 from ctxopt.engine import Engine
 from ctxopt.errors import CtxoptError
+from ctxopt.usage import wire
+from ctxopt.usage.log import UsageLog
 from ctxopt.v1 import ctxopt_pb2 as pb
 from ctxopt.v1 import ctxopt_pb2_grpc as pb_grpc
 
@@ -31,8 +33,9 @@ R = TypeVar("R", bound=Message)
 
 
 class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, usage: UsageLog | None = None) -> None:
         self.engine = engine
+        self.usage = usage  # the ledger Optimize calls are recorded in (None: not kept)
 
     # ---- session chunks ---------------------------------------------------
 
@@ -75,7 +78,10 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
     ) -> pb.OptimizeResponse:
         def run(owner: str) -> pb.OptimizeResponse:
             options = convert.options_from_pb(request, self.engine.config)
-            return convert.plan_to_pb(self.engine.optimize(owner, request.session_id, options))
+            plan = self.engine.optimize(owner, request.session_id, options)
+            if self.usage is not None:
+                self.usage.record_plan(owner, request.session_id, plan)
+            return convert.plan_to_pb(plan)
 
         return self._call("Optimize", context, request.session_id, 0, run)
 
@@ -96,10 +102,12 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
     def OptimizeContext(
         self, request: pb.OptimizeContextRequest, context: grpc.ServicerContext
     ) -> pb.OptimizeContextResponse:
-        def run(_owner: str) -> pb.OptimizeContextResponse:
+        def run(owner: str) -> pb.OptimizeContextResponse:
             chunks = convert.chunks_from_pb(request.chunks)
             options = convert.context_options_from_pb(request, self.engine.config)
             plan = self.engine.optimize_context(chunks, options)
+            if self.usage is not None:
+                self.usage.record_plan(owner, "", plan)
             return pb.OptimizeContextResponse(result=convert.plan_to_pb(plan))
 
         return self._call("OptimizeContext", context, "", len(request.chunks), run)
@@ -211,6 +219,22 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
             return convert.last_plan_to_pb(report)
 
         return self._call("GetLastPlan", context, request.session_id, 0, run)
+
+    def GetUsage(
+        self, request: pb.GetUsageRequest, context: grpc.ServicerContext
+    ) -> pb.GetUsageResponse:
+        def run(owner: str) -> pb.GetUsageResponse:
+            if self.usage is None:
+                return pb.GetUsageResponse()
+            report = self.usage.report(
+                owner,
+                wire.group_from_pb(request.group_by),
+                since_ms=max(0, request.since_unix_ms),
+                utc_offset_minutes=request.utc_offset_minutes,
+            )
+            return wire.report_to_pb(report, self.usage.ledger.retention_days)
+
+        return self._call("GetUsage", context, "", 0, run)
 
     # ---- around every call --------------------------------------------------
 

@@ -116,12 +116,12 @@ def build_server(tools: ContextTools) -> MCPServer:
     @server.tool()
     def context_gc_pin(ids: list[str], session_id: SessionId = DEFAULT_SESSION) -> PinResult:
         """Pin chunks: no collection or prune touches them until unpinned."""
-        return tools.call(lambda: tools.pin(session_id, ids, True))
+        return tools.call(lambda: tools.pin(session_id, ids, pinned=True))
 
     @server.tool()
     def context_gc_unpin(ids: list[str], session_id: SessionId = DEFAULT_SESSION) -> PinResult:
         """Unpin chunks: collections may remove them again."""
-        return tools.call(lambda: tools.pin(session_id, ids, False))
+        return tools.call(lambda: tools.pin(session_id, ids, pinned=False))
 
     @server.tool()
     def context_gc_configure(
@@ -198,7 +198,7 @@ def build_server(tools: ContextTools) -> MCPServer:
     ) -> RestoreResult:
         """Bring stashed chunks (and the rest of their groups) back byte for byte;
         refused when that would pass the target unless `force`."""
-        return tools.call(lambda: tools.restore(session_id, ids, force))
+        return tools.call(lambda: tools.restore(session_id, ids, force=force))
 
     return server
 

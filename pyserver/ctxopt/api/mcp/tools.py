@@ -172,7 +172,7 @@ class ContextTools:
             + (", restorable from the stash" if strategy == "stash" else ", for good"),
         )
 
-    def pin(self, session_id: str, ids: list[str], pinned: bool) -> PinResult:
+    def pin(self, session_id: str, ids: list[str], *, pinned: bool) -> PinResult:
         self.engine.update(OWNER, session_id, [ChunkUpdate(id=i, pinned=pinned) for i in ids])
         return PinResult(ids=ids, pinned=pinned)
 
@@ -200,7 +200,7 @@ class ContextTools:
             next_offset=next_offset,
         )
 
-    def restore(self, session_id: str, ids: list[str], force: bool) -> RestoreResult:
+    def restore(self, session_id: str, ids: list[str], *, force: bool) -> RestoreResult:
         budget = self.settings.budget()
         restored, tokens = self.engine.restore(OWNER, session_id, ids, budget=budget, force=force)
         back = self.engine.chunks(OWNER, session_id, restored)

@@ -18,6 +18,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
+from ctxopt.api.gateway.formats import aider
 from ctxopt.api.gateway.formats.conversation import (
     Block,
     Conversation,
@@ -57,7 +58,7 @@ class AnthropicMessages:
         if not isinstance(messages, list):
             raise ValueError("messages: not a list")
         frame = [(ChunkKind.SYSTEM, body.get("system")), (ChunkKind.TOOL_SCHEMA, body.get("tools"))]
-        return build(str(body.get("model", "")), frame, messages, _turn, previous)
+        return aider.annotate(build(str(body.get("model", "")), frame, messages, _turn, previous))
 
     def render(
         self,

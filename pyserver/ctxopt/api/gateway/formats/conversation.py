@@ -40,6 +40,8 @@ class Block:
     answers: str = ""  # the call this block answers
     tokens: int = 0  # a count the engine takes as given (media), 0: the engine counts
     ref: tuple[int, int] = (0, -1)  # where it lives: (message or item, part; -1 the whole)
+    pinned: bool = False  # a root the engine never shrinks (the file the host is editing)
+    file_path: str = ""  # the file whose text this is, in a host's working set
 
 
 @dataclass(slots=True)
@@ -48,6 +50,9 @@ class Turn:
     blocks: list[Block]
     locked: bool = False  # a system or developer message inside the list: never changed
     items: tuple[int, ...] = ()  # the raw messages (or items) it is made of
+    # the files the host is editing, resent in place on every call: never dropped whole
+    working_set: bool = False
+    key: str = ""  # its content's digest, once computed (sessions.trail_of)
 
 
 @dataclass(slots=True)
@@ -154,7 +159,8 @@ def chunk_id(turn: int, block: int, role: Role, item: Block) -> str:
     """Position plus content: the host resends its whole history on every call,
     so the same block at the same place gets the same id call after call
     (cache markers and other decoration are not part of the text)."""
-    return f"{turn}.{block}.{digest(role.name, item.kind.name, item.call_id, item.text)}"
+    pin = ("pinned",) if item.pinned else ()  # a block pinned later is appended anew
+    return f"{turn}.{block}.{digest(role.name, item.kind.name, item.call_id, item.text, *pin)}"
 
 
 def droppable_units(turns: Sequence[Turn], protected: set[int]) -> list[list[int]]:
@@ -162,9 +168,9 @@ def droppable_units(turns: Sequence[Turn], protected: set[int]) -> list[list[int
     format checks: each run starts with a model turn and takes every non-model
     turn after it (the answers to its calls), so pairs stay whole, roles still
     alternate and the first turn stays a user turn. The turns before the first
-    model turn (the task) and `protected` turns stay; locked turns (instructions
-    inside the list) stay where they are, and the formats' rules on roles and
-    pairs look past them."""
+    model turn (the task), `protected` turns and runs holding the host's working set
+    stay; locked turns (instructions inside the list) stay where they are, and
+    the formats' rules on roles and pairs look past them."""
     units: list[list[int]] = []
     index = next((i for i, t in enumerate(turns) if t.role == Role.MODEL), len(turns))
     while index < len(turns):
@@ -173,7 +179,7 @@ def droppable_units(turns: Sequence[Turn], protected: set[int]) -> list[list[int
         while index < len(turns) and turns[index].role != Role.MODEL:
             unit.append(index)
             index += 1
-        if not any(i in protected for i in unit):
+        if not any(i in protected or turns[i].working_set for i in unit):
             units.append([i for i in unit if not turns[i].locked])
     return units
 
@@ -197,9 +203,15 @@ def latest_turns(turns: Sequence[Turn]) -> list[int]:
 
 
 def first_prompt(turns: Sequence[Turn]) -> int | None:
-    """The first user turn that answers no call: the task every later step serves."""
+    """The first user turn that answers no call: the task every later step serves.
+    A host's canned turns (few-shot examples, locked) and its working set are not it."""
     for i, turn in enumerate(turns):
-        if turn.role == Role.USER and not turn.locked and not any(b.answers for b in turn.blocks):
+        if (
+            turn.role == Role.USER
+            and not turn.locked
+            and not turn.working_set
+            and not any(b.answers for b in turn.blocks)
+        ):
             return i
     return None
 

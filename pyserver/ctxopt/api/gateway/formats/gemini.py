@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from ctxopt.api.gateway.formats import aider
 from ctxopt.api.gateway.formats.conversation import (
     Block,
     Conversation,
@@ -46,7 +47,7 @@ class GeminiContents:
             raise ValueError("contents: not a list")
         frame = [(ChunkKind.SYSTEM, _system(body)), (ChunkKind.TOOL_SCHEMA, body.get("tools"))]
         model = path.rsplit("/", 1)[-1].split(":", 1)[0]
-        return build(model, frame, contents, _turn, previous)
+        return aider.annotate(build(model, frame, contents, _turn, previous))
 
     def render(
         self,

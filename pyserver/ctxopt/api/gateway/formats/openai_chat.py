@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ctxopt.api.gateway.formats import aider
 from ctxopt.api.gateway.formats.conversation import (
     Block,
     Conversation,
@@ -30,6 +31,8 @@ IMAGE_TOKENS = 1105
 _ROLES = {"user": Role.USER, "assistant": Role.MODEL, "tool": Role.TOOL, "function": Role.TOOL}
 _LOCKED = ("system", "developer")
 CALL_REF = -10  # the k-th tool call of a message has ref (message, CALL_REF - k)
+# the k-th segment of a message cut per file (aider's files) has ref (message, SEGMENT_REF - k)
+SEGMENT_REF = -1_000_000
 
 
 class OpenAIChat:
@@ -45,7 +48,8 @@ class OpenAIChat:
         if not isinstance(messages, list):
             raise ValueError("messages: not a list")
         frame = [(ChunkKind.TOOL_SCHEMA, body.get(key)) for key in ("tools", "functions")]
-        return build(str(body.get("model", "")), frame, messages, _turn, previous)
+        conversation = build(str(body.get("model", "")), frame, messages, _turn, previous)
+        return aider.annotate(conversation)
 
     def render(
         self,
@@ -55,6 +59,7 @@ class OpenAIChat:
         dropped: frozenset[int],
     ) -> JsonObject:
         messages: list[Any] = []
+        segmented = {i for i, part in edits if part <= SEGMENT_REF}
         for index, message in enumerate(body["messages"]):
             if index in dropped:
                 continue
@@ -72,6 +77,8 @@ class OpenAIChat:
                 messages.append({**message, "content": whole.text})
                 continue
             content = message.get("content")
+            if index in segmented and isinstance(content, str):
+                message = {**message, "content": _segments_edited(index, content, edits)}
             if isinstance(content, list) and any((index, p) in edits for p in range(len(content))):
                 parts = []
                 for position, part in enumerate(content):
@@ -132,7 +139,10 @@ def _turn(index: int, message: Any) -> Turn:
         answers = str(message.get("tool_call_id") or message.get("name"))
         blocks.append(Block(ChunkKind.TOOL_RESULT, text, answers=answers, ref=(index, -1)))
         return Turn(Role.TOOL, blocks, items=(index,))
-    if isinstance(content, str) and content.strip():
+    segments = aider.file_segments(content) if role == "user" and isinstance(content, str) else None
+    if segments is not None:
+        blocks.extend(aider.segment_blocks(segments, index, SEGMENT_REF))
+    elif isinstance(content, str) and content.strip():
         blocks.append(Block(ChunkKind.MESSAGE, content, ref=(index, -1)))
     elif isinstance(content, list):
         blocks.extend(_part(p, (index, i)) for i, p in enumerate(content))
@@ -145,6 +155,19 @@ def _turn(index: int, message: Any) -> Turn:
     if not blocks:
         blocks.append(Block(ChunkKind.MESSAGE, dump_text(message), Rewrite.NEVER, ref=(index, -2)))
     return Turn(_ROLES[role], blocks, items=(index,))
+
+
+def _segments_edited(index: int, content: str, edits: Mapping[tuple[int, int], Edit]) -> str:
+    """A message cut per file, with the edited files' texts replaced."""
+    segments = aider.file_segments(content) or []
+    texts = []
+    for k, segment in enumerate(segments):
+        edit = edits.get((index, SEGMENT_REF - k))
+        if edit is None or edit.text is None:
+            texts.append(segment.text)
+        else:  # the closing fence stays on a line of its own
+            texts.append(edit.text if edit.text.endswith("\n") else edit.text + "\n")
+    return "".join(texts)
 
 
 def _emptied(call: Any) -> Any:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ctxopt.api.gateway.formats import aider
 from ctxopt.api.gateway.formats.conversation import (
     Block,
     Conversation,
@@ -57,7 +58,8 @@ class OpenAIResponses:
             (ChunkKind.SYSTEM, body.get("instructions")),
             (ChunkKind.TOOL_SCHEMA, body.get("tools")),
         ]
-        return build(str(body.get("model", "")), frame, _groups(items), _turn, previous)
+        conversation = build(str(body.get("model", "")), frame, _groups(items), _turn, previous)
+        return aider.annotate(conversation)
 
     def render(
         self,

@@ -424,6 +424,63 @@ export function upsertStatusToJSON(object: UpsertStatus): string {
   }
 }
 
+/** What GetUsage groups the ledger's calls by. */
+export enum UsageGroup {
+  /** USAGE_GROUP_UNSPECIFIED - The same as USAGE_GROUP_DAY. */
+  USAGE_GROUP_UNSPECIFIED = 0,
+  /** USAGE_GROUP_DAY - Calendar day in the caller's time zone. */
+  USAGE_GROUP_DAY = 1,
+  /** USAGE_GROUP_HOST - The agent that sent the call (claude-code, codex, gemini-cli, other; grpc). */
+  USAGE_GROUP_HOST = 2,
+  /** USAGE_GROUP_MODEL - The model the call named. */
+  USAGE_GROUP_MODEL = 3,
+  /** USAGE_GROUP_SESSION - The session. */
+  USAGE_GROUP_SESSION = 4,
+  UNRECOGNIZED = -1,
+}
+
+export function usageGroupFromJSON(object: any): UsageGroup {
+  switch (object) {
+    case 0:
+    case "USAGE_GROUP_UNSPECIFIED":
+      return UsageGroup.USAGE_GROUP_UNSPECIFIED;
+    case 1:
+    case "USAGE_GROUP_DAY":
+      return UsageGroup.USAGE_GROUP_DAY;
+    case 2:
+    case "USAGE_GROUP_HOST":
+      return UsageGroup.USAGE_GROUP_HOST;
+    case 3:
+    case "USAGE_GROUP_MODEL":
+      return UsageGroup.USAGE_GROUP_MODEL;
+    case 4:
+    case "USAGE_GROUP_SESSION":
+      return UsageGroup.USAGE_GROUP_SESSION;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return UsageGroup.UNRECOGNIZED;
+  }
+}
+
+export function usageGroupToJSON(object: UsageGroup): string {
+  switch (object) {
+    case UsageGroup.USAGE_GROUP_UNSPECIFIED:
+      return "USAGE_GROUP_UNSPECIFIED";
+    case UsageGroup.USAGE_GROUP_DAY:
+      return "USAGE_GROUP_DAY";
+    case UsageGroup.USAGE_GROUP_HOST:
+      return "USAGE_GROUP_HOST";
+    case UsageGroup.USAGE_GROUP_MODEL:
+      return "USAGE_GROUP_MODEL";
+    case UsageGroup.USAGE_GROUP_SESSION:
+      return "USAGE_GROUP_SESSION";
+    case UsageGroup.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 /** One piece of conversation history. */
 export interface Chunk {
   /** Stable id, unique within the session. */
@@ -1079,6 +1136,60 @@ export interface GetLastPlanResponse {
   kinds: KindTokens[];
   /** The largest chunks, largest first. */
   largest: PlannedChunk[];
+}
+
+/** Request of GetUsage. */
+export interface GetUsageRequest {
+  /** What the rows are per. */
+  groupBy: UsageGroup;
+  /** Calls from this time on, Unix milliseconds (0: all the ledger keeps). */
+  sinceUnixMs: number;
+  /** The caller's offset from UTC, in minutes, where days begin. */
+  utcOffsetMinutes: number;
+}
+
+/** Calls, tokens and money of one group, or of all of them. */
+export interface UsageTotals {
+  /** The day (YYYY-MM-DD), host, model or session; "total" for the total. */
+  key: string;
+  /** Calls recorded. */
+  calls: number;
+  /** Calls whose prompt ctxopt changed. */
+  callsOptimized: number;
+  /** Prompt tokens as the host sent them (x-ctxopt-tokens-before), ctxopt's count. */
+  tokensSent: number;
+  /** Prompt tokens as they went on (x-ctxopt-tokens-after). */
+  tokensForwarded: number;
+  /** tokens_sent less tokens_forwarded. */
+  tokensSaved: number;
+  /** Calls whose response reported the provider's usage; the fields below are over these. */
+  pricedCalls: number;
+  /** The provider's input tokens, cached ones included. */
+  inputTokens: number;
+  /** Of which read from the provider's cache. */
+  cachedTokens: number;
+  /** The provider's output tokens. */
+  outputTokens: number;
+  /** The input billed, at list prices and the provider's cache rules, US dollars. */
+  billedInputUsd: number;
+  /** The estimated input bill of the same calls sent unpruned, same rules. */
+  unprunedInputUsd: number;
+  /** unpruned_input_usd less billed_input_usd. */
+  savedUsd: number;
+}
+
+/** Response of GetUsage. */
+export interface GetUsageResponse {
+  /** One per group: days in date order, the others most tokens saved first. */
+  rows: UsageTotals[];
+  /** Every call of the request's period. */
+  total?:
+    | UsageTotals
+    | undefined;
+  /** The date the list prices were checked (YYYY-MM-DD). */
+  pricesChecked: string;
+  /** Days the ledger keeps a call. */
+  retentionDays: number;
 }
 
 function createBaseChunk(): Chunk {
@@ -7610,6 +7721,565 @@ export const GetLastPlanResponse: MessageFns<GetLastPlanResponse> = {
   },
 };
 
+function createBaseGetUsageRequest(): GetUsageRequest {
+  return { groupBy: 0, sinceUnixMs: 0, utcOffsetMinutes: 0 };
+}
+
+export const GetUsageRequest: MessageFns<GetUsageRequest> = {
+  encode(message: GetUsageRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.groupBy !== 0) {
+      writer.uint32(8).int32(message.groupBy);
+    }
+    if (message.sinceUnixMs !== 0) {
+      writer.uint32(16).int64(message.sinceUnixMs);
+    }
+    if (message.utcOffsetMinutes !== 0) {
+      writer.uint32(24).int32(message.utcOffsetMinutes);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetUsageRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetUsageRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.groupBy = reader.int32() as any;
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.sinceUnixMs = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.utcOffsetMinutes = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetUsageRequest {
+    return {
+      groupBy: isSet(object.groupBy)
+        ? usageGroupFromJSON(object.groupBy)
+        : isSet(object.group_by)
+        ? usageGroupFromJSON(object.group_by)
+        : 0,
+      sinceUnixMs: isSet(object.sinceUnixMs)
+        ? globalThis.Number(object.sinceUnixMs)
+        : isSet(object.since_unix_ms)
+        ? globalThis.Number(object.since_unix_ms)
+        : 0,
+      utcOffsetMinutes: isSet(object.utcOffsetMinutes)
+        ? globalThis.Number(object.utcOffsetMinutes)
+        : isSet(object.utc_offset_minutes)
+        ? globalThis.Number(object.utc_offset_minutes)
+        : 0,
+    };
+  },
+
+  toJSON(message: GetUsageRequest): unknown {
+    const obj: any = {};
+    if (message.groupBy !== 0) {
+      obj.groupBy = usageGroupToJSON(message.groupBy);
+    }
+    if (message.sinceUnixMs !== 0) {
+      obj.sinceUnixMs = Math.round(message.sinceUnixMs);
+    }
+    if (message.utcOffsetMinutes !== 0) {
+      obj.utcOffsetMinutes = Math.round(message.utcOffsetMinutes);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetUsageRequest>): GetUsageRequest {
+    return GetUsageRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetUsageRequest>): GetUsageRequest {
+    const message = createBaseGetUsageRequest();
+    message.groupBy = object.groupBy ?? 0;
+    message.sinceUnixMs = object.sinceUnixMs ?? 0;
+    message.utcOffsetMinutes = object.utcOffsetMinutes ?? 0;
+    return message;
+  },
+};
+
+function createBaseUsageTotals(): UsageTotals {
+  return {
+    key: "",
+    calls: 0,
+    callsOptimized: 0,
+    tokensSent: 0,
+    tokensForwarded: 0,
+    tokensSaved: 0,
+    pricedCalls: 0,
+    inputTokens: 0,
+    cachedTokens: 0,
+    outputTokens: 0,
+    billedInputUsd: 0,
+    unprunedInputUsd: 0,
+    savedUsd: 0,
+  };
+}
+
+export const UsageTotals: MessageFns<UsageTotals> = {
+  encode(message: UsageTotals, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.calls !== 0) {
+      writer.uint32(16).int64(message.calls);
+    }
+    if (message.callsOptimized !== 0) {
+      writer.uint32(24).int64(message.callsOptimized);
+    }
+    if (message.tokensSent !== 0) {
+      writer.uint32(32).int64(message.tokensSent);
+    }
+    if (message.tokensForwarded !== 0) {
+      writer.uint32(40).int64(message.tokensForwarded);
+    }
+    if (message.tokensSaved !== 0) {
+      writer.uint32(48).int64(message.tokensSaved);
+    }
+    if (message.pricedCalls !== 0) {
+      writer.uint32(56).int64(message.pricedCalls);
+    }
+    if (message.inputTokens !== 0) {
+      writer.uint32(64).int64(message.inputTokens);
+    }
+    if (message.cachedTokens !== 0) {
+      writer.uint32(72).int64(message.cachedTokens);
+    }
+    if (message.outputTokens !== 0) {
+      writer.uint32(80).int64(message.outputTokens);
+    }
+    if (message.billedInputUsd !== 0) {
+      writer.uint32(89).double(message.billedInputUsd);
+    }
+    if (message.unprunedInputUsd !== 0) {
+      writer.uint32(97).double(message.unprunedInputUsd);
+    }
+    if (message.savedUsd !== 0) {
+      writer.uint32(105).double(message.savedUsd);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UsageTotals {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUsageTotals();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.calls = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.callsOptimized = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.tokensSent = longToNumber(reader.int64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.tokensForwarded = longToNumber(reader.int64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.tokensSaved = longToNumber(reader.int64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.pricedCalls = longToNumber(reader.int64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.inputTokens = longToNumber(reader.int64());
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.cachedTokens = longToNumber(reader.int64());
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.outputTokens = longToNumber(reader.int64());
+            continue;
+          }
+          case 11: {
+            if (tag !== 89) {
+              break;
+            }
+
+            message.billedInputUsd = reader.double();
+            continue;
+          }
+          case 12: {
+            if (tag !== 97) {
+              break;
+            }
+
+            message.unprunedInputUsd = reader.double();
+            continue;
+          }
+          case 13: {
+            if (tag !== 105) {
+              break;
+            }
+
+            message.savedUsd = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UsageTotals {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      calls: isSet(object.calls) ? globalThis.Number(object.calls) : 0,
+      callsOptimized: isSet(object.callsOptimized)
+        ? globalThis.Number(object.callsOptimized)
+        : isSet(object.calls_optimized)
+        ? globalThis.Number(object.calls_optimized)
+        : 0,
+      tokensSent: isSet(object.tokensSent)
+        ? globalThis.Number(object.tokensSent)
+        : isSet(object.tokens_sent)
+        ? globalThis.Number(object.tokens_sent)
+        : 0,
+      tokensForwarded: isSet(object.tokensForwarded)
+        ? globalThis.Number(object.tokensForwarded)
+        : isSet(object.tokens_forwarded)
+        ? globalThis.Number(object.tokens_forwarded)
+        : 0,
+      tokensSaved: isSet(object.tokensSaved)
+        ? globalThis.Number(object.tokensSaved)
+        : isSet(object.tokens_saved)
+        ? globalThis.Number(object.tokens_saved)
+        : 0,
+      pricedCalls: isSet(object.pricedCalls)
+        ? globalThis.Number(object.pricedCalls)
+        : isSet(object.priced_calls)
+        ? globalThis.Number(object.priced_calls)
+        : 0,
+      inputTokens: isSet(object.inputTokens)
+        ? globalThis.Number(object.inputTokens)
+        : isSet(object.input_tokens)
+        ? globalThis.Number(object.input_tokens)
+        : 0,
+      cachedTokens: isSet(object.cachedTokens)
+        ? globalThis.Number(object.cachedTokens)
+        : isSet(object.cached_tokens)
+        ? globalThis.Number(object.cached_tokens)
+        : 0,
+      outputTokens: isSet(object.outputTokens)
+        ? globalThis.Number(object.outputTokens)
+        : isSet(object.output_tokens)
+        ? globalThis.Number(object.output_tokens)
+        : 0,
+      billedInputUsd: isSet(object.billedInputUsd)
+        ? globalThis.Number(object.billedInputUsd)
+        : isSet(object.billed_input_usd)
+        ? globalThis.Number(object.billed_input_usd)
+        : 0,
+      unprunedInputUsd: isSet(object.unprunedInputUsd)
+        ? globalThis.Number(object.unprunedInputUsd)
+        : isSet(object.unpruned_input_usd)
+        ? globalThis.Number(object.unpruned_input_usd)
+        : 0,
+      savedUsd: isSet(object.savedUsd)
+        ? globalThis.Number(object.savedUsd)
+        : isSet(object.saved_usd)
+        ? globalThis.Number(object.saved_usd)
+        : 0,
+    };
+  },
+
+  toJSON(message: UsageTotals): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.calls !== 0) {
+      obj.calls = Math.round(message.calls);
+    }
+    if (message.callsOptimized !== 0) {
+      obj.callsOptimized = Math.round(message.callsOptimized);
+    }
+    if (message.tokensSent !== 0) {
+      obj.tokensSent = Math.round(message.tokensSent);
+    }
+    if (message.tokensForwarded !== 0) {
+      obj.tokensForwarded = Math.round(message.tokensForwarded);
+    }
+    if (message.tokensSaved !== 0) {
+      obj.tokensSaved = Math.round(message.tokensSaved);
+    }
+    if (message.pricedCalls !== 0) {
+      obj.pricedCalls = Math.round(message.pricedCalls);
+    }
+    if (message.inputTokens !== 0) {
+      obj.inputTokens = Math.round(message.inputTokens);
+    }
+    if (message.cachedTokens !== 0) {
+      obj.cachedTokens = Math.round(message.cachedTokens);
+    }
+    if (message.outputTokens !== 0) {
+      obj.outputTokens = Math.round(message.outputTokens);
+    }
+    if (message.billedInputUsd !== 0) {
+      obj.billedInputUsd = floatToJson(message.billedInputUsd);
+    }
+    if (message.unprunedInputUsd !== 0) {
+      obj.unprunedInputUsd = floatToJson(message.unprunedInputUsd);
+    }
+    if (message.savedUsd !== 0) {
+      obj.savedUsd = floatToJson(message.savedUsd);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UsageTotals>): UsageTotals {
+    return UsageTotals.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UsageTotals>): UsageTotals {
+    const message = createBaseUsageTotals();
+    message.key = object.key ?? "";
+    message.calls = object.calls ?? 0;
+    message.callsOptimized = object.callsOptimized ?? 0;
+    message.tokensSent = object.tokensSent ?? 0;
+    message.tokensForwarded = object.tokensForwarded ?? 0;
+    message.tokensSaved = object.tokensSaved ?? 0;
+    message.pricedCalls = object.pricedCalls ?? 0;
+    message.inputTokens = object.inputTokens ?? 0;
+    message.cachedTokens = object.cachedTokens ?? 0;
+    message.outputTokens = object.outputTokens ?? 0;
+    message.billedInputUsd = object.billedInputUsd ?? 0;
+    message.unprunedInputUsd = object.unprunedInputUsd ?? 0;
+    message.savedUsd = object.savedUsd ?? 0;
+    return message;
+  },
+};
+
+function createBaseGetUsageResponse(): GetUsageResponse {
+  return { rows: [], total: undefined, pricesChecked: "", retentionDays: 0 };
+}
+
+export const GetUsageResponse: MessageFns<GetUsageResponse> = {
+  encode(message: GetUsageResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.rows) {
+      UsageTotals.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.total !== undefined) {
+      UsageTotals.encode(message.total, writer.uint32(18).fork()).join();
+    }
+    if (message.pricesChecked !== "") {
+      writer.uint32(26).string(message.pricesChecked);
+    }
+    if (message.retentionDays !== 0) {
+      writer.uint32(32).int32(message.retentionDays);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetUsageResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetUsageResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.rows.push(UsageTotals.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.total = UsageTotals.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.pricesChecked = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.retentionDays = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetUsageResponse {
+    return {
+      rows: globalThis.Array.isArray(object?.rows) ? object.rows.map((e: any) => UsageTotals.fromJSON(e)) : [],
+      total: isSet(object.total) ? UsageTotals.fromJSON(object.total) : undefined,
+      pricesChecked: isSet(object.pricesChecked)
+        ? globalThis.String(object.pricesChecked)
+        : isSet(object.prices_checked)
+        ? globalThis.String(object.prices_checked)
+        : "",
+      retentionDays: isSet(object.retentionDays)
+        ? globalThis.Number(object.retentionDays)
+        : isSet(object.retention_days)
+        ? globalThis.Number(object.retention_days)
+        : 0,
+    };
+  },
+
+  toJSON(message: GetUsageResponse): unknown {
+    const obj: any = {};
+    if (message.rows?.length) {
+      obj.rows = message.rows.map((e) => UsageTotals.toJSON(e));
+    }
+    if (message.total !== undefined) {
+      obj.total = UsageTotals.toJSON(message.total);
+    }
+    if (message.pricesChecked !== "") {
+      obj.pricesChecked = message.pricesChecked;
+    }
+    if (message.retentionDays !== 0) {
+      obj.retentionDays = Math.round(message.retentionDays);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetUsageResponse>): GetUsageResponse {
+    return GetUsageResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetUsageResponse>): GetUsageResponse {
+    const message = createBaseGetUsageResponse();
+    message.rows = object.rows?.map((e) => UsageTotals.fromPartial(e)) || [];
+    message.total = (object.total !== undefined && object.total !== null)
+      ? UsageTotals.fromPartial(object.total)
+      : undefined;
+    message.pricesChecked = object.pricesChecked ?? "";
+    message.retentionDays = object.retentionDays ?? 0;
+    return message;
+  },
+};
+
 /**
  * ContextOptimizer keeps a per-session registry of conversation chunks and
  * decides, on every prompt construction, what to keep, trim, mask, stash or
@@ -7796,6 +8466,20 @@ export const ContextOptimizerService = {
     responseSerialize: (value: GetLastPlanResponse): Buffer => Buffer.from(GetLastPlanResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetLastPlanResponse => GetLastPlanResponse.decode(value),
   },
+  /**
+   * GetUsage reports the caller's calls from the usage ledger (gateway calls
+   * and Optimize): tokens sent, forwarded and saved, and the input billed and
+   * saved at list prices, per day, host, model or session.
+   */
+  getUsage: {
+    path: "/ctxopt.v1.ContextOptimizer/GetUsage" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetUsageRequest): Buffer => Buffer.from(GetUsageRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetUsageRequest => GetUsageRequest.decode(value),
+    responseSerialize: (value: GetUsageResponse): Buffer => Buffer.from(GetUsageResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetUsageResponse => GetUsageResponse.decode(value),
+  },
 } as const;
 
 export interface ContextOptimizerServer extends UntypedServiceImplementation {
@@ -7845,6 +8529,12 @@ export interface ContextOptimizerServer extends UntypedServiceImplementation {
    * decision taken on each and why.
    */
   getLastPlan: handleUnaryCall<GetLastPlanRequest, GetLastPlanResponse>;
+  /**
+   * GetUsage reports the caller's calls from the usage ledger (gateway calls
+   * and Optimize): tokens sent, forwarded and saved, and the input billed and
+   * saved at list prices, per day, host, model or session.
+   */
+  getUsage: handleUnaryCall<GetUsageRequest, GetUsageResponse>;
 }
 
 export interface ContextOptimizerClient extends Client {
@@ -8103,6 +8793,26 @@ export interface ContextOptimizerClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetLastPlanResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * GetUsage reports the caller's calls from the usage ledger (gateway calls
+   * and Optimize): tokens sent, forwarded and saved, and the input billed and
+   * saved at list prices, per day, host, model or session.
+   */
+  getUsage(
+    request: GetUsageRequest,
+    callback: (error: ServiceError | null, response: GetUsageResponse) => void,
+  ): ClientUnaryCall;
+  getUsage(
+    request: GetUsageRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetUsageResponse) => void,
+  ): ClientUnaryCall;
+  getUsage(
+    request: GetUsageRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetUsageResponse) => void,
   ): ClientUnaryCall;
 }
 

@@ -1,0 +1,88 @@
+"""A text's line profile takes shortcuts (error and header lines searched only
+where their marks are, each name-like word resolved once per process): it
+must stay exactly what the plain per-line definitions give, whatever the
+text, or plans would change."""
+
+from __future__ import annotations
+
+import re
+
+from ctxopt.scoring import line_value
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+# Pieces that reach every branch: error and traceback marks (also as parts of
+# words and at a line's start), header keywords with and without a numbered
+# prefix, paths, snake_case, camelCase, numbers and the separators around them.
+PIECES = [
+    "E",
+    "E  ",
+    "Error",
+    "ValueError",
+    "xError",
+    "Exception",
+    "FAILED",
+    "error:",
+    "Traceback (most recent call last)",
+    'File "a.py", line 12',
+    '  File "b/c.py", line 7, in f',
+    "def ",
+    "class ",
+    "async def ",
+    "fn ",
+    "func",
+    "struct",
+    "impl",
+    "interface",
+    "defined",
+    "    12\t",
+    "  7: ",
+    "a/b/query.py",
+    "./x/",
+    "compute_total",
+    "QuerySet",
+    "self",
+    "_x_",
+    "x.y",
+    "line 40",
+    "sed -n '3,9p'",
+    " ",
+    "\t",
+    "\n",
+    "\n\n",
+    "(",
+    ":",
+]
+TEXTS = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[./][A-Za-z_][A-Za-z0-9_-]*)*")
+
+
+def plain_names(line: str) -> frozenset[str]:
+    """The definition of a line's names, without any cache."""
+    found: set[str] = set()
+    for match in _NAME.finditer(line):
+        name = match.group(0).strip("./-")
+        parts = name.split("/")
+        found.update("/".join(parts[i:]) for i in range(len(parts)))
+    return frozenset(n for n in found if line_value._is_code_name(n))
+
+
+def plain_number(line: str) -> int | None:
+    """The definition of a line's own number, without the shortcut."""
+    found = line_value._NUMBERED.match(line) or line_value._TRACEBACK_AT.search(line)
+    return int(found.group(1)) if found else None
+
+
+@settings(max_examples=300, deadline=None)
+@given(TEXTS)
+@example("Ex\nclass A:\n    def f(self):\n        raise KeyError")
+@example('ok\n  File "a.py", line 3\nE  assert')
+def test_a_profile_is_its_lines_plain_definitions(text: str) -> None:
+    lines = text.split("\n")
+    made = line_value.profile(text)
+    assert made.lines == tuple(lines)
+    assert made.errors == frozenset(i for i, line in enumerate(lines) if line_value.is_error(line))
+    assert made.headers == line_value.enclosing_headers(lines)
+    assert made.names == tuple(plain_names(line) for line in lines)
+    assert made.numbers == tuple(plain_number(line) for line in lines)
+    assert made.all_names == line_value.names(text) == frozenset().union(*made.names)
