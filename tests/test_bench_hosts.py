@@ -298,8 +298,8 @@ def test_the_sensitivity_line_rebills_only_the_summaries_output() -> None:
 
 def test_a_schedule_setting_is_the_servers_threshold_and_target() -> None:
     assert Schedule.parse("95/20").env() == {
-        "CTXOPT_GC_THRESHOLD_PERCENT": "95",
-        "CTXOPT_GC_TARGET_PERCENT": "20",
+        "CTXOPT_GATEWAY_TRIGGER_PERCENT": "95",
+        "CTXOPT_GATEWAY_LANDING_PERCENT": "20",
     }
     assert Schedule().env() == {} and Schedule().label == "default"
     with pytest.raises(ValueError, match="target < threshold"):

@@ -1,14 +1,15 @@
 """A setting of ctxopt's collection schedule, as the server's environment sets it.
 
 The gateway collects when a request passes `threshold_percent` of its
-ceiling, down to `target_percent` (CTXOPT_GC_THRESHOLD_PERCENT and
-CTXOPT_GC_TARGET_PERCENT; the server's defaults when unset). The Pareto
+ceiling, down to `target_percent` (CTXOPT_GATEWAY_TRIGGER_PERCENT and
+CTXOPT_GATEWAY_LANDING_PERCENT, ctxopt/api/gateway/schedule.py; the server's
+defaults when unset). The Pareto
 curve of the benchmark is ctxopt over several settings. A new schedule knob
 (one that decides when and how deep to collect from the provider's prices)
 joins as a field here, its variable in `env`, and its spelling in `parse`.
 
 >>> Schedule.parse("95/35").env()
-{'CTXOPT_GC_THRESHOLD_PERCENT': '95', 'CTXOPT_GC_TARGET_PERCENT': '35'}
+{'CTXOPT_GATEWAY_TRIGGER_PERCENT': '95', 'CTXOPT_GATEWAY_LANDING_PERCENT': '35'}
 >>> Schedule().label
 'default'
 """
@@ -45,6 +46,6 @@ class Schedule:
         if self.threshold_percent is None or self.target_percent is None:
             return {}
         return {
-            "CTXOPT_GC_THRESHOLD_PERCENT": f"{self.threshold_percent:g}",
-            "CTXOPT_GC_TARGET_PERCENT": f"{self.target_percent:g}",
+            "CTXOPT_GATEWAY_TRIGGER_PERCENT": f"{self.threshold_percent:g}",
+            "CTXOPT_GATEWAY_LANDING_PERCENT": f"{self.target_percent:g}",
         }

@@ -57,6 +57,16 @@ class Config:
     upstream_gemini: str = "https://generativelanguage.googleapis.com"
     gateway_window_tokens: int = 0
     gateway_host_ceilings: bool = True
+    # When the gateway collects (api/gateway/schedule.py): once the next call would
+    # reach `gateway_trigger_percent` of the ceiling, landing at `gateway_landing_percent`
+    # (or lower where only that pays for the rewrite at the provider's cache prices);
+    # answered tool outputs shrink once to at most `gateway_arrival_share` of their
+    # size (api/gateway/arrivals.py; 0: off)
+    # 95/30: chosen out of fold over 80/60 (the service's own GC defaults), 80/60 with
+    # the cap, and shrinking on arrival by `python -m benchmarks.hosts.cv` (docs/agents.md)
+    gateway_trigger_percent: float = 95.0
+    gateway_landing_percent: float = 30.0
+    gateway_arrival_share: float = 0.0
     # How long a request waits for the engine (sync, plan) before it goes up as the
     # original, or locally truncated when that does not fit; 0 waits as long as it
     # takes. Far above a plan's p99 under load (0.7 s on 2 shared cores, docs/gateway.md)

@@ -20,15 +20,12 @@ def engine_chunks(turns: Sequence[Turn], ids: list[list[str]], start: int) -> li
     chunks: list[Chunk] = []
     for t in range(start, len(turns)):
         turn = turns[t]
-        step = next((b.call_id for b in turn.blocks if b.call_id), "")
-        for block, cid in zip(turn.blocks, ids[t], strict=True):
+        steps = any(b.call_id for b in turn.blocks)
+        for block, cid, group in zip(turn.blocks, ids[t], groups_of(turn), strict=True):
             kind = ChunkKind.SYSTEM if turn.locked else block.kind
-            policy = GcPolicy.UNSPECIFIED
-            group = block.call_id or block.answers
-            if step and kind == ChunkKind.MESSAGE:
-                # a step's narration: its facts come back in the results, and it
-                # goes with its first call, whose result's placeholder restores it
-                policy, group = GcPolicy.EPHEMERAL, step
+            # a step's narration: its facts come back in the results
+            narration = steps and kind == ChunkKind.MESSAGE
+            policy = GcPolicy.EPHEMERAL if narration else GcPolicy.UNSPECIFIED
             chunks.append(
                 Chunk(
                     cid,
@@ -44,6 +41,17 @@ def engine_chunks(turns: Sequence[Turn], ids: list[list[str]], start: int) -> li
                 )
             )
     return chunks
+
+
+def groups_of(turn: Turn) -> list[str]:
+    """Each block's group: a call and its result share the call's id; a step's
+    narration goes with its first call, whose result's placeholder restores it;
+    "" for a block that stands alone."""
+    step = next((b.call_id for b in turn.blocks if b.call_id), "")
+    return [
+        step if step and not turn.locked and b.kind == ChunkKind.MESSAGE else b.call_id or b.answers
+        for b in turn.blocks
+    ]
 
 
 def query_of(turns: Sequence[Turn]) -> str:

@@ -8,12 +8,14 @@ stick: they are applied again to the same chunks, so the prompt's prefix is
 byte-identical from call to call and provider caches stay warm.
 
 Where it decides to collect, and under which lock: `_run` projects the request
-under the decisions that stuck (`projection.project`) and collects (`_collect`,
-which calls `Engine.optimize`) only when that projection reaches the threshold
-of the ceiling. All of it runs under the conversation's
-`ConversationState.lock`, which `_prepare` holds from parsing the body to the
-bytes that go upstream (state.py says what it guards; the engine package's
-docstring gives the whole lock order).
+under the decisions that stuck (`projection.project`), first shrinks the tool
+outputs the model answered since the last call, once each (`_shrink_arrivals`,
+arrivals.py), then asks the schedule (schedule.py: the provider's cache prices
+and the conversation's growth) whether to collect now and how deep; only then
+does `_collect` call `Engine.optimize` for a full collection. All of it runs
+under the conversation's `ConversationState.lock`, which `_prepare` holds from
+parsing the body to the bytes that go upstream (state.py says what it guards;
+the engine package's docstring gives the whole lock order).
 
 Never worse: an engine failure, an infeasible plan or a rewrite that breaks
 the format's rules sends the original when it fits the ceiling, else a local
@@ -29,7 +31,8 @@ from collections.abc import Mapping
 
 import orjson
 
-from ctxopt.api.gateway import hosts, windows
+from ctxopt.api.gateway import hosts, schedule, windows
+from ctxopt.api.gateway.arrivals import ARRIVAL_MIN_TOKENS, arrivals, shrink_options
 from ctxopt.api.gateway.chunks import engine_chunks, query_of
 from ctxopt.api.gateway.formats.conversation import (
     Conversation,
@@ -50,6 +53,7 @@ from ctxopt.api.gateway.truncation import truncate
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.model import Action, Budget, Chunk, OptimizeOptions, Role, Roots, Strategy
+from ctxopt.prices import price_of
 
 log = logging.getLogger("ctxopt.gateway")
 
@@ -217,12 +221,22 @@ class Pipeline:
         )
         projection = self._project(call, state)
         note = ""
-        if projection.tokens_after >= scaled * self.config.gc_threshold_percent / 100:
-            try:
-                note, projection = self._collect(call, state, projection)
-            except Exception as e:  # never worse, as above
-                log.warning("gateway: plan failed for %s: %s", state.session_id, e)
-                return self._fallback(call, state, raw, f"engine: {e}"[:200])
+        try:
+            if self._shrink_arrivals(call, state, projection):
+                projection = self._project(call, state)
+            due = schedule.schedule(
+                price_of(conversation.model, fmt.name.partition("-")[0]).cache,
+                size=projection.tokens_after,
+                growth=state.pace.observe(projection.tokens_after),
+                ceiling=scaled,
+                trigger_share=self.config.gateway_trigger_percent / 100,
+                landing_share=self.config.gateway_landing_percent / 100,
+            )
+            if due is not None:
+                note, projection = self._collect(call, state, projection, due.target)
+        except Exception as e:  # never worse, as above
+            log.warning("gateway: plan failed for %s: %s", state.session_id, e)
+            return self._fallback(call, state, raw, f"engine: {e}"[:200])
         before, after = projection.tokens_before, projection.tokens_after
         if not projection.edits:
             if before > scaled:
@@ -263,29 +277,58 @@ class Pipeline:
         if decided:
             state.restored(self.engine.held_whole(state.owner, state.session_id, decided))
 
-    def _collect(
+    def _shrink_arrivals(
         self, call: Call, state: ConversationState, projection: Projection
+    ) -> bool:
+        """Shrink the tool outputs the model answered since the last call, once
+        each (arrivals.py); whether any decision changed."""
+        found = arrivals(
+            call.conversation.turns,
+            call.ids,
+            judged=state.judged_turns,
+            protected=call.protected,
+            tokens=state.tokens,
+            min_tokens=ARRIVAL_MIN_TOKENS,
+        )
+        state.judged(found.upto)
+        share = self.config.gateway_arrival_share
+        if share <= 0 or not found.outputs:
+            return False
+        options = shrink_options(
+            found,
+            live=state.live,
+            tokens=state.tokens,
+            seen=projection.engine_tokens,
+            ceiling=call.ceiling,
+            share=share,
+            query=query_of(call.conversation.turns),
+        )
+        plan = self.engine.optimize(state.owner, state.session_id, options)
+        state.planned(plan)
+        return bool(plan.decisions)
+
+    def _collect(
+        self, call: Call, state: ConversationState, projection: Projection, target: int
     ) -> tuple[str, Projection]:
         """Run collections until the prompt lands at the target; their decisions
         replace the ones that stuck. The engine sees its own view of the chunks
         (a stashed chunk costs it nothing), so each pass restates the ceiling
-        without what the request carries beyond that view, and a later pass is
-        forced."""
+        and the target without what the request carries beyond that view."""
         roots = tuple(i for t in sorted(call.protected) for i in call.ids[t] if i in state.live)
-        target = call.ceiling * self.config.gc_target_percent / 100
         note = ""
-        for attempt in range(MAX_PASSES):
+        for _ in range(MAX_PASSES):
             options = OptimizeOptions(
                 budget=Budget(
                     context_limit_tokens=max(1, call.ceiling - projection.overhead),
-                    threshold_percent=self.config.gc_threshold_percent,
-                    target_percent=self.config.gc_target_percent,
+                    threshold_percent=self.config.gateway_trigger_percent,
+                    target_percent=self.config.gateway_landing_percent,
                     pressure_percent=self.config.gc_pressure_percent,
+                    target_tokens=max(1, target - projection.overhead),
                 ),
                 query=query_of(call.conversation.turns),
                 roots=Roots(recent_turns=RECENT_TURNS, root_ids=roots),
                 strategy=STRATEGY,
-                force=attempt > 0,
+                force=True,  # the schedule decided (on the next call's size)
                 lean=True,
             )
             plan = self.engine.optimize(state.owner, state.session_id, options)
@@ -312,7 +355,7 @@ class Pipeline:
     def _truncate(
         self, call: Call, state: ConversationState, edits: Mapping[Ref, Edit], reason: str
     ) -> Prepared:
-        target = call.ceiling * self.config.gc_target_percent / 100
+        target = call.ceiling * self.config.gateway_landing_percent / 100
         cut = truncate(call, edits, state.decisions, target)
         note = cut.note(reason)
         return Prepared(

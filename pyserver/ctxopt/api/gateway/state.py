@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from ctxopt.api.gateway.formats.conversation import Conversation
 from ctxopt.api.gateway.placeholders import estimate, replacement
 from ctxopt.api.gateway.projection import TurnProjection
+from ctxopt.api.gateway.schedule import Pace
 from ctxopt.model import Action, ChunkTokens, Decision, Plan
 
 # Conversations whose state (sticky decisions, calibration) stays in memory; a
@@ -85,6 +86,8 @@ class ConversationState:
         # each rewritten chunk's text and size for its decision (made once per decision)
         self._replacements: dict[str, tuple[Decision, str, int]] = {}
         self._projection: list[TurnProjection] = []  # the last call's per-turn projection
+        self._judged = 0  # leading turns whose answered outputs were judged (arrivals.py)
+        self.pace = Pace()  # the prompt's growth per call (schedule.py)
 
     @property
     def conversation(self) -> Conversation | None:
@@ -117,6 +120,17 @@ class ConversationState:
     def projection(self) -> Sequence[TurnProjection]:
         """The last call's projection, turn by turn."""
         return self._projection
+
+    @property
+    def judged_turns(self) -> int:
+        """How many leading turns' answered outputs were judged for shrinking
+        once; never more than the turns reused from the last call (a host that
+        rewrote its history is judged again from where it changed)."""
+        reused = self._conversation.reused if self._conversation is not None else 0
+        return min(self._judged, reused)
+
+    def judged(self, upto: int) -> None:
+        self._judged = upto
 
     def mapped(self, conversation: Conversation, turn_ids: list[list[str]]) -> None:
         """This call's mapping, for the next call to reuse."""

@@ -1,0 +1,212 @@
+"""The gateway's schedule constants chosen out of fold, from a run of `benchmarks.hosts`.
+
+    python -m benchmarks.hosts --long K --variant NAME:KEY=VALUE,... [...] --out RUN.json
+    python -m benchmarks.hosts.cv RUN.json [RUN.json ...] [--before NAME] [--out PATH]
+
+Fold k holds long session k and the K trajectories it is made of, so no
+trajectory is scored in a fold it helped choose for. For each fold, the
+ctxopt rows of RUN (its default and every `--variant`) are scored on the
+other folds, per host: billed input over the host alone's and needed-later
+recall against the host's, on the long sessions and on the single
+trajectories. A candidate qualifies when its long sessions' recall is at
+least the host's + LONG_RECALL_MARGIN on every host and its trajectories'
+recall at least the host's on Claude Code and Codex CLI (the issue's bar;
+Gemini CLI's own recall on the short ones is no bar: it sends requests over
+the window). Among those the one with the lowest worst bill against its bar
+(LONG_BILL_BAR on long sessions, SHORT_BILL_BAR on Claude Code's and Codex's
+trajectories) is chosen; when none qualifies, the one missing the recall bars
+by the least. Fold k is then scored with its choice; the pooled held-out
+figures are printed beside each candidate's in-sample ones and the host's
+recall. Several runs of the same trajectories (variants split over
+processes) are read as one; `--before` names the variant that stands for
+the previous default, left out of the choice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+LONG_RECALL_MARGIN = 0.05
+LONG_BILL_BAR = 0.9
+SHORT_BILL_BAR = 1.0
+RECALL_BAR_HOSTS = ("Claude Code", "Codex CLI")  # on the single trajectories
+HOST, CTXOPT = "host", "ctxopt"
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """Pooled over some sessions: billed tokens, and recall as sum and count."""
+
+    billed: float = 0.0
+    recall_sum: float = 0.0
+    recall_calls: int = 0
+
+    def __add__(self, other: Figures) -> Figures:
+        return Figures(
+            self.billed + other.billed,
+            self.recall_sum + other.recall_sum,
+            self.recall_calls + other.recall_calls,
+        )
+
+    @property
+    def recall(self) -> float:
+        return self.recall_sum / self.recall_calls if self.recall_calls else 1.0
+
+
+Table = dict[tuple[str, str, str], dict[str, Figures]]  # (length, host, method) -> session
+
+
+def table_of(results: dict[str, Any]) -> tuple[Table, dict[str, int]]:
+    """Every row's per-session figures, and each session's fold."""
+    table: Table = {}
+    folds: dict[str, int] = {}
+    per_long = results["long"]["trajectories_per_session"]
+    for length, rows in (("short", results["rows"]), ("long", results["long"]["rows"])):
+        for row in rows:
+            sessions = row["by_session"]
+            table[(length, row["host"], row["method"])] = {
+                name: Figures(*figures) for name, figures in sessions.items()
+            }
+            for index, name in enumerate(sessions):
+                folds[name] = index // per_long if length == "short" else index
+    return table, folds
+
+
+def pooled(figures: dict[str, Figures], sessions: Iterable[str]) -> Figures:
+    total = Figures()
+    for name in sessions:
+        total = total + figures[name]
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """One method against the host on some sessions, per (length, host)."""
+
+    ratio: dict[tuple[str, str], float]
+    recall: dict[tuple[str, str], float]
+    host_recall: dict[tuple[str, str], float]
+
+    def shortfall(self) -> float:
+        """How far the recall bars are missed, summed (0: all met)."""
+        missed = 0.0
+        for (length, host), recall in self.recall.items():
+            if length == "long":
+                missed += max(0.0, self.host_recall[(length, host)] + LONG_RECALL_MARGIN - recall)
+            elif host in RECALL_BAR_HOSTS:
+                missed += max(0.0, self.host_recall[(length, host)] - recall)
+        return missed
+
+    def worst_bill(self) -> float:
+        """The highest bill over its bar (1: at the bar)."""
+        return max(
+            ratio / (LONG_BILL_BAR if length == "long" else SHORT_BILL_BAR)
+            for (length, host), ratio in self.ratio.items()
+            if length == "long" or host in RECALL_BAR_HOSTS
+        )
+
+
+def score(table: Table, method: str, sessions: set[str]) -> Score:
+    ratio, recall, host_recall = {}, {}, {}
+    for length, host, name in table:
+        if name != method:
+            continue
+        mine = table[(length, host, method)]
+        chosen = [s for s in mine if s in sessions]
+        own = pooled(mine, chosen)
+        alone = pooled(table[(length, host, HOST)], chosen)
+        ratio[(length, host)] = own.billed / alone.billed
+        recall[(length, host)] = own.recall
+        host_recall[(length, host)] = alone.recall
+    return Score(ratio, recall, host_recall)
+
+
+def choose(table: Table, methods: list[str], sessions: set[str]) -> str:
+    scores = {m: score(table, m, sessions) for m in methods}
+    return min(methods, key=lambda m: (scores[m].shortfall(), scores[m].worst_bill()))
+
+
+def cross_validate(table: Table, folds: dict[str, int], before: str = "") -> dict[str, Any]:
+    methods = sorted({m for _, _, m in table if m.startswith(CTXOPT) and m != before})
+    every = set(folds)
+    chosen: dict[int, str] = {}
+    for fold in sorted(set(folds.values())):
+        chosen[fold] = choose(table, methods, {s for s in every if folds[s] != fold})
+    # held out: each fold's sessions under its own choice, pooled
+    held: Table = {}
+    for length, host, method in table:
+        if method != methods[0]:
+            continue
+        held[(length, host, "out of fold")] = {
+            s: table[(length, host, chosen[folds[s]])][s] for s in table[(length, host, method)]
+        }
+        held[(length, host, HOST)] = table[(length, host, HOST)]
+    return {
+        "folds": len(chosen),
+        "chosen_per_fold": chosen,
+        "chosen_on_all": choose(table, methods, every),
+        "out_of_fold": _summary(score(held, "out of fold", every)),
+        "in_sample": {m: _summary(score(table, m, every)) for m in methods},
+    }
+
+
+def _summary(s: Score) -> dict[str, dict[str, float]]:
+    return {
+        f"{length} {host}": {
+            "billed_vs_host": round(s.ratio[(length, host)], 3),
+            "recall": round(s.recall[(length, host)], 4),
+            "host_recall": round(s.host_recall[(length, host)], 4),
+        }
+        for length, host in sorted(s.ratio)
+    }
+
+
+def report(cv: dict[str, Any]) -> None:
+    print(f"{cv['folds']} folds; chosen per fold: {cv['chosen_per_fold']}")
+    print(f"chosen on all folds (the default): {cv['chosen_on_all']}\n")
+    columns = {**cv.get("before", {}), "out of fold": cv["out_of_fold"], **cv["in_sample"]}
+    cells = list(cv["out_of_fold"])
+    print(f"{'':24} {'host recall':>11} " + " ".join(f"{name[:22]:>22}" for name in columns))
+    for cell in cells:
+        host_recall = cv["out_of_fold"][cell]["host_recall"]
+        line = f"{cell:24} {host_recall:11.3f} "
+        for figures in columns.values():
+            f = figures.get(cell)
+            shown = "-" if f is None else f"{f['billed_vs_host']:.3f}x {f['recall']:.3f}"
+            line += f"{shown:>22} "
+        print(line)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "runs", type=Path, nargs="+", help="benchmarks.hosts JSON files with --long and variants"
+    )
+    parser.add_argument("--before", default="", help="the method of the previous default")
+    parser.add_argument("--out", type=Path, default=RESULTS / "hosts_cv.json")
+    args = parser.parse_args()
+    table: Table = {}
+    folds: dict[str, int] = {}
+    for run in args.runs:
+        more, more_folds = table_of(json.loads(run.read_text()))
+        table |= more
+        folds |= more_folds
+    cv = cross_validate(table, folds, args.before)
+    if args.before:
+        cv["before"] = {args.before: _summary(score(table, args.before, set(folds)))}
+    report(cv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(cv, indent=2) + "\n")
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

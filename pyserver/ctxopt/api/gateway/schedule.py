@@ -1,0 +1,128 @@
+"""When the gateway collects, and how deep: from the provider's cache prices and
+the session's own growth.
+
+A provider bills a prompt's cached prefix at `cache_read` of its input price
+and what follows the first changed byte at `cache_write` (ctxopt.prices). A
+collection that changes the prompt near its start is billed again almost
+whole on the next call; between collections every call reads its prefix
+cheaply. So a collection runs only when the *next* request would cross the
+trigger (the host's line or the window, times a share), and lands deep
+enough that its rewrite pays for itself before the next one: rewriting L
+tokens costs `cache_write * L` once, and each of the `(trigger - L) / growth`
+calls until the next collection reads `size - L` fewer tokens at
+`cache_read`. Landing lower always bills less (the read saving grows faster
+than the rewrite); how low is a recall choice, `landing_share`, capped by
+that break-even.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ctxopt.prices import CacheRules
+
+# The weight of the newest call's growth in the running mean: about the last ten calls,
+# so one huge tool output moves the estimate without owning it.
+GROWTH_WEIGHT = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Collection:
+    """A collection to run now, and the prompt size it should land at."""
+
+    target: int
+    reason: str  # "next call crosses <trigger>", with the landing's rule
+
+
+class Pace:
+    """A conversation's growth per call, as `next_growth` keeps it (guarded by
+    the conversation's lock, as the rest of its state)."""
+
+    def __init__(self) -> None:
+        self.growth = 0.0
+        self._last_size = 0
+
+    def observe(self, size: int) -> float:
+        """The growth after a call whose prompt (before any collection) has `size` tokens."""
+        self.growth = next_growth(self.growth, last_size=self._last_size, size=size)
+        self._last_size = size
+        return self.growth
+
+
+def next_growth(previous: float, *, last_size: int, size: int) -> float:
+    """The running mean of the prompt's growth per call, after a call of `size`
+    tokens that followed one of `last_size` (a shrinking call, as after a
+    collection or the host's own compaction, leaves the mean as it was).
+
+    >>> next_growth(0.0, last_size=1000, size=1500)
+    500.0
+    >>> next_growth(500.0, last_size=1500, size=1600)
+    460.0
+    >>> next_growth(460.0, last_size=1600, size=900)
+    460.0
+    """
+    grown = size - last_size
+    if last_size <= 0 or grown < 0:
+        return previous
+    if previous <= 0:
+        return float(grown)
+    return previous + GROWTH_WEIGHT * (grown - previous)
+
+
+def landing_that_pays(cache: CacheRules, *, size: int, trigger: int, growth: float) -> int:
+    """The highest landing L whose rewrite is paid back by cheaper reads before
+    the prompt grows back to `trigger`: the smaller root of
+    `cache_read * (size - L) * (trigger - L) / growth = cache_write * L`.
+
+    >>> from ctxopt.prices import ANTHROPIC_CACHE
+    >>> landing_that_pays(ANTHROPIC_CACHE, size=76_000, trigger=76_000, growth=700)
+    54218
+    >>> landing_that_pays(ANTHROPIC_CACHE, size=76_000, trigger=76_000, growth=0)
+    76000
+    """
+    if growth <= 0:
+        return size
+    a = cache.cache_read
+    b = cache.cache_read * (size + trigger) + cache.cache_write * growth
+    c = cache.cache_read * size * trigger
+    root = (b - math.sqrt(max(0.0, b * b - 4 * a * c))) / (2 * a)
+    return max(0, min(size, int(root)))
+
+
+def schedule(
+    cache: CacheRules,
+    *,
+    size: int,
+    growth: float,
+    ceiling: int,
+    trigger_share: float,
+    landing_share: float,
+) -> Collection | None:
+    """The collection to run before sending a prompt of `size` tokens, or None.
+
+    It runs when the next call (`size + growth`) would reach `trigger_share`
+    of `ceiling` (the lower of the window and the host's line); it lands at
+    `landing_share` of `ceiling`, or lower where that is the most a rewrite
+    pays for (`landing_that_pays`).
+
+    >>> from ctxopt.prices import ANTHROPIC_CACHE
+    >>> schedule(ANTHROPIC_CACHE, size=60_000, growth=700, ceiling=76_000,
+    ...          trigger_share=0.95, landing_share=0.3) is None
+    True
+    >>> schedule(ANTHROPIC_CACHE, size=72_000, growth=700, ceiling=76_000,
+    ...          trigger_share=0.95, landing_share=0.3)
+    Collection(target=22800, reason='next call crosses 72200; lands at 30% of the ceiling')
+    >>> schedule(ANTHROPIC_CACHE, size=72_000, growth=3_000, ceiling=76_000,
+    ...          trigger_share=0.95, landing_share=0.9).reason
+    'next call crosses 72200; lands where the rewrite pays for itself'
+    """
+    trigger = int(ceiling * trigger_share)
+    if size + growth < trigger:
+        return None
+    wanted = int(ceiling * landing_share)
+    paid = landing_that_pays(cache, size=size, trigger=trigger, growth=growth)
+    crossing = f"next call crosses {trigger}"
+    if paid < wanted:
+        return Collection(paid, f"{crossing}; lands where the rewrite pays for itself")
+    return Collection(wanted, f"{crossing}; lands at {landing_share:.0%} of the ceiling")
