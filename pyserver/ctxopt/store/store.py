@@ -181,7 +181,8 @@ class Store:
                 create_or_migrate(cur, version)
         if indexed_with(conn.cursor()) != analyzer_identity(self.analyzer.terms):
             reindexed = reindex(self._transaction, self.analyzer.terms)
-            logger.info("stash search index rebuilt: %d originals analysed", reindexed)
+            if reindexed:  # a new store has nothing to rebuild, and CLI errors stay one line
+                logger.info("stash search index rebuilt: %d originals analysed", reindexed)
         conn.execute(VOCABULARY_DDL)
 
     def close(self) -> None:
