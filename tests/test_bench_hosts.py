@@ -251,8 +251,7 @@ def test_the_stall_is_each_summary_at_the_decode_rate() -> None:
 def _leg(case: Case, prompts: list[Prompt], *, summarising: int, ms: float | None = None) -> Leg:
     leg = Leg(timed=ms is not None)
     leg.add(case, prompts, COUNTER, ms=None if ms is None else [ms] * len(prompts))
-    leg.summarising = [Billing(1_000, 0)] * summarising
-    leg.summaries = summarising
+    leg.summarised(case.session.instance_id, [Billing(1_000, 0)] * summarising, summarising)
     return leg
 
 

@@ -2,7 +2,7 @@
 
     python -m benchmarks.hosts [--long K] [--limit N] [--sweep 95/35,95/20]
         [--summary-tokens 2000] [--decode-tokens-per-s 63] [--install-headroom]
-        [--smoke] [--out PATH] [--data PATH]
+        [--skip-headroom] [--smoke] [--out PATH] [--data PATH]
 
 The development SWE trajectories are replayed call by call in each host's
 wire format (Claude Code: Anthropic Messages, Codex CLI: OpenAI Responses,
@@ -27,8 +27,10 @@ prompt and one bash tool (a real frame alone would pass their W).
   line on the sizes headroom forwards (benchmarks/hosts/headroom_proxy.py);
   skipped when its venv is missing (`--install-headroom` makes it).
 
-The sweep and headroom run on the headline section (the long sessions, or
-the short trajectories without --long). Billed tokens are in base-input-token
+Headroom runs on the headline section (the long sessions, or the short
+trajectories without --long), the sweep on both; every row and point keeps
+its per-session figures (`by_session`) for the out-of-fold choice of
+benchmarks/hosts/cv.py. Billed tokens are in base-input-token
 units: input at the provider's cache prices plus every summary's output
 (`--summary-tokens`) at the output price over the input price
 (benchmarks/hosts/costs.py). The stall is the time the user waits: summaries
@@ -96,7 +98,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # The two sections share nothing but the data (each has its own servers, fakes, Node and
     # counter), so they run side by side: most of their time is spent in those processes.
     with ThreadPoolExecutor(2) as pool:
-        shorts = pool.submit(section, short, TokenCounter("cl100k"), Options(summaries))
+        # the sweep runs on the short trajectories too: cv.py picks a setting on both
+        shorts = pool.submit(
+            section, short, TokenCounter("cl100k"), Options(summaries, tuple(args.sweep))
+        )
         longs = pool.submit(section, framed, TokenCounter("cl100k"), headline)
         results.update(shorts.result())
         results["long"] = {
@@ -139,7 +144,10 @@ def report(results: dict[str, Any]) -> None:
         f"stall: summaries at {results['decode_tokens_per_s']:g} tokens/s, or a proxy's added ms"
     )
     if results["headroom"] is None:
-        print(f"host + headroom skipped: {headroom_proxy.VENV} missing (--install-headroom)")
+        print(
+            f"host + headroom skipped: --skip-headroom, or {headroom_proxy.VENV} missing "
+            "(--install-headroom)"
+        )
 
 
 def table(rows: list[dict[str, Any]]) -> None:
@@ -201,6 +209,11 @@ def main() -> None:
         action="store_true",
         help=f"install {headroom_proxy.PIN} into {headroom_proxy.VENV} first",
     )
+    parser.add_argument(
+        "--skip-headroom",
+        action="store_true",
+        help="leave out the host + headroom legs even when its venv exists (a run of variants)",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny run, for CI")
     parser.add_argument("--out", type=Path, default=RESULTS / "hosts.json")
     args = parser.parse_args()
@@ -210,7 +223,7 @@ def main() -> None:
         args.sweep = [] if args.smoke else [Schedule.parse(t) for t in DEFAULT_SWEEP.split(",")]
     if args.install_headroom:
         headroom_proxy.install()
-    args.headroom = headroom_proxy.headroom_bin() is not None
+    args.headroom = not args.skip_headroom and headroom_proxy.headroom_bin() is not None
     results = run(args)
     report(results)
     args.out.parent.mkdir(parents=True, exist_ok=True)

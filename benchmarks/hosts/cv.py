@@ -1,11 +1,12 @@
 """The gateway's schedule constants chosen out of fold, from a run of `benchmarks.hosts`.
 
-    python -m benchmarks.hosts --long K --variant NAME:KEY=VALUE,... [...] --out RUN.json
+    python -m benchmarks.hosts --long K --sweep 95/30,80/60,... [...] --out RUN.json
     python -m benchmarks.hosts.cv RUN.json [RUN.json ...] [--before NAME] [--out PATH]
 
 Fold k holds long session k and the K trajectories it is made of, so no
 trajectory is scored in a fold it helped choose for. For each fold, the
-ctxopt rows of RUN (its default and every `--variant`) are scored on the
+ctxopt settings of RUN (its default, `ctxopt`, and every `--sweep` point,
+`ctxopt 95/30`, from their per-session figures) are scored on the
 other folds, per host: billed input over the host alone's and needed-later
 recall against the host's, on the long sessions and on the single
 trajectories. A candidate qualifies when its long sessions' recall is at
@@ -18,8 +19,9 @@ trajectories) is chosen; when none qualifies, the one missing the recall bars
 by the least. Fold k is then scored with its choice; the pooled held-out
 figures are printed beside each candidate's in-sample ones and the host's
 recall. Several runs of the same trajectories (variants split over
-processes) are read as one; `--before` names the variant that stands for
-the previous default, left out of the choice.
+processes) are read as one (a later run's default is named `ctxopt
+default@<its file's stem>`, as it may differ); `--before` names the setting
+that stands for the previous default, left out of the choice.
 """
 
 from __future__ import annotations
@@ -62,15 +64,34 @@ class Figures:
 Table = dict[tuple[str, str, str], dict[str, Figures]]  # (length, host, method) -> session
 
 
-def table_of(results: dict[str, Any]) -> tuple[Table, dict[str, int]]:
-    """Every row's per-session figures, and each session's fold."""
+def table_of(results: dict[str, Any], default: str = CTXOPT) -> tuple[Table, dict[str, int]]:
+    """Every row's and sweep point's per-session figures (the server's default
+    named `default`), and each session's fold: long session k, and the
+    trajectories k*K to k*K+K-1 it is made of (prompts.long_cases).
+
+    >>> row = {"host": "Codex CLI", "by_session": {"a": [10, 1.0, 2], "b": [5, 0.0, 0]}}
+    >>> run = {"rows": [{**row, "method": "host"}, {**row, "method": "ctxopt"}],
+    ...        "frontier": [{**row, "schedule": "default"}, {**row, "schedule": "80/60"}],
+    ...        "long": {"trajectories_per_session": 2, "rows": [], "frontier": []}}
+    >>> table, folds = table_of(run, default="ctxopt default@b")
+    >>> sorted(method for _, _, method in table)
+    ['ctxopt 80/60', 'ctxopt default@b', 'host']
+    >>> table[("short", "Codex CLI", "host")]["a"].recall, folds
+    (0.5, {'a': 0, 'b': 0})
+    """
     table: Table = {}
     folds: dict[str, int] = {}
     per_long = results["long"]["trajectories_per_session"]
-    for length, rows in (("short", results["rows"]), ("long", results["long"]["rows"])):
-        for row in rows:
+    for length, section in (("short", results), ("long", results["long"])):
+        named = [(default if r["method"] == CTXOPT else r["method"], r) for r in section["rows"]]
+        named += [
+            (f"{CTXOPT} {p['schedule']}", p)
+            for p in section["frontier"]
+            if p["schedule"] != "default"
+        ]
+        for method, row in named:
             sessions = row["by_session"]
-            table[(length, row["host"], row["method"])] = {
+            table[(length, row["host"], method)] = {
                 name: Figures(*figures) for name, figures in sessions.items()
             }
             for index, name in enumerate(sessions):
@@ -195,8 +216,9 @@ def main() -> None:
     args = parser.parse_args()
     table: Table = {}
     folds: dict[str, int] = {}
-    for run in args.runs:
-        more, more_folds = table_of(json.loads(run.read_text()))
+    for index, run in enumerate(args.runs):
+        default = CTXOPT if index == 0 else f"{CTXOPT} default@{run.stem}"
+        more, more_folds = table_of(json.loads(run.read_text()), default)
         table |= more
         folds |= more_folds
     cv = cross_validate(table, folds, args.before)

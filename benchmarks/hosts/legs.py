@@ -55,8 +55,10 @@ class Leg:
     """One way of sending a host's calls, over every trajectory."""
 
     tally: Tally = field(default_factory=Tally)
-    summarising: list[Billing] = field(default_factory=list)
-    summaries: int = 0  # summaries the model wrote (Gemini CLI: the summary and its probe)
+    # per session: its summarising calls, and the summaries the model wrote (Gemini CLI: the
+    # summary and its probe), so each session's bill stands alone for cross-validation
+    summarising: dict[str, list[Billing]] = field(default_factory=dict)
+    summaries: dict[str, int] = field(default_factory=dict)
     timed: bool = False  # a proxy stands in front: its added ms are the leg's stall
     sampled: tuple[int, int] = (0, 0)  # Gemini CLI + headroom: calls forwarded unchanged, of
 
@@ -72,29 +74,47 @@ class Leg:
         times = ms if ms is not None else [0.0] * len(prompts)
         self.tally.add(case.session, case.window, prompts, times, count.count_many, outcomes or ())
 
+    def summarised(self, session: str, billings: list[Billing], summaries: int) -> None:
+        """`session`'s summarising calls and the summaries they wrote."""
+        self.summarising[session] = self.summarising.get(session, []) + billings
+        self.summaries[session] = self.summaries.get(session, 0) + summaries
+
     def row(self, profile: Profile, method: str, cost: Summaries) -> dict[str, Any]:
-        billings = [*self.tally.billings, *self.summarising]
-        billed = bill(billings, self.summaries, cost, profile.price)
+        summarising = [b for billings in self.summarising.values() for b in billings]
+        summaries = sum(self.summaries.values())
+        billings = [*self.tally.billings, *summarising]
+        billed = bill(billings, summaries, cost, profile.price)
         added_s = sum(self.tally.ms) / 1000 if self.timed else 0.0
         return {
             "host": profile.name,
             "format": profile.fmt,
             "method": method,
             "calls": len(self.tally.billings),
-            "summarising_calls": len(self.summarising),
-            "summaries": self.summaries,
+            "summarising_calls": len(summarising),
+            "summaries": summaries,
             "prompt_tokens": sum(b.prompt_tokens for b in billings),
             "input_billed_tokens": round(billed.input_tokens),
-            "summary_output_tokens": self.summaries * cost.output_tokens,
+            "summary_output_tokens": summaries * cost.output_tokens,
             "output_billed_tokens": round(billed.output_tokens),
             "billed_tokens": round(billed.total),
             "needed_later_recall": round(self.tally.mean_recall(), 4),
             "over_window_calls": self.tally.over_window,
             "added_p50_ms": percentile(self.tally.ms, 50) if self.timed else None,
             "added_p95_ms": percentile(self.tally.ms, 95) if self.timed else None,
-            "stall_s": round(cost.stall_s(self.summaries) + added_s, 1),
+            "stall_s": round(cost.stall_s(summaries) + added_s, 1),
             **({"outcomes": self.tally.outcomes} if self.tally.outcomes else {}),
+            "by_session": self.by_session(profile, cost),
         }
+
+    def by_session(self, profile: Profile, cost: Summaries) -> dict[str, list[float]]:
+        """Per session, in replay order: billed tokens, its calls' summed
+        needed-later recall and how many calls needed a line (benchmarks/hosts/cv.py)."""
+        out = {}
+        for session, figures in self.tally.by_session.items():
+            billings = [*figures.billings, *self.summarising.get(session, [])]
+            billed = bill(billings, self.summaries.get(session, 0), cost, profile.price)
+            out[session] = [round(billed.total), sum(figures.recalls), len(figures.recalls)]
+        return out
 
 
 def tokens_of(prompt: Prompt, count: TokenCounter) -> int:
@@ -152,8 +172,8 @@ def _compact(
     sent = compacting(case, model, lambda prompt: tokens_of(prompt, count), send)
     ms = None if send is None else [send.ms[k] for k in range(case.calls)]
     leg.add(case, sent.calls, count, ms=ms)
-    leg.summarising += summarising_billings(sent.calls, sent.summarising, count)
-    leg.summaries += len(sent.summarising)
+    billings = summarising_billings(sent.calls, sent.summarising, count)
+    leg.summarised(case.session.instance_id, billings, len(sent.summarising))
 
 
 def gemini_cli_leg(cases: Sequence[Case], count: TokenCounter) -> Leg:
@@ -168,8 +188,7 @@ def gemini_cli_leg(cases: Sequence[Case], count: TokenCounter) -> Leg:
     for job, result in run_jobs(jobs, address=""):  # no ctxopt job: no server
         leg.add(by_id[job.session.instance_id], result.prompts, count, outcomes=result.outcomes)
         billings = gemini_summarising(result.prompts, result.outcomes, count)
-        leg.summarising += billings
-        leg.summaries += len(billings)
+        leg.summarised(job.session.instance_id, billings, len(billings))
     return leg
 
 

@@ -79,7 +79,14 @@ def rows_of(legs: dict[tuple[Profile, str], Leg], cost: Summaries) -> list[dict[
 
 
 def _point(row: dict[str, Any], schedule: str) -> dict[str, Any]:
-    keys = ("host", "billed_tokens", "billed_vs_host", "needed_later_recall", "over_window_calls")
+    keys = (
+        "host",
+        "billed_tokens",
+        "billed_vs_host",
+        "needed_later_recall",
+        "over_window_calls",
+        "by_session",
+    )
     return {"schedule": schedule, **{k: row[k] for k in keys}}
 
 
