@@ -155,6 +155,7 @@ def choose(table: Table, methods: list[str], sessions: set[str]) -> str:
 
 def cross_validate(table: Table, folds: dict[str, int], before: str = "") -> dict[str, Any]:
     methods = sorted({m for _, _, m in table if m.startswith(CTXOPT) and m != before})
+    peers = {m for _, _, m in table if not m.startswith(CTXOPT) and m != HOST}
     every = set(folds)
     chosen: dict[int, str] = {}
     for fold in sorted(set(folds.values())):
@@ -174,6 +175,7 @@ def cross_validate(table: Table, folds: dict[str, int], before: str = "") -> dic
         "chosen_on_all": choose(table, methods, every),
         "out_of_fold": _summary(score(held, "out of fold", every)),
         "in_sample": {m: _summary(score(table, m, every)) for m in methods},
+        "peers": {m: _summary(score(table, m, every)) for m in sorted(peers)},
     }
 
 
@@ -191,7 +193,12 @@ def _summary(s: Score) -> dict[str, dict[str, float]]:
 def report(cv: dict[str, Any]) -> None:
     print(f"{cv['folds']} folds; chosen per fold: {cv['chosen_per_fold']}")
     print(f"chosen on all folds (the default): {cv['chosen_on_all']}\n")
-    columns = {**cv.get("before", {}), "out of fold": cv["out_of_fold"], **cv["in_sample"]}
+    columns = {
+        **cv.get("before", {}),
+        "out of fold": cv["out_of_fold"],
+        **cv["peers"],
+        **cv["in_sample"],
+    }
     cells = list(cv["out_of_fold"])
     print(f"{'':24} {'host recall':>11} " + " ".join(f"{name[:22]:>22}" for name in columns))
     for cell in cells:

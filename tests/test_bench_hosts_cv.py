@@ -1,0 +1,61 @@
+"""The out-of-fold choice of the gateway's schedule (benchmarks/hosts/cv.py)."""
+
+from __future__ import annotations
+
+from benchmarks.hosts.cv import Figures, Table, choose, cross_validate
+
+HOSTS = ("Claude Code", "Codex CLI", "Gemini CLI")
+SESSIONS = ("s0", "s1")
+FOLDS = {"s0": 0, "s1": 1, "l0": 0, "l1": 1}
+
+
+def _table(settings: dict[str, tuple[float, float]], host: tuple[float, float]) -> Table:
+    """Every host and both lengths alike: each setting's (billed, recall) per
+    session, and the host's; short sessions s0 and s1, long ones l0 and l1."""
+    table: Table = {}
+    for length, sessions in (("short", SESSIONS), ("long", ("l0", "l1"))):
+        for name in HOSTS:
+            for method, (billed, recall) in {"host": host, **settings}.items():
+                table[(length, name, method)] = {
+                    s: Figures(billed, recall * 10, 10) for s in sessions
+                }
+    return table
+
+
+def test_among_settings_meeting_the_recall_bars_the_cheapest_is_chosen() -> None:
+    table = _table(
+        {"ctxopt 95/20": (50, 0.70), "ctxopt 95/40": (70, 0.90), "ctxopt 90/60": (80, 0.95)},
+        host=(100, 0.80),
+    )
+    # 95/20 bills least but misses host + 0.05 on the long sessions
+    assert choose(table, ["ctxopt 95/20", "ctxopt 95/40", "ctxopt 90/60"], {"l0", "s0"}) == (
+        "ctxopt 95/40"
+    )
+
+
+def test_when_no_setting_meets_the_bars_the_one_missing_them_least_is_chosen() -> None:
+    table = _table({"ctxopt 95/20": (50, 0.60), "ctxopt 80/60": (120, 0.78)}, host=(100, 0.80))
+    assert choose(table, ["ctxopt 95/20", "ctxopt 80/60"], {"l0", "s0"}) == "ctxopt 80/60"
+
+
+def test_gemini_clis_own_recall_on_the_short_trajectories_is_no_bar() -> None:
+    table = _table({"ctxopt 95/20": (50, 0.90), "ctxopt 80/60": (90, 0.90)}, host=(100, 0.80))
+    for setting, recall in (("ctxopt 95/20", 0.1), ("ctxopt 80/60", 0.9)):
+        table[("short", "Gemini CLI", setting)] = {
+            s: Figures(50, recall * 10, 10) for s in SESSIONS
+        }
+    assert choose(table, ["ctxopt 95/20", "ctxopt 80/60"], set(FOLDS)) == "ctxopt 95/20"
+
+
+def test_each_fold_is_scored_with_the_setting_chosen_on_the_other_folds() -> None:
+    table = _table({"ctxopt a": (50, 0.90), "ctxopt b": (60, 0.90)}, host=(100, 0.80))
+    # fold 1 alone makes `a` miss its bar: fold 0 (chosen on fold 1) takes `b`, fold 1 takes `a`
+    for length, session in (("short", "s1"), ("long", "l1")):
+        for name in HOSTS:
+            table[(length, name, "ctxopt a")][session] = Figures(50, 5.0, 10)
+    cv = cross_validate(table, FOLDS)
+    assert cv["chosen_per_fold"] == {0: "ctxopt b", 1: "ctxopt a"}
+    held = cv["out_of_fold"]["long Codex CLI"]
+    # fold 0 under b (60, 0.9), fold 1 under a (50, 0.5); the host bills 100 per session
+    assert held["billed_vs_host"] == 0.55
+    assert held["recall"] == 0.7
