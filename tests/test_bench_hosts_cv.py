@@ -54,8 +54,21 @@ def test_each_fold_is_scored_with_the_setting_chosen_on_the_other_folds() -> Non
         for name in HOSTS:
             table[(length, name, "ctxopt a")][session] = Figures(50, 5.0, 10)
     cv = cross_validate(table, FOLDS)
-    assert cv["chosen_per_fold"] == {0: "ctxopt b", 1: "ctxopt a"}
+    assert cv["chosen_per_fold"] == {0: {"every host": "ctxopt b"}, 1: {"every host": "ctxopt a"}}
     held = cv["out_of_fold"]["long Codex CLI"]
     # fold 0 under b (60, 0.9), fold 1 under a (50, 0.5); the host bills 100 per session
     assert held["billed_vs_host"] == 0.55
     assert held["recall"] == 0.7
+
+
+def test_per_host_each_host_gets_the_cheapest_setting_meeting_its_own_bars() -> None:
+    table = _table({"ctxopt a": (50, 0.90), "ctxopt b": (60, 0.90)}, host=(100, 0.80))
+    # `a` misses the bar on Gemini CLI's long sessions only
+    table[("long", "Gemini CLI", "ctxopt a")] = {s: Figures(50, 5.0, 10) for s in ("l0", "l1")}
+    assert cross_validate(table, FOLDS)["chosen_on_all"] == {"every host": "ctxopt b"}
+    per_host = cross_validate(table, FOLDS, per_host=True)["chosen_on_all"]
+    assert per_host == {
+        "Claude Code": "ctxopt a",
+        "Codex CLI": "ctxopt a",
+        "Gemini CLI": "ctxopt b",
+    }

@@ -16,7 +16,8 @@ Gemini CLI's own recall on the short ones is no bar: it sends requests over
 the window). Among those the one with the lowest worst bill against its bar
 (LONG_BILL_BAR on long sessions, SHORT_BILL_BAR on Claude Code's and Codex's
 trajectories) is chosen; when none qualifies, the one missing the recall bars
-by the least. Fold k is then scored with its choice; the pooled held-out
+by the least (`--per-host`: a setting per host, on that host's bars alone,
+for per-host constants). Fold k is then scored with its choice; the pooled held-out
 figures are printed beside each candidate's in-sample ones and the host's
 recall. Several runs of the same trajectories (variants split over
 processes) are read as one (a later run's default is named `ctxopt
@@ -39,6 +40,7 @@ LONG_BILL_BAR = 0.9
 SHORT_BILL_BAR = 1.0
 RECALL_BAR_HOSTS = ("Claude Code", "Codex CLI")  # on the single trajectories
 HOST, CTXOPT = "host", "ctxopt"
+EVERY_HOST = "every host"  # one setting chosen for all hosts
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +135,11 @@ class Score:
         )
 
 
-def score(table: Table, method: str, sessions: set[str]) -> Score:
+def score(table: Table, method: str, sessions: set[str], only: str = EVERY_HOST) -> Score:
+    """`method` on `sessions`, on every host or `only` one."""
     ratio, recall, host_recall = {}, {}, {}
     for length, host, name in table:
-        if name != method:
+        if name != method or only not in (EVERY_HOST, host):
             continue
         mine = table[(length, host, method)]
         chosen = [s for s in mine if s in sessions]
@@ -148,31 +151,39 @@ def score(table: Table, method: str, sessions: set[str]) -> Score:
     return Score(ratio, recall, host_recall)
 
 
-def choose(table: Table, methods: list[str], sessions: set[str]) -> str:
-    scores = {m: score(table, m, sessions) for m in methods}
+def choose(table: Table, methods: list[str], sessions: set[str], only: str = EVERY_HOST) -> str:
+    scores = {m: score(table, m, sessions, only) for m in methods}
     return min(methods, key=lambda m: (scores[m].shortfall(), scores[m].worst_bill()))
 
 
-def cross_validate(table: Table, folds: dict[str, int], before: str = "") -> dict[str, Any]:
+def cross_validate(
+    table: Table, folds: dict[str, int], before: str = "", *, per_host: bool = False
+) -> dict[str, Any]:
+    """Each fold's setting chosen on the other folds (one for every host, or
+    with `per_host` one per host, each on its own bars) and the held-out figures."""
     methods = sorted({m for _, _, m in table if m.startswith(CTXOPT) and m != before})
     peers = {m for _, _, m in table if not m.startswith(CTXOPT) and m != HOST}
+    groups = sorted({h for _, h, _ in table}) if per_host else [EVERY_HOST]
     every = set(folds)
-    chosen: dict[int, str] = {}
+    chosen: dict[int, dict[str, str]] = {}
     for fold in sorted(set(folds.values())):
-        chosen[fold] = choose(table, methods, {s for s in every if folds[s] != fold})
+        rest = {s for s in every if folds[s] != fold}
+        chosen[fold] = {g: choose(table, methods, rest, g) for g in groups}
     # held out: each fold's sessions under its own choice, pooled
     held: Table = {}
     for length, host, method in table:
         if method != methods[0]:
             continue
+        group = host if per_host else EVERY_HOST
         held[(length, host, "out of fold")] = {
-            s: table[(length, host, chosen[folds[s]])][s] for s in table[(length, host, method)]
+            s: table[(length, host, chosen[folds[s]][group])][s]
+            for s in table[(length, host, method)]
         }
         held[(length, host, HOST)] = table[(length, host, HOST)]
     return {
         "folds": len(chosen),
         "chosen_per_fold": chosen,
-        "chosen_on_all": choose(table, methods, every),
+        "chosen_on_all": {g: choose(table, methods, every, g) for g in groups},
         "out_of_fold": _summary(score(held, "out of fold", every)),
         "in_sample": {m: _summary(score(table, m, every)) for m in methods},
         "peers": {m: _summary(score(table, m, every)) for m in sorted(peers)},
@@ -219,6 +230,9 @@ def main() -> None:
         "runs", type=Path, nargs="+", help="benchmarks.hosts JSON files with --long and variants"
     )
     parser.add_argument("--before", default="", help="the method of the previous default")
+    parser.add_argument(
+        "--per-host", action="store_true", help="choose a setting per host, each on its own bars"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "hosts_cv.json")
     args = parser.parse_args()
     table: Table = {}
@@ -228,7 +242,7 @@ def main() -> None:
         more, more_folds = table_of(json.loads(run.read_text()), default)
         table |= more
         folds |= more_folds
-    cv = cross_validate(table, folds, args.before)
+    cv = cross_validate(table, folds, args.before, per_host=args.per_host)
     if args.before:
         cv["before"] = {args.before: _summary(score(table, args.before, set(folds)))}
     report(cv)
