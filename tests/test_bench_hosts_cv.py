@@ -34,8 +34,14 @@ def test_among_settings_meeting_the_recall_bars_the_cheapest_is_chosen() -> None
 
 
 def test_when_no_setting_meets_the_bars_the_one_missing_them_least_is_chosen() -> None:
-    table = _table({"ctxopt 95/20": (50, 0.60), "ctxopt 80/60": (120, 0.78)}, host=(100, 0.80))
+    table = _table({"ctxopt 95/20": (50, 0.60), "ctxopt 80/60": (85, 0.78)}, host=(100, 0.80))
     assert choose(table, ["ctxopt 95/20", "ctxopt 80/60"], {"l0", "s0"}) == "ctxopt 80/60"
+
+
+def test_a_miss_counts_the_bill_over_its_bar_beside_the_recall_under_it() -> None:
+    # 80/60 misses recall by 0.02 less per cell but bills 0.3 over the bars
+    table = _table({"ctxopt 95/30": (80, 0.80), "ctxopt 80/60": (120, 0.82)}, host=(100, 0.80))
+    assert choose(table, ["ctxopt 95/30", "ctxopt 80/60"], {"l0", "s0"}) == "ctxopt 95/30"
 
 
 def test_gemini_clis_own_recall_on_the_short_trajectories_is_no_bar() -> None:

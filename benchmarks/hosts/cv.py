@@ -15,8 +15,9 @@ recall at least the host's on Claude Code and Codex CLI (the issue's bar;
 Gemini CLI's own recall on the short ones is no bar: it sends requests over
 the window). Among those the one with the lowest worst bill against its bar
 (LONG_BILL_BAR on long sessions, SHORT_BILL_BAR on Claude Code's and Codex's
-trajectories) is chosen; when none qualifies, the one missing the recall bars
-by the least (`--per-host`: a setting per host, on that host's bars alone,
+trajectories) is chosen; when none qualifies, the one missing all the bars by
+the least: recall under its bar plus bill over its bar, summed over the
+cells (`--per-host`: a setting per host, on that host's bars alone,
 for per-host constants). Fold k is then scored with its choice; the pooled held-out
 figures are printed beside each candidate's in-sample ones and the host's
 recall. Several runs of the same trajectories (variants split over
@@ -126,6 +127,21 @@ class Score:
                 missed += max(0.0, self.host_recall[(length, host)] - recall)
         return missed
 
+    def excess(self) -> float:
+        """How far the bill bars are passed, summed (0: all met)."""
+        return sum(
+            max(0.0, ratio - (LONG_BILL_BAR if length == "long" else SHORT_BILL_BAR))
+            for (length, host), ratio in self.ratio.items()
+            if length == "long" or host in RECALL_BAR_HOSTS
+        )
+
+    def rank(self) -> tuple[float, ...]:
+        """Meeting the recall bars first, the lowest bill among those; else the least miss."""
+        missed = self.shortfall()
+        if missed == 0:
+            return (0.0, self.worst_bill())
+        return (1.0, missed + self.excess(), self.worst_bill())
+
     def worst_bill(self) -> float:
         """The highest bill over its bar (1: at the bar)."""
         return max(
@@ -153,7 +169,7 @@ def score(table: Table, method: str, sessions: set[str], only: str = EVERY_HOST)
 
 def choose(table: Table, methods: list[str], sessions: set[str], only: str = EVERY_HOST) -> str:
     scores = {m: score(table, m, sessions, only) for m in methods}
-    return min(methods, key=lambda m: (scores[m].shortfall(), scores[m].worst_bill()))
+    return min(methods, key=lambda m: scores[m].rank())
 
 
 def cross_validate(
