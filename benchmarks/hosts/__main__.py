@@ -2,7 +2,7 @@
 
     python -m benchmarks.hosts [--long K] [--limit N] [--sweep 95/35,95/20]
         [--summary-tokens 2000] [--decode-tokens-per-s 63] [--install-headroom]
-        [--skip-headroom] [--smoke] [--out PATH] [--data PATH]
+        [--skip-headroom] [--skip-default] [--smoke] [--out PATH] [--data PATH]
 
 The development SWE trajectories are replayed call by call in each host's
 wire format (Claude Code: Anthropic Messages, Codex CLI: OpenAI Responses,
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     trajectories = load(args.data, limit=args.limit)
     cases = [Case.of(s, t) for s, t in zip(sessions, trajectories, strict=True)]
     summaries = Summaries(args.summary_tokens, args.decode_tokens_per_s)
-    headline = Options(summaries, tuple(args.sweep), args.headroom)
+    headline = Options(summaries, tuple(args.sweep), args.headroom, not args.skip_default)
     short = {p: [c.hosted(p.fmt, None, count.count_many) for c in cases] for p in PROFILES}
     results: dict[str, Any] = {
         "command": "python -m benchmarks.hosts " + " ".join(sys.argv[1:]),
@@ -100,7 +100,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with ThreadPoolExecutor(2) as pool:
         # the sweep runs on the short trajectories too: cv.py picks a setting on both
         shorts = pool.submit(
-            section, short, TokenCounter("cl100k"), Options(summaries, tuple(args.sweep))
+            section,
+            short,
+            TokenCounter("cl100k"),
+            Options(summaries, tuple(args.sweep), default=not args.skip_default),
         )
         longs = pool.submit(section, framed, TokenCounter("cl100k"), headline)
         results.update(shorts.result())
@@ -213,6 +216,12 @@ def main() -> None:
         "--skip-headroom",
         action="store_true",
         help="leave out the host + headroom legs even when its venv exists (a run of variants)",
+    )
+    parser.add_argument(
+        "--skip-default",
+        action="store_true",
+        help="leave out ctxopt at the server's defaults (a run of more sweep points or peers "
+        "beside one that has it; benchmarks/hosts/cv.py reads both)",
     )
     parser.add_argument("--smoke", action="store_true", help="tiny run, for CI")
     parser.add_argument("--out", type=Path, default=RESULTS / "hosts.json")

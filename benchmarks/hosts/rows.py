@@ -31,12 +31,13 @@ class Options:
     summaries: Summaries
     sweep: tuple[Schedule, ...] = ()  # ctxopt's other points on its schedule
     headroom: bool = False  # the `host + headroom` legs (headroom's venv installed)
+    default: bool = True  # ctxopt at the server's defaults (off: another run has it)
 
 
 def section(cases: CasesByHost, count: TokenCounter, options: Options) -> dict[str, Any]:
     """Rows in table order, the frontier and the sensitivity of `cases`."""
     legs: dict[tuple[Profile, str], Leg] = {}
-    ctxopt = ctxopt_legs(cases, count, Schedule())
+    ctxopt = ctxopt_legs(cases, count, Schedule()) if options.default else {}
     peers = headroom_legs(cases, count) if options.headroom else {}
     for profile, host_cases in cases.items():
         if profile is GEMINI_CLI:
@@ -47,7 +48,8 @@ def section(cases: CasesByHost, count: TokenCounter, options: Options) -> dict[s
             legs[(profile, CONTEXT_EDITING)] = compacting_leg(
                 profile, host_cases, count, edited=True
             )
-        legs[(profile, CTXOPT)] = ctxopt[profile.name]
+        if profile.name in ctxopt:
+            legs[(profile, CTXOPT)] = ctxopt[profile.name]
         if profile.name in peers:
             legs[(profile, HEADROOM)] = peers[profile.name]
     rows = rows_of(legs, options.summaries)
