@@ -3,13 +3,19 @@
 The gateway collects when a request passes `threshold_percent` of its
 ceiling, down to `target_percent` (CTXOPT_GATEWAY_TRIGGER_PERCENT and
 CTXOPT_GATEWAY_LANDING_PERCENT, ctxopt/api/gateway/schedule.py; the server's
-defaults when unset). The Pareto
-curve of the benchmark is ctxopt over several settings. A new schedule knob
-(one that decides when and how deep to collect from the provider's prices)
-joins as a field here, its variable in `env`, and its spelling in `parse`.
+defaults when unset). A third number turns generational collections on
+(CTXOPT_GATEWAY_GENERATIONS, ctxopt/api/gateway/generations.py): minor
+collections land at the target, full ones at `full_percent`; two numbers
+turn them off. The Pareto curve of the benchmark is ctxopt over several
+settings. A new schedule knob (one that decides when and how deep to collect
+from the provider's prices) joins as a field here, its variable in `env`, and
+its spelling in `parse`.
 
->>> Schedule.parse("95/35").env()
-{'CTXOPT_GATEWAY_TRIGGER_PERCENT': '95', 'CTXOPT_GATEWAY_LANDING_PERCENT': '35'}
+>>> Schedule.parse("95/35").env()  # doctest: +NORMALIZE_WHITESPACE
+{'CTXOPT_GATEWAY_TRIGGER_PERCENT': '95', 'CTXOPT_GATEWAY_LANDING_PERCENT': '35',
+ 'CTXOPT_GATEWAY_GENERATIONS': 'off'}
+>>> Schedule.parse("80/50/30").env()["CTXOPT_GATEWAY_FULL_LANDING_PERCENT"]
+'30'
 >>> Schedule().label
 'default'
 """
@@ -23,29 +29,43 @@ from dataclasses import dataclass
 class Schedule:
     threshold_percent: float | None = None  # None: the server's default
     target_percent: float | None = None
+    full_percent: float | None = None  # generations on, full collections land here
 
     @classmethod
     def parse(cls, text: str) -> Schedule:
-        """`THRESHOLD/TARGET` in percent of the ceiling, e.g. 95/35."""
+        """`THRESHOLD/TARGET[/FULL]` in percent of the ceiling, e.g. 95/35 or 80/50/30."""
         try:
-            threshold, target = (float(part) for part in text.split("/"))
+            numbers = [float(part) for part in text.split("/")]
         except ValueError:
-            raise ValueError(f"schedule {text!r}: expected THRESHOLD/TARGET, e.g. 95/35") from None
+            numbers = []
+        if len(numbers) not in (2, 3):
+            raise ValueError(
+                f"schedule {text!r}: expected THRESHOLD/TARGET[/FULL], e.g. 95/35 or 80/50/30"
+            )
+        threshold, target = numbers[:2]
+        full = numbers[2] if len(numbers) == 3 else None
         if not 0 < target < threshold <= 100:
             raise ValueError(f"schedule {text!r}: expected 0 < target < threshold <= 100")
-        return cls(threshold, target)
+        if full is not None and not 0 < full <= target:
+            raise ValueError(f"schedule {text!r}: expected 0 < full <= target")
+        return cls(threshold, target, full)
 
     @property
     def label(self) -> str:
         if self.threshold_percent is None or self.target_percent is None:
             return "default"
-        return f"{self.threshold_percent:g}/{self.target_percent:g}"
+        label = f"{self.threshold_percent:g}/{self.target_percent:g}"
+        return label if self.full_percent is None else f"{label}/{self.full_percent:g}"
 
     def env(self) -> dict[str, str]:
         """The server's environment for this setting (empty: its defaults)."""
         if self.threshold_percent is None or self.target_percent is None:
             return {}
-        return {
+        env = {
             "CTXOPT_GATEWAY_TRIGGER_PERCENT": f"{self.threshold_percent:g}",
             "CTXOPT_GATEWAY_LANDING_PERCENT": f"{self.target_percent:g}",
+            "CTXOPT_GATEWAY_GENERATIONS": "off" if self.full_percent is None else "on",
         }
+        if self.full_percent is not None:
+            env["CTXOPT_GATEWAY_FULL_LANDING_PERCENT"] = f"{self.full_percent:g}"
+        return env

@@ -67,6 +67,12 @@ class Config:
     gateway_trigger_percent: float = 95.0
     gateway_landing_percent: float = 30.0
     gateway_arrival_share: float = 0.0
+    # Generational collections (api/gateway/generations.py): a collection first prunes
+    # only the turns since the last full one, landing at `gateway_landing_percent`, and
+    # leaves the older prefix (and the provider's cache of it) byte-identical; a full
+    # one, when that cannot land, goes down to `gateway_full_landing_percent`
+    gateway_generations: bool = False
+    gateway_full_landing_percent: float = 30.0
     # How long a request waits for the engine (sync, plan) before it goes up as the
     # original, or locally truncated when that does not fit; 0 waits as long as it
     # takes. Far above a plan's p99 under load (0.7 s on 2 shared cores, docs/gateway.md)

@@ -71,6 +71,19 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "(CTXOPT_GATEWAY_HOST_CEILINGS, default on)",
     )
     serve.add_argument(
+        "--gateway-generations",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="collect the turns since the last full collection first, leaving the cached "
+        "prefix before them byte-identical (CTXOPT_GATEWAY_GENERATIONS, default off)",
+    )
+    serve.add_argument(
+        "--gateway-full-landing-percent",
+        type=float,
+        help="where a full collection lands with generations on, percent of the ceiling "
+        "(CTXOPT_GATEWAY_FULL_LANDING_PERCENT, default 30)",
+    )
+    serve.add_argument(
         "--gateway-engine-deadline-ms",
         type=int,
         help="how long a gateway request waits for the engine before it goes up unpruned, "

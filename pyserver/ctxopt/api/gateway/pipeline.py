@@ -44,8 +44,10 @@ from ctxopt.api.gateway.formats.conversation import (
     first_prompt,
     latest_turns,
 )
+from ctxopt.api.gateway.generations import Kind, minor_floor
 from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.gateway.projection import Call, Projection, Ref, project, tokens_as_sent
+from ctxopt.api.gateway.schedule import Collection
 from ctxopt.api.gateway.sessions import SESSION_HEADER, namespace_of, session_of
 from ctxopt.api.gateway.state import ConversationState, ConversationStates
 from ctxopt.api.gateway.threads import Threads
@@ -61,7 +63,10 @@ log = logging.getLogger("ctxopt.gateway")
 # model quoted, age) kept more than the service's default on the per-host replay.
 RECENT_TURNS = 2
 STRATEGY = Strategy.BUDGET
-MAX_PASSES = 3  # collections per call at most (see `_collect`)
+MAX_PASSES = 3  # plans per collection at most (see `_passes`)
+# A minor collection this share of the ceiling over its target counts as landed: a
+# full one would rewrite the whole prompt to gain that little.
+MINOR_SLACK = 0.05
 
 
 class Pipeline:
@@ -222,6 +227,9 @@ class Pipeline:
         projection = self._project(call, state)
         note = ""
         try:
+            full_landing = None
+            if self.config.gateway_generations:
+                full_landing = self.config.gateway_full_landing_percent / 100
             if self._shrink_arrivals(call, state, projection):
                 projection = self._project(call, state)
             due = schedule.schedule(
@@ -231,9 +239,10 @@ class Pipeline:
                 ceiling=scaled,
                 trigger_share=self.config.gateway_trigger_percent / 100,
                 landing_share=self.config.gateway_landing_percent / 100,
+                full_landing_share=full_landing,
             )
             if due is not None:
-                note, projection = self._collect(call, state, projection, due.target)
+                note, projection = self._collect(call, state, projection, due)
         except Exception as e:  # never worse, as above
             log.warning("gateway: plan failed for %s: %s", state.session_id, e)
             return self._fallback(call, state, raw, f"engine: {e}"[:200])
@@ -308,13 +317,37 @@ class Pipeline:
         return bool(plan.decisions)
 
     def _collect(
-        self, call: Call, state: ConversationState, projection: Projection, target: int
+        self, call: Call, state: ConversationState, projection: Projection, due: Collection
     ) -> tuple[str, Projection]:
-        """Run collections until the prompt lands at the target; their decisions
-        replace the ones that stuck. The engine sees its own view of the chunks
-        (a stashed chunk costs it nothing), so each pass restates the ceiling
-        and the target without what the request carries beyond that view."""
+        """A minor collection when generations are on and it can land (its
+        floor is under the target, generations.py), else a full one, which
+        starts a new old generation."""
         roots = tuple(i for t in sorted(call.protected) for i in call.ids[t] if i in state.live)
+        old = state.generations.old
+        if self.config.gateway_generations and old:
+            floor = minor_floor(call, projection.turns, old, recent_turns=RECENT_TURNS)
+            if floor <= due.target:
+                frozen = tuple(i for i in sorted(old) if i in state.live)
+                note, projection = self._passes(call, state, projection, due.target, roots + frozen)
+                if projection.tokens_after <= due.target + MINOR_SLACK * call.ceiling:
+                    return f"{Kind.MINOR.value} collection {note}".strip(), projection
+        note, projection = self._passes(call, state, projection, due.full_target, roots)
+        state.generations.promote(i for row in call.ids for i in row)
+        return f"{Kind.FULL.value} collection {note}".strip(), projection
+
+    def _passes(
+        self,
+        call: Call,
+        state: ConversationState,
+        projection: Projection,
+        target: int,
+        roots: tuple[str, ...],
+    ) -> tuple[str, Projection]:
+        """Run plans until the prompt lands at the target; their decisions
+        replace the ones that stuck on the chunks they decide (`roots` are kept
+        as they are). The engine sees its own view of the chunks (a stashed
+        chunk costs it nothing), so each pass restates the ceiling and the
+        target without what the request carries beyond that view."""
         note = ""
         for _ in range(MAX_PASSES):
             options = OptimizeOptions(

@@ -13,6 +13,12 @@ calls until the next collection reads `size - L` fewer tokens at
 `cache_read`. Landing lower always bills less (the read saving grows faster
 than the rewrite); how low is a recall choice, `landing_share`, capped by
 that break-even.
+
+With generations on (generations.py) a collection first tries a *minor* one
+that lands at `landing_share` by pruning only the turns since the last full
+one; a *full* collection, when the minor one cannot land, goes down to
+`full_landing_share` (at most the same break-even), so that minor ones have
+room above the old generation.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ class Collection:
 
     target: int
     reason: str  # "next call crosses <trigger>", with the landing's rule
+    full_target: int  # where a full collection lands (with generations off: `target`)
 
 
 class Pace:
@@ -98,6 +105,7 @@ def schedule(
     ceiling: int,
     trigger_share: float,
     landing_share: float,
+    full_landing_share: float | None = None,
 ) -> Collection | None:
     """The collection to run before sending a prompt of `size` tokens, or None.
 
@@ -111,8 +119,12 @@ def schedule(
     ...          trigger_share=0.95, landing_share=0.3) is None
     True
     >>> schedule(ANTHROPIC_CACHE, size=72_000, growth=700, ceiling=76_000,
-    ...          trigger_share=0.95, landing_share=0.3)
-    Collection(target=22800, reason='next call crosses 72200; lands at 30% of the ceiling')
+    ...          trigger_share=0.95, landing_share=0.3)  # doctest: +NORMALIZE_WHITESPACE
+    Collection(target=22800, reason='next call crosses 72200; lands at 30% of the ceiling',
+               full_target=22800)
+    >>> schedule(ANTHROPIC_CACHE, size=72_000, growth=700, ceiling=76_000,
+    ...          trigger_share=0.95, landing_share=0.5, full_landing_share=0.3).full_target
+    22800
     >>> schedule(ANTHROPIC_CACHE, size=72_000, growth=3_000, ceiling=76_000,
     ...          trigger_share=0.95, landing_share=0.9).reason
     'next call crosses 72200; lands where the rewrite pays for itself'
@@ -123,6 +135,8 @@ def schedule(
     wanted = int(ceiling * landing_share)
     paid = landing_that_pays(cache, size=size, trigger=trigger, growth=growth)
     crossing = f"next call crosses {trigger}"
+    full = paid if full_landing_share is None else int(ceiling * full_landing_share)
+    full = min(full, paid, wanted)
     if paid < wanted:
-        return Collection(paid, f"{crossing}; lands where the rewrite pays for itself")
-    return Collection(wanted, f"{crossing}; lands at {landing_share:.0%} of the ceiling")
+        return Collection(paid, f"{crossing}; lands where the rewrite pays for itself", full)
+    return Collection(wanted, f"{crossing}; lands at {landing_share:.0%} of the ceiling", full)

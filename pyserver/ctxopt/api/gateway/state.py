@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence, Set
 
 from ctxopt.api.gateway.formats.conversation import Conversation
+from ctxopt.api.gateway.generations import Generations
 from ctxopt.api.gateway.placeholders import estimate, replacement
 from ctxopt.api.gateway.projection import TurnProjection
 from ctxopt.api.gateway.schedule import Pace
@@ -88,6 +89,7 @@ class ConversationState:
         self._projection: list[TurnProjection] = []  # the last call's per-turn projection
         self._judged = 0  # leading turns whose answered outputs were judged (arrivals.py)
         self.pace = Pace()  # the prompt's growth per call (schedule.py)
+        self.generations = Generations()  # the old generation (generations.py)
 
     @property
     def conversation(self) -> Conversation | None:

@@ -1,0 +1,62 @@
+"""Generational collections: which chunks a minor collection leaves alone, and
+whether it can land.
+
+A provider bills every token after a prompt's first changed byte at
+`cache_write` and the prefix before it at `cache_read` (ctxopt.prices). A
+full collection may change the prompt near its start, so the next call is
+billed again almost whole. The turns the host sent since the last full
+collection are the *young* generation, everything it sent up to then the
+*old* one: a *minor* collection prunes only the young generation (the old
+one's chunks are roots of its plan, its decisions stick), so every byte
+before the first young chunk stays as the provider cached it and the
+rewrite costs only the young part. A minor collection cannot land when the
+old generation and the turns no plan may prune (the first prompt, the latest
+turns) already pass its target; then a full collection runs and what the
+host sent up to it becomes the new old generation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence, Set
+from enum import Enum
+
+from ctxopt.api.gateway.projection import Call, TurnProjection
+
+
+class Kind(Enum):
+    """Which collection ran (a closed outcome, for the log line and the tests)."""
+
+    MINOR = "minor"
+    FULL = "full"
+
+
+class Generations:
+    """One conversation's old generation: the chunk ids the host had sent when
+    its last full collection ran (none before the first). Guarded by the
+    conversation's lock (state.py), as the rest of its state."""
+
+    def __init__(self) -> None:
+        self._old: frozenset[str] = frozenset()
+
+    @property
+    def old(self) -> frozenset[str]:
+        return self._old
+
+    def promote(self, ids: Iterable[str]) -> None:
+        """A full collection ran over `ids` (all the host sent): its survivors
+        are the old generation from now on."""
+        self._old = frozenset(ids)
+
+
+def minor_floor(
+    call: Call, turns: Sequence[TurnProjection], old: Set[str], *, recent_turns: int
+) -> int:
+    """The least a minor collection can land at: the frame, and as they are
+    sent now every turn with an old chunk and the turns no plan prunes (the
+    protected ones, and the latest `recent_turns`: the plan's roots)."""
+    first_recent = len(turns) - recent_turns
+    return call.frame_tokens + sum(
+        entry.total
+        for t, entry in enumerate(turns)
+        if t >= first_recent or entry.protected or any(i in old for i in call.ids[t])
+    )

@@ -1,0 +1,156 @@
+"""Generational collections in the gateway pipeline (in process, an in-memory
+engine): a minor collection prunes only the turns since the last full one and
+leaves every byte before them as the provider cached it; a full one runs when
+a minor one cannot land; what either removes stays restorable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+from ctxopt.api.gateway.formats.anthropic import AnthropicMessages
+from ctxopt.api.gateway.pipeline import Pipeline
+from ctxopt.api.gateway.prepared import Outcome, Prepared
+from ctxopt.api.gateway.schedule import schedule
+from ctxopt.config import Config
+from ctxopt.engine import Engine
+from ctxopt.model import Action
+from ctxopt.prices import ANTHROPIC_CACHE
+
+FORMAT = AnthropicMessages()
+PATH = "v1/messages"
+WINDOW = 20_000
+HEADERS = {"x-ctxopt-window-tokens": str(WINDOW)}
+START, STEP = 62, 3  # exchanges at the first collection, and more per call
+
+
+def exchange(i: int) -> list[dict[str, Any]]:
+    """One tool call and its log (about 300 tokens)."""
+    call = {"type": "tool_use", "id": f"t{i}", "name": "read", "input": {"i": i}}
+    text = f"log {i}\n" + "".join(f"line {j} of step {i}: status ok\n" for j in range(30))
+    result = {"type": "tool_result", "tool_use_id": f"t{i}", "content": text}
+    return [{"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
+
+
+def history(exchanges: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "task: read the logs"}]
+    for i in range(exchanges):
+        messages += exchange(i)
+    return messages
+
+
+def send(gateway: Pipeline, messages: list[dict[str, Any]]) -> Prepared:
+    raw = orjson.dumps({"model": "claude-sonnet-4-6", "max_tokens": 64, "messages": messages})
+    return gateway.prepare(FORMAT, PATH, raw, HEADERS, "")
+
+
+def sent(prepared: Prepared) -> list[Any]:
+    messages: list[Any] = orjson.loads(prepared.body)["messages"]
+    return messages
+
+
+def pipeline(**config: Any) -> Pipeline:
+    settings = {
+        "gateway_generations": True,
+        "gateway_trigger_percent": 95.0,
+        "gateway_landing_percent": 60.0,
+        "gateway_full_landing_percent": 30.0,
+        **config,
+    }
+    return Pipeline(Engine(replace(Config(data_dir=":memory:"), **settings)), Config(**settings))
+
+
+@dataclass(frozen=True)
+class Second:
+    """The second collection of a growing history, and what came before it."""
+
+    before: Prepared  # the request before it
+    prepared: Prepared
+    exchanges: int  # of its history
+    first_old: frozenset[str]  # the old generation the first collection started
+
+
+def second_collection(gateway: Pipeline) -> Second:
+    """A history of START exchanges (the first collection), then STEP more a call up
+    to the next collection."""
+    first = send(gateway, history(START))
+    assert first.state is not None and first.note.startswith("full collection"), first.note
+    old, before = first.state.generations.old, first
+    for exchanges in range(START + STEP, START + 40 * STEP, STEP):
+        prepared = send(gateway, history(exchanges))
+        if "collection" in prepared.note:
+            return Second(before, prepared, exchanges, old)
+        before = prepared
+    raise AssertionError("no second collection")
+
+
+def test_the_first_collection_is_full_and_starts_the_old_generation() -> None:
+    prepared = send(pipeline(), history(START))
+    state = prepared.state
+    assert state is not None and prepared.outcome == Outcome.OPTIMIZED
+    assert prepared.note.startswith("full collection")
+    assert prepared.tokens_after <= 0.3 * WINDOW
+    assert state.generations.old == {i for row in state.turn_ids for i in row}
+
+
+def test_a_minor_collection_leaves_every_byte_before_the_first_young_turn_as_sent() -> None:
+    second = second_collection(pipeline())
+    before, minor = second.before, second.prepared
+    assert minor.note.startswith("minor collection"), minor.note
+    old = len(history(START))  # messages
+    # the old generation's bytes are the previous request's: the provider's cache holds
+    assert sent(minor)[:old] == sent(before)[:old]
+    # and the young generation was pruned to land
+    assert minor.tokens_after <= (0.6 + 0.05) * WINDOW < minor.tokens_before
+    assert sent(minor)[old:] != history(second.exchanges)[old:]
+
+
+def test_without_generations_the_second_collection_rewrites_the_old_prefix() -> None:
+    gateway = pipeline(gateway_generations=False, gateway_landing_percent=30.0)
+    second = second_collection(gateway)
+    old = len(history(START))
+    assert sent(second.prepared)[:old] != sent(second.before)[:old]
+
+
+def test_a_full_collection_runs_when_the_old_generation_leaves_a_minor_one_no_room() -> None:
+    # full collections land at 55%, minor ones at 60%: the old generation and the latest
+    # turns alone are over 60% of the ceiling, so no minor collection can land
+    gateway = pipeline(gateway_full_landing_percent=55.0)
+    second = second_collection(gateway)
+    full = second.prepared
+    assert full.note.startswith("full collection"), full.note
+    state = full.state
+    assert state is not None and state.generations.old > second.first_old  # a new one
+    assert full.tokens_after <= 0.55 * WINDOW
+
+
+def test_what_a_minor_collection_removes_stays_restorable() -> None:
+    gateway = pipeline()
+    second = second_collection(gateway)
+    minor = second.prepared
+    state = minor.state
+    assert state is not None and minor.note.startswith("minor collection")
+    young = [
+        i
+        for i, d in state.decisions.items()
+        if i not in state.generations.old and d.action in (Action.STASH, Action.TRIM)
+    ]
+    assert young and all(state.decisions[i].stash_id for i in young)
+    restored, _ = gateway.engine.restore("", state.session_id, young[:1], budget=None, force=True)
+    assert young[0] in restored
+    again = send(gateway, history(second.exchanges))
+    assert young[0] not in state.decisions and again.tokens_after > minor.tokens_after
+
+
+def test_with_generations_a_full_collection_lands_at_its_own_landing() -> None:
+    due = schedule(
+        ANTHROPIC_CACHE, size=76_000, growth=500, ceiling=80_000, trigger_share=0.95,
+        landing_share=0.6, full_landing_share=0.3,
+    )  # fmt: skip
+    assert due is not None and (due.target, due.full_target) == (48_000, 24_000)
+    plain = schedule(
+        ANTHROPIC_CACHE, size=76_000, growth=500, ceiling=80_000, trigger_share=0.95,
+        landing_share=0.6,
+    )  # fmt: skip
+    assert plain is not None and plain.full_target == plain.target == 48_000
