@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxopt.cli.launch import gateway_answers
+from ctxopt.cli.launch import LAUNCH_COMPRESSION_THRESHOLD, gateway_answers, gemini_home_overlay
 
 from tests.agents.agent_cli import host_args, require_clis, sandbox
 from tests.agents.scripted_provider import (
@@ -145,17 +145,46 @@ def test_gemini_gets_an_auth_type_through_an_overlay_and_its_settings_stay_untou
     overlay = Path(recorded["env"]["GEMINI_CLI_HOME"]) / ".gemini"
     assert not overlay.exists()  # a temporary directory, removed after the run
     assert json.loads((user_dir / "settings.json").read_text()) == settings
+    assert recorded["env"]["GEMINI_CLI_CUSTOM_HEADERS"] == "x-ctxopt-compression-threshold: 0.9"
 
 
-def test_gemini_with_an_auth_type_chosen_runs_on_the_users_own_home(tmp_path: Path) -> None:
+def test_gemini_with_its_own_auth_type_and_threshold_runs_on_the_users_home_and_says_so(
+    tmp_path: Path,
+) -> None:
     user_dir = tmp_path / "home" / ".gemini"
     user_dir.mkdir(parents=True)
     (user_dir / "settings.json").write_text(
-        json.dumps({"security": {"auth": {"selectedType": "vertex-ai"}}})
+        json.dumps(
+            {
+                "security": {"auth": {"selectedType": "vertex-ai"}},
+                "model": {"compressionThreshold": 0.3},
+            }
+        )
     )
-    result, recorded = _launch("gemini", ["-p", "hi"], tmp_path, _free_address())
+    mine = "x-team: blue"
+    result, recorded = _launch(
+        "gemini", ["-p", "hi"], tmp_path, _free_address(), GEMINI_CLI_CUSTOM_HEADERS=mine
+    )
     assert result.returncode == 0, result.stderr
     assert "GEMINI_CLI_HOME" not in recorded["env"]
+    assert (
+        recorded["env"]["GEMINI_CLI_CUSTOM_HEADERS"]
+        == f"{mine}, x-ctxopt-compression-threshold: 0.3"
+    )
+
+
+def test_the_gemini_overlay_adds_a_compression_threshold_beside_the_users_auth_type(
+    tmp_path: Path,
+) -> None:
+    user_dir = tmp_path / "home" / ".gemini"
+    user_dir.mkdir(parents=True)
+    settings = {"security": {"auth": {"selectedType": "vertex-ai"}}}
+    (user_dir / "settings.json").write_text(json.dumps(settings))
+    overlay, threshold = gemini_home_overlay({"HOME": str(tmp_path / "home")}, tmp_path / "run")
+    assert overlay is not None and threshold == LAUNCH_COMPRESSION_THRESHOLD
+    written = json.loads((overlay / ".gemini" / "settings.json").read_text())
+    assert written == {**settings, "model": {"compressionThreshold": LAUNCH_COMPRESSION_THRESHOLD}}
+    assert json.loads((user_dir / "settings.json").read_text()) == settings
 
 
 def test_aider_gets_the_gateway_for_openai_and_anthropic_models(tmp_path: Path) -> None:

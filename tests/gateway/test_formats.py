@@ -226,6 +226,18 @@ def test_the_ceiling_is_the_lower_of_the_window_and_the_hosts_compaction_line(
     assert hosts.ceiling(window, agent, model, host_lines=False).tokens == window
 
 
+def test_gemini_clis_line_follows_its_compression_threshold_when_known() -> None:
+    agent, model = "GeminiCLI/0.61.0/gemini-2.5-pro (linux; x64)", "gemini-2.5-pro"
+    raised = hosts.ceiling(1_048_576, agent, model, host_lines=True, threshold=0.9)
+    assert raised.tokens == int(1_048_576 * 0.9)
+    assert hosts.ceiling(1_048_576, agent, model, host_lines=True).tokens == 524_288
+    # another host's line is its own rule's, whatever the header says
+    claude = hosts.ceiling(200_000, "claude-cli/2.1.332", "claude-sonnet-4-6", host_lines=True)
+    assert claude == hosts.ceiling(
+        200_000, "claude-cli/2.1.332", "claude-sonnet-4-6", host_lines=True, threshold=0.1
+    )
+
+
 # Claude Code 2.1.332 compacts at window - 20,000 - 13,000: 966,759 measured on its default
 # claude-opus-5-5 and on claude-sonnet-5-5 (hosts.py), 167,000 on claude-sonnet-4-6
 CLAUDE_MODELS = [

@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import httpx
 import pytest
+from ctxopt.api.gateway.hosts import COMPRESSION_HEADER, GEMINI_CLI_DEFAULT_LIMIT
 from google import genai
 from google.genai import types
 
@@ -134,3 +136,34 @@ def test_signed_parts_and_a_pending_call_stay_intact(
     signed = [p for c in sent for p in c["parts"] if "functionCall" in p]
     assert all(p["thoughtSignature"] for p in signed)
     assert sent != contents
+
+
+def test_gemini_clis_compression_threshold_in_its_header_is_its_line(
+    gateway: ServerProcess, upstream: FakeUpstream, trajectory: Trajectory
+) -> None:
+    """`ctxopt run gemini` sends the threshold it set (GEMINI_CLI_CUSTOM_HEADERS):
+    the gateway keeps the prompt under that share of tokenLimit, not under half."""
+    body = request("gemini", trajectory, len(trajectory.steps))
+    size = tokens_of([body["systemInstruction"], body["tools"], body["contents"]])
+    # a threshold whose line is 3/4 of this prompt; the window alone leaves it as sent
+    threshold = f"{0.75 * size / GEMINI_CLI_DEFAULT_LIMIT:.9f}"
+    url = f"{gateway.gateway_url}/gemini/v1beta/models/{MODEL}:generateContent"
+    outcomes, sent = [], []
+    for header in ({}, {COMPRESSION_HEADER: threshold}):
+        headers = {
+            "x-goog-api-key": "gemini-test-key",
+            "user-agent": f"GeminiCLI/0.61.0/{MODEL} (linux; x64)",
+            "x-ctxopt-window-tokens": str(2 * size),
+            "x-ctxopt-session": f"threshold-{bool(header)}",
+            **header,
+        }
+        answer = httpx.post(url, json=body, headers=headers, timeout=60)
+        answer.raise_for_status()
+        outcomes.append(answer.headers["x-ctxopt-outcome"])
+        recorded = upstream.calls(":generateContent")[-1].body
+        sent.append(
+            tokens_of([recorded["systemInstruction"], recorded["tools"], recorded["contents"]])
+        )
+        assert COMPRESSION_HEADER not in upstream.calls(":generateContent")[-1].headers
+    assert outcomes == ["below-threshold", "optimized"]
+    assert sent[0] == size and sent[1] <= 0.75 * size

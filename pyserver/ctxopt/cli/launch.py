@@ -11,10 +11,12 @@ How each host is pointed (the gateway's route prefix after the address):
     claude  ANTHROPIC_BASE_URL=<gateway>/anthropic
     codex   -c overrides: a `ctxopt` model provider with base_url <gateway>/openai/v1,
             wire_api "responses", the key from OPENAI_API_KEY (else Codex's own login)
-    gemini  GOOGLE_GEMINI_BASE_URL=<gateway>/gemini, and when the user's settings choose
-            no auth type, "gemini-api-key" through a temporary GEMINI_CLI_HOME
-            overlay (Gemini CLI 0.61.0's headless mode refuses the "gateway"
-            auth type it would pick from the base URL alone)
+    gemini  GOOGLE_GEMINI_BASE_URL=<gateway>/gemini; through a temporary GEMINI_CLI_HOME
+            overlay, when the user's settings choose none, the auth type
+            "gemini-api-key" (Gemini CLI 0.61.0's headless mode refuses the
+            "gateway" auth type it would pick from the base URL alone) and a
+            compression threshold of LAUNCH_COMPRESSION_THRESHOLD; the threshold
+            in force goes to the gateway in a header (GEMINI_CLI_CUSTOM_HEADERS)
     aider   OPENAI_API_BASE and OPENAI_BASE_URL=<gateway>/openai/v1, ANTHROPIC_API_BASE and
             ANTHROPIC_BASE_URL=<gateway>/anthropic (LiteLLM, which aider calls, reads either)
     opencode  OPENCODE_CONFIG_CONTENT (merged over the user's own, which OpenCode merges over
@@ -39,6 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxopt.api.gateway.hosts import COMPRESSION_HEADER, compression_threshold
 from ctxopt.errors import FailedPrecondition, InvalidArgument
 
 HOSTS = ("claude", "codex", "gemini", "aider", "opencode")
@@ -51,6 +54,12 @@ STOP_TIMEOUT_S = 15.0
 # apart from another HTTP service on the port
 GATEWAY_ERROR_TYPE = "ctxopt_gateway"
 CODEX_PROVIDER = "ctxopt"
+# Gemini CLI's compression threshold for a run through the gateway, when the user set none:
+# the gateway keeps the prompt under it, so Gemini CLI's own compression (lossy, two model
+# calls) does not run, and the gateway may keep up to this share of the window instead of
+# half (its default, 0.5). 0.9 leaves a tenth for the newest turn and the answer, as Codex
+# CLI's own line (90% of its window).
+LAUNCH_COMPRESSION_THRESHOLD = 0.9
 # OpenCode 1.18.33's built-in providers and their SDKs' default base URLs' paths
 # (@ai-sdk/openai .../v1, @ai-sdk/anthropic .../v1, @ai-sdk/google .../v1beta)
 OPENCODE_PROVIDERS = {
@@ -98,9 +107,13 @@ def point_host(
         launch_env["OPENCODE_CONFIG_CONTENT"] = opencode_config(gateway_url, env)
     else:
         launch_env["GOOGLE_GEMINI_BASE_URL"] = f"{gateway_url}/gemini"
-        overlay = gemini_home_overlay(env, scratch)
+        overlay, threshold = gemini_home_overlay(env, scratch)
         if overlay is not None:
             launch_env["GEMINI_CLI_HOME"] = str(overlay)
+        if threshold is not None:
+            header = f"{COMPRESSION_HEADER}: {threshold:g}"
+            mine = env.get("GEMINI_CLI_CUSTOM_HEADERS", "")
+            launch_env["GEMINI_CLI_CUSTOM_HEADERS"] = f"{mine}, {header}" if mine else header
     return HostLaunch([*argv, *args], launch_env)
 
 
@@ -152,14 +165,16 @@ def opencode_config(gateway_url: str, env: Mapping[str, str]) -> str:
     return json.dumps(config)
 
 
-def gemini_home_overlay(env: Mapping[str, str], scratch: Path) -> Path | None:
-    """A Gemini CLI home for this run whose settings choose "gemini-api-key", when the user's
-    settings choose no auth type (else None: nothing to add).
+def gemini_home_overlay(env: Mapping[str, str], scratch: Path) -> tuple[Path | None, float | None]:
+    """A Gemini CLI home for this run whose settings choose "gemini-api-key" and
+    a compression threshold, for what the user's settings leave unset (None: nothing
+    to add), and the compression threshold in force (None: settings not readable).
 
     Gemini CLI 0.61.0 picks the "gateway" auth type from GOOGLE_GEMINI_BASE_URL
     alone, and its headless mode refuses it. The overlay (GEMINI_CLI_HOME) holds
-    a copy of the user's settings.json with the auth type added, and links to
-    every other file of their ~/.gemini; their own settings file is not edited.
+    a copy of the user's settings.json with the auth type and the threshold
+    (`model.compressionThreshold`, LAUNCH_COMPRESSION_THRESHOLD) added, and links
+    to every other file of their ~/.gemini; their own settings file is not edited.
     """
     user_home = Path(env.get("GEMINI_CLI_HOME") or env.get("HOME") or Path.home())
     user_dir = user_home / ".gemini"
@@ -167,14 +182,24 @@ def gemini_home_overlay(env: Mapping[str, str], scratch: Path) -> Path | None:
     try:
         settings = json.loads(settings_file.read_text()) if settings_file.exists() else {}
     except (OSError, ValueError):
-        return None  # a file we cannot read as JSON: Gemini CLI reports it itself
+        return None, None  # a file we cannot read as JSON: Gemini CLI reports it itself
     if not isinstance(settings, dict):
-        return None
+        return None, None
+    added = False
     security = settings.setdefault("security", {})
     auth = security.setdefault("auth", {}) if isinstance(security, dict) else None
-    if not isinstance(auth, dict) or auth.get("selectedType"):
-        return None
-    auth["selectedType"] = "gemini-api-key"
+    if isinstance(auth, dict) and not auth.get("selectedType"):
+        auth["selectedType"] = "gemini-api-key"
+        added = True
+    model = settings.setdefault("model", {})
+    threshold = None  # a `model` that is not an object: Gemini CLI reports it itself
+    if isinstance(model, dict):
+        threshold = compression_threshold(str(model.get("compressionThreshold")))
+        if "compressionThreshold" not in model:
+            threshold = model["compressionThreshold"] = LAUNCH_COMPRESSION_THRESHOLD
+            added = True
+    if not added:
+        return None, threshold
     overlay = scratch / "gemini-home"
     (overlay / ".gemini").mkdir(parents=True)
     if user_dir.is_dir():
@@ -182,7 +207,7 @@ def gemini_home_overlay(env: Mapping[str, str], scratch: Path) -> Path | None:
             if entry.name != "settings.json":
                 (overlay / ".gemini" / entry.name).symlink_to(entry)
     (overlay / ".gemini" / "settings.json").write_text(json.dumps(settings, indent=2))
-    return overlay
+    return overlay, threshold
 
 
 def gateway_answers(address: str) -> bool:

@@ -73,6 +73,13 @@ CODEX_AUTO_COMPACT_PERCENT = 90
 # protects the newest 50,000 tokens of tool output.
 GEMINI_CLI_COMPRESSION_PERCENT = 50
 GEMINI_CLI_DEFAULT_LIMIT = 1_048_576
+# Gemini CLI's line is the user's `model.compressionThreshold` (a fraction of tokenLimit) when
+# set. Under the default half the gateway keeps the prompt at half the window, while Gemini
+# CLI alone runs a tool loop far past it (it compresses only before a user message), so
+# `ctxopt run gemini` sets a higher one for its run and says which in this header
+# (GEMINI_CLI_CUSTOM_HEADERS, which Gemini CLI adds to every request); a user who sets the
+# threshold by hand can send it the same way. Without it the gateway assumes the default.
+COMPRESSION_HEADER = "x-ctxopt-compression-threshold"
 GEMINI_CLI_LIMITS = {"gemma-4-31b-it": 256_000, "gemma-4-26b-a4b-it": 256_000}
 
 
@@ -91,8 +98,22 @@ def host_of(user_agent: str) -> Host:
     return Host.OTHER
 
 
-def compaction_line(host: Host, model: str) -> int | None:
-    """Where `host` starts compacting its history for `model`, in tokens."""
+def compression_threshold(header: str | None) -> float | None:
+    """The COMPRESSION_HEADER's fraction, or None when absent or not in (0, 1].
+
+    >>> compression_threshold("0.9"), compression_threshold("90"), compression_threshold(None)
+    (0.9, None, None)
+    """
+    try:
+        value = float(header) if header is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and 0 < value <= 1 else None
+
+
+def compaction_line(host: Host, model: str, threshold: float | None = None) -> int | None:
+    """Where `host` starts compacting its history for `model`, in tokens
+    (`threshold`: Gemini CLI's compression threshold, when known)."""
     if host == Host.CLAUDE_CODE:
         return claude_window(model) - CLAUDE_CODE_OUTPUT_RESERVE - CLAUDE_CODE_AUTOCOMPACT_BUFFER
     if host == Host.CODEX:
@@ -103,15 +124,24 @@ def compaction_line(host: Host, model: str) -> int | None:
             (v for k, v in GEMINI_CLI_LIMITS.items() if name.startswith(k)),
             GEMINI_CLI_DEFAULT_LIMIT,
         )
+        if threshold is not None:
+            return int(limit * threshold)
         return limit * GEMINI_CLI_COMPRESSION_PERCENT // 100
     return None
 
 
-def ceiling(window: int, user_agent: str, model: str, *, host_lines: bool) -> Ceiling:
+def ceiling(
+    window: int,
+    user_agent: str,
+    model: str,
+    *,
+    host_lines: bool,
+    threshold: float | None = None,
+) -> Ceiling:
     """The most tokens a request may carry: the window, or the host's own
     compaction line when that is lower and `host_lines` is on."""
     host = host_of(user_agent)
-    line = compaction_line(host, model) if host_lines else None
+    line = compaction_line(host, model, threshold) if host_lines else None
     if line is not None and line < window:
         return Ceiling(line, host, f"{host.value} compaction line")
     return Ceiling(window, host, "window")

@@ -158,6 +158,7 @@ class Pipeline:
                 headers.get("user-agent", ""),
                 conversation.model,
                 host_lines=self.config.gateway_host_ceilings,
+                threshold=hosts.compression_threshold(headers.get(hosts.COMPRESSION_HEADER)),
             )
             prepared = self._run(fmt, body, raw, conversation, state, limit.tokens)
             # in shadow mode the original goes upstream: the provider's count is of it
