@@ -78,3 +78,18 @@ def test_per_host_each_host_gets_the_cheapest_setting_meeting_its_own_bars() -> 
         "Codex CLI": "ctxopt a",
         "Gemini CLI": "ctxopt b",
     }
+
+
+def test_a_setting_measured_on_one_host_competes_for_that_host_only() -> None:
+    table = _table({"ctxopt a": (80, 0.90)}, host=(100, 0.80))
+    for length, sessions in (("short", SESSIONS), ("long", ("l0", "l1"))):
+        table[(length, "Gemini CLI", "ctxopt b gemini 0.9")] = {
+            s: Figures(50, 9.0, 10) for s in sessions
+        }
+    assert cross_validate(table, FOLDS)["chosen_on_all"] == {"every host": "ctxopt a"}
+    per_host = cross_validate(table, FOLDS, per_host=True)["chosen_on_all"]
+    assert per_host == {
+        "Claude Code": "ctxopt a",
+        "Codex CLI": "ctxopt a",
+        "Gemini CLI": "ctxopt b gemini 0.9",
+    }

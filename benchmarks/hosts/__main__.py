@@ -2,7 +2,8 @@
 
     python -m benchmarks.hosts [--long K] [--limit N] [--sweep 95/35,95/20]
         [--summary-tokens 2000] [--decode-tokens-per-s 63] [--install-headroom]
-        [--skip-headroom] [--skip-default] [--smoke] [--out PATH] [--data PATH]
+        [--skip-headroom] [--skip-default] [--host NAME] [--gemini-threshold T]
+        [--smoke] [--out PATH] [--data PATH]
 
 The development SWE trajectories are replayed call by call in each host's
 wire format (Claude Code: Anthropic Messages, Codex CLI: OpenAI Responses,
@@ -74,8 +75,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     trajectories = load(args.data, limit=args.limit)
     cases = [Case.of(s, t) for s, t in zip(sessions, trajectories, strict=True)]
     summaries = Summaries(args.summary_tokens, args.decode_tokens_per_s)
-    headline = Options(summaries, tuple(args.sweep), args.headroom, not args.skip_default)
-    short = {p: [c.hosted(p.fmt, None, count.count_many) for c in cases] for p in PROFILES}
+    profiles = [p for p in PROFILES if not args.host or p.name in args.host]
+    headline = Options(
+        summaries, tuple(args.sweep), args.headroom, not args.skip_default, args.gemini_threshold
+    )
+    short = {p: [c.hosted(p.fmt, None, count.count_many) for c in cases] for p in profiles}
     results: dict[str, Any] = {
         "command": "python -m benchmarks.hosts " + " ".join(sys.argv[1:]),
         "smoke": args.smoke,
@@ -87,13 +91,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "summary_tokens": args.summary_tokens,
         "decode_tokens_per_s": args.decode_tokens_per_s,
         "headroom": headroom_proxy.PIN if args.headroom else None,
-        "window_median": statistics.median(c.window for c in short[PROFILES[0]]),
+        "gemini_threshold": args.gemini_threshold,
+        "window_median": statistics.median(c.window for c in short[profiles[0]]),
     }
     if not args.long:
         return {**results, **section(short, count, headline), "seconds": _since(started)}
     plain = long_cases(cases, args.long, count.count_many)
     framed = {
-        p: [c.hosted(p.fmt, load_frame(p.fmt), count.count_many) for c in plain] for p in PROFILES
+        p: [c.hosted(p.fmt, load_frame(p.fmt), count.count_many) for c in plain] for p in profiles
     }
     # The two sections share nothing but the data (each has its own servers, fakes, Node and
     # counter), so they run side by side: most of their time is spent in those processes.
@@ -103,7 +108,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             section,
             short,
             TokenCounter("cl100k"),
-            Options(summaries, tuple(args.sweep), default=not args.skip_default),
+            Options(
+                summaries,
+                tuple(args.sweep),
+                default=not args.skip_default,
+                gemini_threshold=args.gemini_threshold,
+            ),
         )
         longs = pool.submit(section, framed, TokenCounter("cl100k"), headline)
         results.update(shorts.result())
@@ -111,7 +121,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "trajectories_per_session": args.long,
             "sessions": len(plain),
             "window_median": {
-                p.name: statistics.median(c.window for c in framed[p]) for p in PROFILES
+                p.name: statistics.median(c.window for c in framed[p]) for p in profiles
             },
             **longs.result(),
         }
@@ -222,6 +232,21 @@ def main() -> None:
         action="store_true",
         help="leave out ctxopt at the server's defaults (a run of more sweep points or peers "
         "beside one that has it; benchmarks/hosts/cv.py reads both)",
+    )
+    parser.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        choices=[p.name for p in PROFILES],
+        help="replay only this host (repeatable; default: every host)",
+    )
+    parser.add_argument(
+        "--gemini-threshold",
+        type=float,
+        default=None,
+        help="Gemini CLI's compression threshold through ctxopt, as `ctxopt run gemini` sets it "
+        "(ctxopt.cli.launch.LAUNCH_COMPRESSION_THRESHOLD, 0.9): its line in the ctxopt legs is "
+        "that share of W (default: its own 0.5)",
     )
     parser.add_argument("--smoke", action="store_true", help="tiny run, for CI")
     parser.add_argument("--out", type=Path, default=RESULTS / "hosts.json")

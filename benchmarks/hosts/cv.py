@@ -85,10 +85,15 @@ def table_of(results: dict[str, Any], default: str = CTXOPT) -> tuple[Table, dic
     table: Table = {}
     folds: dict[str, int] = {}
     per_long = results["long"]["trajectories_per_session"]
+    # a run with Gemini CLI's threshold raised (`--gemini-threshold`) is other candidates
+    threshold = results.get("gemini_threshold")
+    tag = "" if threshold is None else f" gemini {threshold:g}"
     for length, section in (("short", results), ("long", results["long"])):
-        named = [(default if r["method"] == CTXOPT else r["method"], r) for r in section["rows"]]
+        named = [
+            (default + tag if r["method"] == CTXOPT else r["method"], r) for r in section["rows"]
+        ]
         named += [
-            (f"{CTXOPT} {p['schedule']}", p)
+            (f"{CTXOPT} {p['schedule']}{tag}", p)
             for p in section["frontier"]
             if p["schedule"] != "default"
         ]
@@ -168,8 +173,11 @@ def score(table: Table, method: str, sessions: set[str], only: str = EVERY_HOST)
 
 
 def choose(table: Table, methods: list[str], sessions: set[str], only: str = EVERY_HOST) -> str:
-    scores = {m: score(table, m, sessions, only) for m in methods}
-    return min(methods, key=lambda m: scores[m].rank())
+    """The best of `methods` measured on every cell (length, host) of `only`."""
+    cells = {(length, host) for length, host, _ in table if only in (EVERY_HOST, host)}
+    measured = [m for m in methods if all((length, host, m) in table for length, host in cells)]
+    scores = {m: score(table, m, sessions, only) for m in measured}
+    return min(measured, key=lambda m: scores[m].rank())
 
 
 def cross_validate(
@@ -177,6 +185,7 @@ def cross_validate(
 ) -> dict[str, Any]:
     """Each fold's setting chosen on the other folds (one for every host, or
     with `per_host` one per host, each on its own bars) and the held-out figures."""
+    # (a run of one host's variants competes in the per-host choice only: `choose`)
     methods = sorted({m for _, _, m in table if m.startswith(CTXOPT) and m != before})
     peers = {m for _, _, m in table if not m.startswith(CTXOPT) and m != HOST}
     groups = sorted({h for _, h, _ in table}) if per_host else [EVERY_HOST]
@@ -188,12 +197,12 @@ def cross_validate(
     # held out: each fold's sessions under its own choice, pooled
     held: Table = {}
     for length, host, method in table:
-        if method != methods[0]:
+        if method != HOST:
             continue
         group = host if per_host else EVERY_HOST
         held[(length, host, "out of fold")] = {
             s: table[(length, host, chosen[folds[s]][group])][s]
-            for s in table[(length, host, method)]
+            for s in table[(length, host, HOST)]
         }
         held[(length, host, HOST)] = table[(length, host, HOST)]
     return {

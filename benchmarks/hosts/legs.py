@@ -192,8 +192,15 @@ def gemini_cli_leg(cases: Sequence[Case], count: TokenCounter) -> Leg:
     return leg
 
 
-def ctxopt_legs(cases: CasesByHost, count: TokenCounter, schedule: Schedule) -> dict[str, Leg]:
-    """Each host through one real gateway collecting on `schedule`, by host name."""
+def ctxopt_legs(
+    cases: CasesByHost,
+    count: TokenCounter,
+    schedule: Schedule,
+    gemini_threshold: float | None = None,
+) -> dict[str, Leg]:
+    """Each host through one real gateway collecting on `schedule`, by host name
+    (`gemini_threshold`: Gemini CLI's compression threshold as `ctxopt run gemini`
+    sets it, its line then that share of W; None: its own default)."""
     legs = {p.name: Leg(timed=True) for p in cases}
     # The provider reports the prompt's size as it counts it; here that is cl100k, the count W,
     # the lines and the hosts' own judgement are in (the fake's default, raw bytes / 4, would
@@ -212,6 +219,8 @@ def ctxopt_legs(cases: CasesByHost, count: TokenCounter, schedule: Schedule) -> 
         for profile, host_cases in cases.items():
             for case in host_cases:
                 line = profile.line(case.window)
+                if profile is GEMINI_CLI and gemini_threshold is not None:
+                    line = int(case.window * gemini_threshold)
                 sent = through.replay(client, server.gateway_url, upstream, profile, case, line)
                 legs[profile.name].add(
                     case, sent.prompts, count, ms=sent.added_ms, outcomes=sent.outcomes

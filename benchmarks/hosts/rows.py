@@ -32,12 +32,14 @@ class Options:
     sweep: tuple[Schedule, ...] = ()  # ctxopt's other points on its schedule
     headroom: bool = False  # the `host + headroom` legs (headroom's venv installed)
     default: bool = True  # ctxopt at the server's defaults (off: another run has it)
+    gemini_threshold: float | None = None  # Gemini CLI's as `ctxopt run gemini` sets it
 
 
 def section(cases: CasesByHost, count: TokenCounter, options: Options) -> dict[str, Any]:
     """Rows in table order, the frontier and the sensitivity of `cases`."""
     legs: dict[tuple[Profile, str], Leg] = {}
-    ctxopt = ctxopt_legs(cases, count, Schedule()) if options.default else {}
+    threshold = options.gemini_threshold
+    ctxopt = ctxopt_legs(cases, count, Schedule(), threshold) if options.default else {}
     peers = headroom_legs(cases, count) if options.headroom else {}
     for profile, host_cases in cases.items():
         if profile is GEMINI_CLI:
@@ -55,7 +57,7 @@ def section(cases: CasesByHost, count: TokenCounter, options: Options) -> dict[s
     rows = rows_of(legs, options.summaries)
     frontier = [_point(r, Schedule().label) for r in rows if r["method"] == CTXOPT]
     for schedule in options.sweep:
-        swept = ctxopt_legs(cases, count, schedule)
+        swept = ctxopt_legs(cases, count, schedule, threshold)
         alone = {r["host"]: r["billed_tokens"] for r in rows if r["method"] == HOST}
         for profile in cases:
             row = swept[profile.name].row(profile, CTXOPT, options.summaries)
