@@ -12,7 +12,9 @@ before the first young chunk stays as the provider cached it and the
 rewrite costs only the young part. A minor collection cannot land when the
 old generation and the turns no plan may prune (the first prompt, the latest
 turns) already pass its target; then a full collection runs and what the
-host sent up to it becomes the new old generation.
+host sent up to it becomes the new old generation, but for the latest turns:
+they were roots of that plan (kept whole) and are the next minor
+collection's to prune.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence, Set
 from enum import Enum
 
+from ctxopt.api.gateway.formats.conversation import latest_turns
 from ctxopt.api.gateway.projection import Call, TurnProjection
 
 
@@ -43,9 +46,17 @@ class Generations:
         return self._old
 
     def promote(self, ids: Iterable[str]) -> None:
-        """A full collection ran over `ids` (all the host sent): its survivors
-        are the old generation from now on."""
+        """A full collection ran: `ids` (`promoted`) are the old generation from now on."""
         self._old = frozenset(ids)
+
+
+def promoted(call: Call, *, recent_turns: int) -> list[str]:
+    """What a full collection over `call` makes old: every chunk before the
+    latest `recent_turns` turns and the latest turn the API needs whole (the
+    plan kept those as roots, not on their merit)."""
+    turns = call.conversation.turns
+    young = min(len(turns) - recent_turns, *latest_turns(turns), len(turns))
+    return [i for row in call.ids[: max(0, young)] for i in row]
 
 
 def minor_floor(

@@ -44,7 +44,7 @@ from ctxopt.api.gateway.formats.conversation import (
     first_prompt,
     latest_turns,
 )
-from ctxopt.api.gateway.generations import Kind, minor_floor
+from ctxopt.api.gateway.generations import Kind, minor_floor, promoted
 from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.gateway.projection import Call, Projection, Ref, project, tokens_as_sent
 from ctxopt.api.gateway.schedule import Collection
@@ -333,7 +333,7 @@ class Pipeline:
                 if projection.tokens_after <= due.target + MINOR_SLACK * call.ceiling:
                     return f"{Kind.MINOR.value} collection {note}".strip(), projection
         note, projection = self._passes(call, state, projection, due.full_target, roots)
-        state.generations.promote(i for row in call.ids for i in row)
+        state.generations.promote(promoted(call, recent_turns=RECENT_TURNS))
         return f"{Kind.FULL.value} collection {note}".strip(), projection
 
     def _passes(
