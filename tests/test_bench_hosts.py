@@ -299,6 +299,7 @@ def test_a_schedule_setting_is_the_servers_threshold_and_target() -> None:
     assert Schedule.parse("95/20").env() == {
         "CTXOPT_GATEWAY_TRIGGER_PERCENT": "95",
         "CTXOPT_GATEWAY_LANDING_PERCENT": "20",
+        "CTXOPT_GATEWAY_GENERATIONS": "off",
     }
     assert Schedule().env() == {} and Schedule().label == "default"
     with pytest.raises(ValueError, match="target < threshold"):

@@ -75,7 +75,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         action=argparse.BooleanOptionalAction,
         default=None,
         help="collect the turns since the last full collection first, leaving the cached "
-        "prefix before them byte-identical (CTXOPT_GATEWAY_GENERATIONS, default off)",
+        "prefix before them byte-identical (CTXOPT_GATEWAY_GENERATIONS, default on)",
     )
     serve.add_argument(
         "--gateway-full-landing-percent",
