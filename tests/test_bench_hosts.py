@@ -300,10 +300,24 @@ def test_a_schedule_setting_is_the_servers_threshold_and_target() -> None:
     assert Schedule.parse("95/20").env() == {
         "CTXOPT_GATEWAY_TRIGGER_PERCENT": "95",
         "CTXOPT_GATEWAY_LANDING_PERCENT": "20",
+        "CTXOPT_GATEWAY_GENERATIONS": "off",
     }
     assert Schedule().env() == {} and Schedule().label == "default"
     with pytest.raises(ValueError, match="target < threshold"):
         Schedule.parse("60/80")
+
+
+def test_a_third_number_turns_generations_on_with_full_collections_landing_there() -> None:
+    generational = Schedule.parse("95/80/50")
+    assert generational.label == "95/80/50"
+    assert generational.env() == {
+        "CTXOPT_GATEWAY_TRIGGER_PERCENT": "95",
+        "CTXOPT_GATEWAY_LANDING_PERCENT": "80",
+        "CTXOPT_GATEWAY_GENERATIONS": "on",
+        "CTXOPT_GATEWAY_FULL_LANDING_PERCENT": "50",
+    }
+    with pytest.raises(ValueError, match="full <= target"):
+        Schedule.parse("95/50/60")
 
 
 @pytest.mark.parametrize("fmt", ["anthropic", "openai-responses", "gemini"])
