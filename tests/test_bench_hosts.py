@@ -306,6 +306,19 @@ def test_a_schedule_setting_is_the_servers_threshold_and_target() -> None:
         Schedule.parse("60/80")
 
 
+def test_a_third_number_turns_generations_on_with_full_collections_landing_there() -> None:
+    generational = Schedule.parse("95/80/50")
+    assert generational.label == "95/80/50"
+    assert generational.env() == {
+        "CTXOPT_GATEWAY_TRIGGER_PERCENT": "95",
+        "CTXOPT_GATEWAY_LANDING_PERCENT": "80",
+        "CTXOPT_GATEWAY_GENERATIONS": "on",
+        "CTXOPT_GATEWAY_FULL_LANDING_PERCENT": "50",
+    }
+    with pytest.raises(ValueError, match="full <= target"):
+        Schedule.parse("95/50/60")
+
+
 @pytest.mark.parametrize("fmt", ["anthropic", "openai-responses", "gemini"])
 def test_the_fake_answers_each_call_with_the_trajectorys_next_assistant_turn(fmt: str) -> None:
     case = _case(fmt)
