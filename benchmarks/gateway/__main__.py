@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ import httpx
 
 from benchmarks.gateway import billing, latency
 from benchmarks.gateway.histories import DEFAULT_SWE, FORMATS, Trajectory, load
+from benchmarks.gateway.prepare import export_tree
 from tests.gateway.conftest import upstream_env
 from tests.gateway.upstream import FakeUpstream, fake_upstream
 from tests.serverproc import serving
@@ -58,8 +58,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         gateways = {"this": this.gateway_url}
         if args.against:
-            tree = _export(args.against, Path(tmp) / "tree")
-            env = {**env, "PYTHONPATH": str(tree / "pyserver")}
+            env = {**env, "PYTHONPATH": str(export_tree(args.against, Path(tmp) / "tree"))}
             other = stack.enter_context(
                 serving(Path(tmp) / "against", "--gateway-addr", "127.0.0.1:0", env=env)
             )
@@ -73,18 +72,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results["trajectories"] = len(trajectories)
     results["window_share"] = billing.WINDOW_SHARE
     return results
-
-
-def _export(ref: str, into: Path) -> Path:
-    """The tree of `ref` in `into` (git archive: no worktree, no checkout)."""
-    into.mkdir(parents=True)
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", ref, "pyserver"],
-        check=True,
-        capture_output=True,
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
 
 
 def _latency(

@@ -119,14 +119,12 @@ def test_a_message_rendering_is_reused_only_for_the_same_message_under_equal_edi
     fmt = AnthropicMessages()
     result = {"type": "tool_result", "tool_use_id": "t", "content": "a long log"}
     call = {"type": "tool_use", "id": "t", "name": "read", "input": {}}
-    body = {
-        "model": "m",
-        "messages": [
-            {"role": "user", "content": "task"},
-            {"role": "assistant", "content": [call]},
-            {"role": "user", "content": [result]},
-        ],
-    }
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [result]},
+    ]
+    body: dict[str, Any] = {"model": "m", "messages": messages}
     conversation = fmt.parse(body, "", None)
     assert conversation is not None
     edits = {(2, 0): Edit("[stashed]")}
@@ -135,10 +133,10 @@ def test_a_message_rendering_is_reused_only_for_the_same_message_under_equal_edi
     assert again is first
     changed = fmt.render(body, conversation, {(2, 0): Edit("[masked]")}, frozenset())
     assert changed["messages"][2]["content"][0]["content"] == "[masked]"
-    copy = {**body, "messages": [*body["messages"][:2], {**body["messages"][2]}]}
+    copy = {**body, "messages": [*messages[:2], {**messages[2]}]}
     other = fmt.render(copy, conversation, edits, frozenset())["messages"][2]
     assert other is not first and other == first
-    assert body["messages"][2]["content"][0] is result  # the input is untouched
+    assert messages[2]["content"][0] is result  # the input is untouched
 
 
 @contextmanager
