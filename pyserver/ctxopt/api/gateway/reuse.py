@@ -25,6 +25,7 @@ import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -37,7 +38,7 @@ MAX_BODIES = 64
 # without a session header share a slot; each is tried, a mismatch costs a few bytes.
 MAX_PER_SLOT = 8
 # A JSON string (escapes included) or one structural character: all the scan needs.
-_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}:,]', re.DOTALL)
+_TOKEN = re.compile(rb'"[^"]*"|[\[\]{}:,]')
 
 Slot = tuple[str, ...]
 
@@ -119,10 +120,37 @@ def _parsed_whole(raw: bytes, key: str) -> Parsed:
     if not isinstance(body, dict):
         raise ValueError("not a JSON object")
     items = body.get(key)
-    scanned = _scan(raw, key) if isinstance(items, list) else None
-    if scanned is None or len(scanned[1]) != len(items or ()):
+    found = _scan(raw, key, until_open=True) if isinstance(items, list) and items else None
+    if found is None:
         return Parsed(raw, body, key, 0, ())
-    return Parsed(raw, body, key, scanned[0], tuple(scanned[1]))
+    opened = found[0]
+    ends = _ends_as_dumped(raw, opened, items or [])
+    # the elements written otherwise than compact JSON (and what follows the list) scanned
+    start = ends[-1] if len(ends) == len(items or ()) else (ends[-1] + 1 if ends else opened)
+    rest = _scan(raw, key, resume=start)
+    if rest is None or len(ends) + len(rest[1]) != len(items or ()):
+        return Parsed(raw, body, key, 0, ())
+    return Parsed(raw, body, key, opened, (*ends, *rest[1]))
+
+
+def _ends_as_dumped(raw: bytes, opened: int, items: list[Any]) -> list[int]:
+    """The ends of the leading elements written as the parser writes them back
+    (compact JSON, as most clients send it): each such element is its own
+    dump, followed by a comma or the closing bracket. A JSON object, list or
+    string ends where its text ends, so a match is where the element ends."""
+    ends: list[int] = []
+    at = opened
+    for item in items:
+        try:
+            dumped = orjson.dumps(item)
+        except TypeError:  # what the parser reads but does not write (a huge integer)
+            break
+        end = at + len(dumped)
+        if not raw.startswith(dumped, at) or raw[end : end + 1] not in (b",", b"]"):
+            break
+        ends.append(end)
+        at = end + 1
+    return ends
 
 
 def _spliced(raw: bytes, previous: Parsed, shared: int) -> Parsed | None:
@@ -137,10 +165,13 @@ def _spliced(raw: bytes, previous: Parsed, shared: int) -> Parsed | None:
         document, resume = raw[: previous.opened] + raw[end:], end
     else:
         return None
-    scanned = _scan(raw, previous.key, resume)
+    scanned = _scan(raw, previous.key, resume=resume)
     if scanned is None:
         return None
-    body = orjson.loads(document)
+    try:
+        body = orjson.loads(document)
+    except ValueError:
+        return None  # parsed whole, which says what is wrong with `raw`
     tail = body.get(previous.key) if isinstance(body, dict) else None
     if not isinstance(tail, list) or len(scanned[1]) != len(tail):
         return None
@@ -148,50 +179,63 @@ def _spliced(raw: bytes, previous: Parsed, shared: int) -> Parsed | None:
     return Parsed(raw, body, previous.key, previous.opened, (*previous.ends[:shared], *scanned[1]))
 
 
-def _scan(raw: bytes, key: str, resume: int = -1) -> tuple[int, list[int]] | None:
+def _scan(
+    raw: bytes, key: str, *, resume: int = -1, until_open: bool = False
+) -> tuple[int, list[int]] | None:
     """Where the top-level list `key` opens and where each of its elements ends,
-    from the start of `raw`, or from `resume` inside that list (just past an
-    element's delimiter); None when the top level is not an object, names `key`
-    twice (the parser keeps the last) or spells a key with escapes."""
+    from the start of `raw` (`until_open`: up to the list's opening only), or from
+    `resume` inside that list (an element's start, or the closing bracket); None
+    when the top level is not an object, names `key` twice (the parser keeps the
+    last) or spells a top-level key with escapes."""
     wanted = orjson.dumps(key)
     inside = resume >= 0
+    start = max(resume, 0)
+    # escaped backslashes and quotes blanked (same length): a string is then
+    # quote, no quote, quote, which the tokenizer skips in one step
+    text = raw[start:].replace(b"\\\\", b"__").replace(b'\\"', b"__")
     stack = [0x7B, 0x5B] if inside else []
     seen = in_list = inside
     pending = False  # the key's value comes next
-    opened = boundary = max(resume, 0)  # boundary: where the current element began
-    last = b""
+    opened = boundary = 0  # boundary: where the current element began (in `text`)
+    last = (0, 0)  # the latest top-level string's span
     ends: list[int] = []
-    for match in _TOKEN.finditer(raw, opened):
+    for match in _TOKEN.finditer(text):
         token = match.group()
         first, depth = token[0], len(stack)
         if pending and depth == 1 and first != 0x5B:
             pending, opened = False, 0  # the key's value is not a list
         if first == 0x22:  # a string: at the top level, maybe a key
             if depth == 1:
-                last = token
+                last = match.span()
         elif first == 0x3A:  # ":"
-            if depth == 1 and b"\\" in last:
-                return None
-            if depth == 1 and last == wanted:
-                if seen:
+            if depth == 1:
+                name = raw[start + last[0] : start + last[1]]
+                if b"\\" in name:
                     return None
-                seen = pending = True
+                if name == wanted:
+                    if seen:
+                        return None
+                    seen = pending = True
         elif first == 0x2C:  # ","
             if in_list and depth == 2:
-                ends.append(match.start())
+                ends.append(start + match.start())
                 boundary = match.end()
         elif first in (0x7B, 0x5B):  # "{" or "["
             if depth == 0 and first != 0x7B:
                 return None
             if pending and depth == 1:
                 pending, in_list, opened, boundary = False, True, match.end(), match.end()
+                if until_open:
+                    return start + opened, []
             stack.append(first)
         else:  # "}" or "]"
             if not stack:
                 return None
             if in_list and depth == 2:
-                if raw[boundary : match.start()].strip():
-                    ends.append(match.start())  # the last element, if the list has one
+                if text[boundary : match.start()].strip():
+                    ends.append(start + match.start())  # the last element, if any
                 in_list = False
             stack.pop()
-    return (opened, ends) if seen and opened > 0 else None
+    if not seen or (not inside and opened == 0):
+        return None
+    return (start + opened if not inside else start), ends
