@@ -182,7 +182,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
+    billed = bool(results["billing"])
+    fig, axes = plt.subplots(1, 2 if billed else 1, figsize=(12 if billed else 8, 4), squeeze=False)
+    left = axes[0][0]
     trees = list(dict.fromkeys(r["tree"] for r in results["latency"]))
     cases = list(
         dict.fromkeys((r["format"], r["messages"], r["regime"]) for r in results["latency"])
@@ -205,17 +207,21 @@ def plot(results: dict[str, Any], path: Path) -> None:
     left.set_xticks([i + 0.4 - width / 2 for i in range(len(cases))], labels, fontsize=5)
     left.set_ylabel("ms added per call (dashed: goal)")
     left.legend(fontsize=7)
+    if billed:
+        _plot_billing(axes[0][1], results["billing"])
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def _plot_billing(right: Any, billing_rows: dict[str, Any]) -> None:
     methods = ["none", "gateway", "context-editing"]
-    formats = list(results["billing"])
+    formats = list(billing_rows)
     for k, method in enumerate(methods):
-        values = [results["billing"][f].get(method, {}).get("billed_vs_none", 0.0) for f in formats]
+        values = [billing_rows[f].get(method, {}).get("billed_vs_none", 0.0) for f in formats]
         right.bar([i + k * 0.27 for i in range(len(formats))], values, 0.27, label=method)
     right.set_xticks([i + 0.27 for i in range(len(formats))], formats, fontsize=7)
     right.set_ylabel("billed input tokens vs no pruning")
-    if formats:
-        right.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    right.legend(fontsize=7)
 
 
 def main() -> None:
