@@ -22,7 +22,6 @@ import re
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,36 +129,48 @@ class PlanBook:
             del self._by_session[session]
 
 
-def _runs(sources: Sequence[int]) -> list[int]:
-    """The (start, count) pairs for items whose base index is `sources[i]`
-    (`_LITERAL`: taken from the response)."""
+def _encode(base: list[Any], now: list[Any]) -> tuple[list[int], list[int]]:
+    """`now` as (start, count) runs over `base`, and the indexes of its items
+    the base lacks (the response's own entries, `_LITERAL` runs)."""
+    if now == base:  # a repeated plan: element by element, mostly by identity
+        return ([0, len(now)] if now else []), []
+    index = {item: i for i, item in enumerate(base)}
     runs: list[int] = []
+    literals: list[int] = []
     previous = -2  # no item before
-    for at in sources:
+    for i, item in enumerate(now):
+        at = index.get(item, _LITERAL)
+        if at == _LITERAL:
+            literals.append(i)
         copy_on = at != _LITERAL and previous != _LITERAL and at == previous + 1
         if runs and (copy_on or at == _LITERAL == previous):
             runs[-1] += 1
         else:
             runs += (at, 1)
         previous = at
-    return runs
+    return runs, literals
 
 
 def delta_to_pb(plan: Plan, now: KeptPlan, base: KeptPlan) -> pb.OptimizeResponse:
     """`plan` as a delta against `base` (`now` is `kept_plan(plan)`); the
     caller sets plan_id and base_plan_id."""
     response = plan_header_pb(plan)
-    base_kept = {k: i for i, k in enumerate(base.kept_ids)}
-    kept_sources = [base_kept.get(k, _LITERAL) for k in now.kept_ids]
-    response.kept_runs.extend(_runs(kept_sources))
-    fresh = [k for k, at in zip(now.kept_ids, kept_sources, strict=True) if at == _LITERAL]
-    response.kept_ids.extend(fresh)
-    base_rows = {r: i for i, r in enumerate(base.rows)}
-    sources = [base_rows.get(r, _LITERAL) for r in now.rows]
-    response.decision_runs.extend(_runs(sources))
-    add_decisions(response, plan, [i for i, at in enumerate(sources) if at == _LITERAL])
-    # a copied decision comes with the base's score: send them all when one moved
-    pairs = zip(sources, now.scores, strict=True)
-    if any(at != _LITERAL and base.scores[at] != score for at, score in pairs):
+    runs, literals = _encode(base.kept_ids, now.kept_ids)
+    response.kept_runs.extend(runs)
+    response.kept_ids.extend([now.kept_ids[i] for i in literals])
+    runs, literals = _encode(base.rows, now.rows)
+    response.decision_runs.extend(runs)
+    add_decisions(response, plan, literals)
+    if now.scores != base.scores and _copied_score_moved(runs, base.scores, now.scores):
         response.decision_scores.extend(now.scores)
     return response
+
+
+def _copied_score_moved(runs: list[int], base: list[float], now: list[float]) -> bool:
+    """A copied decision comes with the base's score: did one of them move?"""
+    at = 0
+    for start, count in zip(runs[::2], runs[1::2], strict=True):
+        if start != _LITERAL and base[start : start + count] != now[at : at + count]:
+            return True
+        at += count
+    return False
