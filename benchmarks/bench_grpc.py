@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import cast
 
 import grpc
+from ctxopt.api.grpc import convert, plan_delta
 from ctxopt.config import Config
 from ctxopt.engine import Engine
-from ctxopt.model import Budget, Chunk, OptimizeOptions, Roots
+from ctxopt.model import Budget, Chunk, OptimizeOptions, Plan, Roots
 from ctxopt.v1 import ctxopt_pb2 as pb
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -173,6 +174,7 @@ def in_process(
                     samples(lambda: engine.optimize_context(base, options), max(repeats // 10, 3))
                 ),
             }
+            calls.update(responses(engine.optimize("", "bench", lean), repeats))
             rate = append_rate(
                 lambda session_id, batch: engine.append("", session_id, batch).session_tokens,
                 throughput,
@@ -181,6 +183,31 @@ def in_process(
             return Run(tokens, calls, append_throughput=rate)
         finally:
             engine.close()
+
+
+def responses(plan: Plan, repeats: int) -> dict[str, dict[str, float]]:
+    """The server's cost of answering a lean plan: the whole response built and
+    serialised, and the delta against the same plan held (a repeated plan)."""
+    held = plan_delta.kept_plan(plan)
+    full = convert.plan_to_pb(plan).SerializeToString()
+    delta = plan_delta.delta_to_pb(plan, held, held).SerializeToString()
+    return {
+        "response_full": {
+            **summary(samples(lambda: convert.plan_to_pb(plan).SerializeToString(), repeats)),
+            "bytes": len(full),
+        },
+        "response_delta": {
+            **summary(
+                samples(
+                    lambda: plan_delta.delta_to_pb(
+                        plan, plan_delta.kept_plan(plan), held
+                    ).SerializeToString(),
+                    repeats,
+                )
+            ),
+            "bytes": len(delta),
+        },
+    }
 
 
 def _options(tokens: int) -> OptimizeOptions:
@@ -355,6 +382,9 @@ def main() -> None:
     print(f"{'start to SERVING':24} {'':11} {remote.start_to_serving_ms:9.0f} {'':9} {1500:10}")
     health = remote.calls["health"]["p50_ms"]
     print(f"{'health check':24} {'':11} {health:9.2f} {remote.calls['health']['p99_ms']:9.2f}")
+    for name in ("response_full", "response_delta"):
+        call = local.calls[name]
+        print(f"{name:24} {call['p50_ms']:11.2f}   ({call['bytes']:,.0f} bytes, in-process)")
     print("lean Optimize, full plan and delta against the plan held, in turn:")
     for name in ("optimize_lean_full_beside_delta", "optimize_lean_delta"):
         call = remote.calls[name]
