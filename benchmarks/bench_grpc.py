@@ -160,6 +160,7 @@ def in_process(
             options = _options(tokens)
             lean = replace(options, lean=True)
             delta = iter(deltas)
+            answers = responses(engine.optimize("", "bench", lean), repeats)  # before appends
             calls = {
                 "optimize": summary(
                     samples(lambda: engine.optimize("", "bench", options), repeats)
@@ -174,7 +175,7 @@ def in_process(
                     samples(lambda: engine.optimize_context(base, options), max(repeats // 10, 3))
                 ),
             }
-            calls.update(responses(engine.optimize("", "bench", lean), repeats))
+            calls.update(answers)
             rate = append_rate(
                 lambda session_id, batch: engine.append("", session_id, batch).session_tokens,
                 throughput,
