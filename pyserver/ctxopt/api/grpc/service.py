@@ -80,7 +80,7 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
             options = convert.options_from_pb(request, self.engine.config)
             plan = self.engine.optimize(owner, request.session_id, options)
             if self.usage is not None:
-                self.usage.record_plan(owner, request.session_id, plan)
+                self.usage.record_plan(owner, request.session_id, plan, front="grpc")
             return convert.plan_to_pb(plan)
 
         return self._call("Optimize", context, request.session_id, 0, run)
@@ -107,7 +107,7 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
             options = convert.context_options_from_pb(request, self.engine.config)
             plan = self.engine.optimize_context(chunks, options)
             if self.usage is not None:
-                self.usage.record_plan(owner, "", plan)
+                self.usage.record_plan(owner, "", plan, front="grpc")
             return pb.OptimizeContextResponse(result=convert.plan_to_pb(plan))
 
         return self._call("OptimizeContext", context, "", len(request.chunks), run)
