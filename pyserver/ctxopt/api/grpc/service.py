@@ -83,7 +83,7 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
             options = convert.options_from_pb(request, self.engine.config)
             plan = self.engine.optimize(owner, request.session_id, options)
             if self.usage is not None:
-                self.usage.record_plan(owner, request.session_id, plan)
+                self.usage.record_plan(owner, request.session_id, plan, front="grpc")
             if not request.keep_plan:
                 return convert.plan_to_pb(plan)
             return self._kept_plan_pb(owner, request.session_id, request.base_plan_id, plan)
@@ -127,7 +127,7 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
             options = convert.context_options_from_pb(request, self.engine.config)
             plan = self.engine.optimize_context(chunks, options)
             if self.usage is not None:
-                self.usage.record_plan(owner, "", plan)
+                self.usage.record_plan(owner, "", plan, front="grpc")
             return pb.OptimizeContextResponse(result=convert.plan_to_pb(plan))
 
         return self._call("OptimizeContext", context, "", len(request.chunks), run)
