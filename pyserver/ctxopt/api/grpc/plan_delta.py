@@ -32,8 +32,8 @@ from ctxopt.v1 import ctxopt_pb2 as pb
 
 PLANS_PER_SESSION = 2  # the plan a client holds, and the one before if a reply was lost
 # Bound on what all kept plans weigh together (bytes, roughly: ids, rows and
-# excerpt texts); the least recently used plan goes first. ~100 1,000-chunk
-# plans of the TS builder's kind.
+# excerpt texts); the least recently used plan goes first. ~150 plans of the
+# TS builder's benchmark (1,000 chunks, 232 excerpts, ~210 KB each).
 MAX_BOOK_BYTES = 32 * 1024 * 1024
 _ID_BYTES = 64  # a kept id: list slot, str object
 _ROW_BYTES = 200  # a decision's row tuple and its fields besides the text
@@ -57,6 +57,7 @@ class KeptPlan:
 
 
 def kept_plan(plan: Plan) -> KeptPlan:
+    """The plan as the book keeps it and deltas compare it."""
     d = plan.decisions
     breakdowns = d.breakdowns if d.breakdowns is not None else [None] * len(d.chunk_ids)
     rows = list(
