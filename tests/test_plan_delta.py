@@ -18,6 +18,7 @@ from tests.test_service import TIMEOUT, append, conversation, expect_error
 
 Stub = pb_grpc.ContextOptimizerStub
 T = TypeVar("T")
+DELTA_FIELDS = {"plan_id", "base_plan_id", "kept_runs", "decision_runs", "decision_scores"}
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +121,8 @@ def test_deltas_rebuild_the_plans_of_a_client_without_them(stub: Stub) -> None:
             full: pb.OptimizeResponse = stub.Optimize(
                 request("without", dry_run, query), timeout=TIMEOUT
             )
-            assert answer.plan_id and not full.plan_id
+            assert answer.plan_id
+            assert not {f.name for f, _ in full.ListFields()} & DELTA_FIELDS  # as before deltas
             if held is not None:
                 assert answer.base_plan_id == held.plan_id
                 assert len(answer.kept_ids) < len(full.kept_ids)
