@@ -52,11 +52,24 @@ _ERROR = re.compile(
     r"Traceback \(most recent call last\)|^\s*File \"[^\"]+\", line \d+"
     r"|\b[A-Z]\w*(?:Error|Exception)\b|\bFAILED\b|\berror:|^E\s{2,}|AssertionError"
 )
+# _ERROR over a whole text: a line's start for ^, no whitespace or quoted
+# path across a line's end.
+_ERROR_IN_TEXT = re.compile(
+    r"Traceback \(most recent call last\)|^[^\S\n]*File \"[^\"\n]+\", line \d+"
+    r"|\b[A-Z]\w*(?:Error|Exception)\b|\bFAILED\b|\berror:|^E[^\S\n]{2,}|AssertionError",
+    re.MULTILINE,
+)
 # Each alternative of _ERROR holds one of these (or starts its line with "E").
 _ERROR_MARKS = ("Traceback", 'File "', "Error", "Exception", "FAILED", "error:")
 _HEADER = re.compile(r"^\s*(?:async\s+def|def|class|function|func|fn|impl|struct|interface)\b")
-# One of these is in every line _HEADER matches.
-_HEADER_WORDS = ("def", "class", "func", "fn", "impl", "struct", "interface")
+# A line of the whole text that `_HEADER` matches once `_body` took its
+# numbered prefix off (or that this matches without one): none, and no line
+# has an enclosing header.
+_HEADER_IN_TEXT = re.compile(
+    r"^[^\S\n]*(?:\d+(?:[\t:|]| {2}))?[^\S\n]*"
+    r"(?:async[^\S\n]+def|def|class|function|func|fn|impl|struct|interface)\b",
+    re.MULTILINE,
+)
 
 
 @lru_cache(maxsize=PROFILE_CACHE_SIZE)
@@ -84,12 +97,6 @@ def _code_names(match: str) -> tuple[str, ...]:
     else:
         found = [name]
     return tuple(n for n in found if _is_code_name(n))
-
-
-def _may_name(line: str) -> bool:
-    """Whether a line can hold a code name at all (`_is_code_name` asks for one
-    of these): prose and log lines skip the name search."""
-    return "_" in line or "." in line or "/" in line or _INNER_CAPITAL.search(line) is not None
 
 
 def _is_code_name(name: str) -> bool:
@@ -130,17 +137,25 @@ def is_error(line: str) -> bool:
     return _ERROR.search(line) is not None
 
 
-def _error_lines(text: str, lines: Sequence[str]) -> frozenset[int]:
-    """The lines `is_error` finds, searched only where one of `_ERROR_MARKS` is
-    (or a line starts with "E"): most outputs hold none, and a regex search of
-    every line was the largest part of profiling a text."""
+def _error_lines(text: str) -> frozenset[int]:
+    """The lines `is_error` finds, by one search of the whole text (no part
+    of `_ERROR` crosses a line, so the matches starting in a line are the
+    ones a search of the line finds), only when one of `_ERROR_MARKS` is
+    there or a line starts with "E": most outputs hold none."""
     if not (text.startswith("E") or "\nE" in text or any(m in text for m in _ERROR_MARKS)):
         return frozenset()
-    return frozenset(
-        i
-        for i, line in enumerate(lines)
-        if (line.startswith("E") or any(m in line for m in _ERROR_MARKS)) and is_error(line)
-    )
+    return frozenset(_line_numbers(text, [m.start() for m in _ERROR_IN_TEXT.finditer(text)]))
+
+
+def _line_numbers(text: str, offsets: Sequence[int]) -> list[int]:
+    """The line number of each offset into `text` (offsets ascending)."""
+    numbers: list[int] = []
+    line, counted = 0, 0
+    for at in offsets:
+        line += text.count("\n", counted, at)
+        counted = at
+        numbers.append(line)
+    return numbers
 
 
 @lru_cache(maxsize=64)
@@ -160,36 +175,43 @@ class LineProfile:
     """What the scoring reads of each line of a text, made once per text."""
 
     lines: tuple[str, ...]
-    names: tuple[frozenset[str], ...]
     numbers: tuple[int | None, ...]  # each line's own number, if it prints one
     errors: frozenset[int]  # the error and traceback lines
-    all_names: frozenset[str]
+    all_names: frozenset[str]  # the names its lines hold (`names` of the text)
     all_numbers: frozenset[int]
     headers: tuple[int | None, ...]  # each line's enclosing def/class header
+
+    def lines_naming(self, identifiers: frozenset[str]) -> list[int]:
+        """The numbers of the lines whose `names` hold one of `identifiers`:
+        only lines where one of them is written can (a name is a piece of
+        its line), so only those are read, and only for texts holding one."""
+        wanted = identifiers & self.all_names
+        if not wanted:
+            return []
+        text = "\n".join(self.lines)
+        offsets: set[int] = set()
+        for name in wanted:
+            at = text.find(name)
+            while at >= 0:
+                offsets.add(at)
+                at = text.find(name, at + 1)
+        candidates = dict.fromkeys(_line_numbers(text, sorted(offsets)))
+        lines = self.lines
+        return [n for n in candidates if not wanted.isdisjoint(names(lines[n]))]
 
 
 @lru_cache(maxsize=PROFILE_CACHE_SIZE)
 def profile(text: str) -> LineProfile:
     lines = tuple(text.split("\n"))
-    line_names = tuple(names(line) if _may_name(line) else _NO_NAMES for line in lines)
     numbers = tuple(own_number(line) for line in lines)
     return LineProfile(
         lines,
-        line_names,
         numbers,
-        _error_lines(text, lines),
-        frozenset().union(*line_names),
+        _error_lines(text),
+        names(text),
         frozenset(n for n in numbers if n is not None),
-        _headers(lines),
+        enclosing_headers(lines) if _HEADER_IN_TEXT.search(text) else (None,) * len(lines),
     )
-
-
-def _headers(lines: Sequence[str]) -> tuple[int | None, ...]:
-    """`enclosing_headers`, skipped when no line holds a header keyword (most
-    outputs: logs, listings, prose)."""
-    if any(word in line for line in lines for word in _HEADER_WORDS):
-        return enclosing_headers(lines)
-    return (None,) * len(lines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,10 +246,8 @@ def line_scores(text: LineProfile, facts: LineFacts, weights: LineWeights) -> li
     if top > 0:
         for number, weight in facts.relevance.items():
             scores[number] += weights.relevance * weight / top
-    if facts.identifiers and not facts.identifiers.isdisjoint(text.all_names):
-        for number, line_names in enumerate(text.names):
-            if not facts.identifiers.isdisjoint(line_names):
-                scores[number] += weights.identifier
+    for number in text.lines_naming(facts.identifiers):
+        scores[number] += weights.identifier
     if facts.cited and not facts.cited.isdisjoint(text.all_numbers):
         for number, own in enumerate(text.numbers):
             if own in facts.cited:

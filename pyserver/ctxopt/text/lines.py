@@ -34,13 +34,14 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from ctxopt.model import Chunk, Role
+from ctxopt.text.analyzer import Analyzer
 
 # Shorter lines (`return x`, `}`, `else:`) repeat everywhere and prove nothing.
 ECHO_MIN_CHARS = 20
@@ -68,18 +69,28 @@ class TextLines:
     keys: tuple[str, ...]
     distinct: frozenset[str]  # the non-empty keys
     key_chars: int  # characters of the keyed lines (each distinct key once)
-    postings: dict[str, tuple[int, ...]] | None = None  # term -> lines, on first use
+    # term -> the lines holding it, for the terms asked so far (and by which
+    # analyzer): plans ask for a few query terms, never for all of a text's
+    postings: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    analyzer: Analyzer | None = None
 
-    def lines_with(self, terms: frozenset[str], analyze: Callable[[str], list[str]]) -> set[int]:
-        """Numbers of the lines holding any of `terms`."""
-        if self.postings is None:
-            found: dict[str, list[int]] = defaultdict(list)
-            for number, line in enumerate(self.lines):
-                for term in set(analyze(line)):
-                    found[term].append(number)
-            self.postings = {t: tuple(n) for t, n in found.items()}
+    def term_lines(self, terms: frozenset[str], analyzer: Analyzer) -> dict[str, tuple[int, ...]]:
+        """Per term of `terms`, the numbers of the lines holding it (absent
+        terms map to no lines)."""
+        if analyzer is not self.analyzer:
+            self.analyzer, self.postings = analyzer, {}
         postings = self.postings
-        return {n for t in terms if t in postings for n in postings[t]}
+        missing = terms.difference(postings)
+        if missing:
+            found = analyzer.line_postings("\n".join(self.lines), frozenset(missing))
+            # a new dict, swapped in whole: plans of other sessions read it
+            self.postings = postings = {**postings, **dict.fromkeys(missing, ()), **found}
+        return postings
+
+    def lines_with(self, terms: frozenset[str], analyzer: Analyzer) -> set[int]:
+        """Numbers of the lines holding any of `terms`."""
+        postings = self.term_lines(terms, analyzer)
+        return {n for t in terms for n in postings[t]}
 
 
 _texts: OrderedDict[str, TextLines] = OrderedDict()
