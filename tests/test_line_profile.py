@@ -1,8 +1,9 @@
-"""A text's line profile takes shortcuts (error and header lines found by
-searching the whole text, each name-like word resolved once per process, the
-lines naming an identifier read only where it is written): it must stay
-exactly what the plain per-line definitions give, whatever the text, or
-plans would change."""
+"""A text's line profile takes shortcuts (error lines read only where their
+marks are, headers only when a line of the whole text is one, each name-like
+word resolved once per process, the lines naming an identifier read only
+where it is written, cited numbers searched from their patterns' literal
+parts): it must stay exactly what the plain definitions give, whatever the
+text, or plans would change."""
 
 from __future__ import annotations
 
@@ -112,3 +113,22 @@ def test_the_lines_naming_identifiers_are_the_lines_whose_names_hold_one(
     for identifiers in (held, frozenset(extra), frozenset(extra) | set(list(held)[:2])):
         expected = [i for i, found in enumerate(line_names) if found & identifiers]
         assert line_value.profile(text).lines_naming(identifiers) == expected
+
+
+CITING = ["line", "lines", "Line", "xline", "_line", " ", "\n", "12", "7", "٣", ",", "p", "P"]
+CITING += [".py:", ".", ":", "a", "é", "sed -n '", "'"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(CITING), max_size=30).map("".join))
+@example("1,2,3p 12,34,56p 5,6p7,8p 1,2p,3p a.py:9 xline 30 (line 4) lines 5")
+def test_cited_numbers_are_the_plain_patterns(text: str) -> None:
+    """Searched from the patterns' literal parts: still exactly what the two
+    plain patterns find."""
+    cited: set[int] = set()
+    for match in re.finditer(r"(\d+),(\d+)p", text):
+        first, last = int(match.group(1)), int(match.group(2))
+        if 0 <= last - first <= line_value.MAX_CITED_RANGE:
+            cited.update(range(first, last + 1))
+    cited.update(int(m.group(1)) for m in re.finditer(r"(?:\bline[s]? |\.\w{1,5}:)(\d+)\b", text))
+    assert line_value.cited_numbers(text) == cited

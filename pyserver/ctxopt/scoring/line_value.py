@@ -39,8 +39,15 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[./][A-Za-z_][A-Za-z0-9_-]*)*")
 _INNER_CAPITAL = re.compile(r"[a-z][A-Z]")
 MIN_NAME_CHARS = 4
 # The model citing lines: `sed -n '120,140p'`, `line 131`, `file.py:131`.
-_RANGE = re.compile(r"(\d+),(\d+)p")
-_SINGLE = re.compile(r"(?:\bline[s]? |\.\w{1,5}:)(\d+)\b")
+# Searched from their literal parts (a pattern that starts with \d or \b is
+# tried at every character, most of what reading a model's text cost):
+# `(\d+),(\d+)p` as its `,(\d+)p` with the digits before the comma, and
+# `(?:\bline[s]? |\.\w{1,5}:)(\d+)\b` as its two alternatives (their matches
+# cannot overlap), the first checked for the word boundary before it.
+_RANGE_END = re.compile(r",(\d+)p")
+_LINE_WORD = re.compile(r"lines? (\d+)\b")
+_FILE_LINE = re.compile(r"\.\w{1,5}:(\d+)\b")
+_WORD_CHAR = re.compile(r"\w")
 PROFILE_CACHE_SIZE = 16384  # distinct texts (tool outputs, model messages) remembered
 NAME_CACHE_SIZE = 65536  # distinct name-like words and paths resolved
 _NO_NAMES: frozenset[str] = frozenset()
@@ -51,13 +58,6 @@ _TRACEBACK_AT = re.compile(r'File "[^"]+", line (\d+)')
 _ERROR = re.compile(
     r"Traceback \(most recent call last\)|^\s*File \"[^\"]+\", line \d+"
     r"|\b[A-Z]\w*(?:Error|Exception)\b|\bFAILED\b|\berror:|^E\s{2,}|AssertionError"
-)
-# _ERROR over a whole text: a line's start for ^, no whitespace or quoted
-# path across a line's end.
-_ERROR_IN_TEXT = re.compile(
-    r"Traceback \(most recent call last\)|^[^\S\n]*File \"[^\"\n]+\", line \d+"
-    r"|\b[A-Z]\w*(?:Error|Exception)\b|\bFAILED\b|\berror:|^E[^\S\n]{2,}|AssertionError",
-    re.MULTILINE,
 )
 # Each alternative of _ERROR holds one of these (or starts its line with "E").
 _ERROR_MARKS = ("Traceback", 'File "', "Error", "Exception", "FAILED", "error:")
@@ -114,11 +114,20 @@ def cited_numbers(text: str) -> frozenset[int]:
     [7, 10, 11, 12, 40]
     """
     cited: set[int] = set()
-    for match in _RANGE.finditer(text):
-        first, last = int(match.group(1)), int(match.group(2))
+    for match in _RANGE_END.finditer(text):
+        start = comma = match.start()
+        while start > 0 and text[start - 1].isdecimal():  # what \d matches
+            start -= 1
+        if start == comma:
+            continue
+        first, last = int(text[start:comma]), int(match.group(1))
         if 0 <= last - first <= MAX_CITED_RANGE:
             cited.update(range(first, last + 1))
-    cited.update(int(m.group(1)) for m in _SINGLE.finditer(text))
+    for match in _LINE_WORD.finditer(text):
+        at = match.start()
+        if at == 0 or not _WORD_CHAR.match(text, at - 1):
+            cited.add(int(match.group(1)))
+    cited.update(int(m.group(1)) for m in _FILE_LINE.finditer(text))
     return frozenset(cited)
 
 
@@ -137,14 +146,26 @@ def is_error(line: str) -> bool:
     return _ERROR.search(line) is not None
 
 
-def _error_lines(text: str) -> frozenset[int]:
-    """The lines `is_error` finds, by one search of the whole text (no part
-    of `_ERROR` crosses a line, so the matches starting in a line are the
-    ones a search of the line finds), only when one of `_ERROR_MARKS` is
-    there or a line starts with "E": most outputs hold none."""
-    if not (text.startswith("E") or "\nE" in text or any(m in text for m in _ERROR_MARKS)):
+def _error_lines(text: str, lines: Sequence[str]) -> frozenset[int]:
+    """The lines `is_error` finds, searched only where one of `_ERROR_MARKS`
+    is or a line starts with "E" (every match holds one): their places in the
+    whole text are found in C, so most lines are never looked at."""
+    offsets: set[int] = set()
+    for mark in _ERROR_MARKS:
+        at = text.find(mark)
+        while at >= 0:
+            offsets.add(at)
+            at = text.find(mark, at + 1)
+    at = text.find("\nE")
+    while at >= 0:
+        offsets.add(at + 1)
+        at = text.find("\nE", at + 1)
+    if text.startswith("E"):
+        offsets.add(0)
+    if not offsets:
         return frozenset()
-    return frozenset(_line_numbers(text, [m.start() for m in _ERROR_IN_TEXT.finditer(text)]))
+    numbers = dict.fromkeys(_line_numbers(text, sorted(offsets)))
+    return frozenset(n for n in numbers if is_error(lines[n]))
 
 
 def _line_numbers(text: str, offsets: Sequence[int]) -> list[int]:
@@ -207,7 +228,7 @@ def profile(text: str) -> LineProfile:
     return LineProfile(
         lines,
         numbers,
-        _error_lines(text),
+        _error_lines(text, lines),
         names(text),
         frozenset(n for n in numbers if n is not None),
         enclosing_headers(lines) if _HEADER_IN_TEXT.search(text) else (None,) * len(lines),
