@@ -32,6 +32,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import chain
 
 # A name worth matching: dotted or slashed paths, snake_case, camelCase or
 # CapWords with an inner capital; plain words (`self`, `list`) match everywhere.
@@ -50,7 +51,6 @@ _FILE_LINE = re.compile(r"\.\w{1,5}:(\d+)\b")
 _WORD_CHAR = re.compile(r"\w")
 PROFILE_CACHE_SIZE = 16384  # distinct texts (tool outputs, model messages) remembered
 NAME_CACHE_SIZE = 65536  # distinct name-like words and paths resolved
-_NO_NAMES: frozenset[str] = frozenset()
 MAX_CITED_RANGE = 400  # a wider range is a whole-file read, not a citation
 # A line's own number as `nl -ba`, `cat -n`, `grep -n` or a traceback prints it.
 _NUMBERED = re.compile(r"^\s*(\d+)(?:[\t:|]| {2})")
@@ -80,9 +80,9 @@ def names(text: str) -> frozenset[str]:
     >>> sorted(names("edit django/db/query.py then call compute_total(x) in Cart"))
     ['compute_total', 'db/query.py', 'django/db/query.py', 'query.py']
     """
-    # each distinct match once (a set in C): texts repeat their words
-    found = [name for match in set(_NAME.findall(text)) for name in _code_names(match)]
-    return frozenset(found) if found else _NO_NAMES
+    # each distinct match once (a set in C): texts repeat their words; the
+    # matches are resolved through the cache by map, without a Python loop
+    return frozenset(chain.from_iterable(map(_code_names, set(_NAME.findall(text)))))
 
 
 @lru_cache(maxsize=NAME_CACHE_SIZE)
