@@ -29,7 +29,7 @@ header above it and `context` lines either side, so an excerpt reads as code.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import chain
@@ -150,22 +150,22 @@ def _error_lines(text: str, lines: Sequence[str]) -> frozenset[int]:
     """The lines `is_error` finds, searched only where one of `_ERROR_MARKS`
     is or a line starts with "E" (every match holds one): their places in the
     whole text are found in C, so most lines are never looked at."""
-    offsets: set[int] = set()
-    for mark in _ERROR_MARKS:
-        at = text.find(mark)
-        while at >= 0:
-            offsets.add(at)
-            at = text.find(mark, at + 1)
-    at = text.find("\nE")
-    while at >= 0:
-        offsets.add(at + 1)
-        at = text.find("\nE", at + 1)
+    offsets = {at for mark in _ERROR_MARKS for at in _places(text, mark)}
+    offsets.update(at + 1 for at in _places(text, "\nE"))
     if text.startswith("E"):
         offsets.add(0)
     if not offsets:
         return frozenset()
     numbers = dict.fromkeys(_line_numbers(text, sorted(offsets)))
     return frozenset(n for n in numbers if is_error(lines[n]))
+
+
+def _places(text: str, piece: str) -> Iterator[int]:
+    """Every offset where `piece` starts in `text` (overlaps too)."""
+    at = text.find(piece)
+    while at >= 0:
+        yield at
+        at = text.find(piece, at + 1)
 
 
 def _line_numbers(text: str, offsets: Sequence[int]) -> list[int]:
@@ -210,12 +210,7 @@ class LineProfile:
         if not wanted:
             return []
         text = "\n".join(self.lines)
-        offsets: set[int] = set()
-        for name in wanted:
-            at = text.find(name)
-            while at >= 0:
-                offsets.add(at)
-                at = text.find(name, at + 1)
+        offsets = {at for name in wanted for at in _places(text, name)}
         candidates = dict.fromkeys(_line_numbers(text, sorted(offsets)))
         lines = self.lines
         return [n for n in candidates if not wanted.isdisjoint(names(lines[n]))]
