@@ -94,6 +94,25 @@ def edits_by_message(edits: Mapping[tuple[int, int], Edit]) -> dict[int, Message
     return {index: tuple(pairs) for index, pairs in grouped.items()}
 
 
+def edited_parts(
+    index: int,
+    parts: Sequence[Any],
+    edits: Mapping[tuple[int, int], Edit],
+    rewrite: Callable[[Any, str], Any],
+) -> list[Any]:
+    """Message `index`'s parts with their edits applied: an edit's text takes
+    its part's place (`rewrite(part, text)` makes the new part), an edit of
+    None drops the part, a part without an edit stays as it is."""
+    edited = []
+    for position, part in enumerate(parts):
+        edit = edits.get((index, position))
+        if edit is None:
+            edited.append(part)
+        elif edit.text is not None:
+            edited.append(rewrite(part, edit.text))
+    return edited
+
+
 @dataclass(slots=True)
 class Conversation:
     model: str

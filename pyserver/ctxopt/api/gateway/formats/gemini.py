@@ -25,6 +25,7 @@ from ctxopt.api.gateway.formats.conversation import (
     build,
     digest,
     dump_text,
+    edited_parts,
     edits_by_message,
 )
 from ctxopt.model import ChunkKind, Role
@@ -70,13 +71,7 @@ class GeminiContents:
                 continue
             out = conversation.renders.get(index, content, mine)
             if out is None:
-                rewritten = []
-                for position, part in enumerate(parts):
-                    edit = edits.get((index, position))
-                    if edit is None:
-                        rewritten.append(part)
-                    elif edit.text is not None:
-                        rewritten.append(_rewritten(part, edit.text))
+                rewritten = edited_parts(index, parts, edits, _rewritten)
                 out = {**content, "parts": rewritten or [{"text": "[ctxopt: removed]"}]}
                 conversation.renders.put(index, content, mine, out)
             contents.append(out)

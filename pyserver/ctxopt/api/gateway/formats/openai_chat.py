@@ -23,6 +23,7 @@ from ctxopt.api.gateway.formats.conversation import (
     build,
     digest,
     dump_text,
+    edited_parts,
     edits_by_message,
     text_of,
 )
@@ -162,13 +163,7 @@ def _edited(
     if any(part <= SEGMENT_REF for (_, part), _ in mine) and isinstance(content, str):
         message = {**message, "content": _segments_edited(index, content, edits)}
     if isinstance(content, list) and any((index, p) in edits for p in range(len(content))):
-        parts = []
-        for position, part in enumerate(content):
-            edit = edits.get((index, position))
-            if edit is None:
-                parts.append(part)
-            elif edit.text is not None:
-                parts.append({"type": "text", "text": edit.text})
+        parts = edited_parts(index, content, edits, lambda _, text: {"type": "text", "text": text})
         message = {**message, "content": parts or None}
     return message
 

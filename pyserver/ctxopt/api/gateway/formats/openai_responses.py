@@ -28,6 +28,7 @@ from ctxopt.api.gateway.formats.conversation import (
     build,
     digest,
     dump_text,
+    edited_parts,
     edits_by_message,
     text_of,
 )
@@ -182,14 +183,8 @@ def _edited(
         return None, False
     content = item.get("content")
     if isinstance(content, list) and any((index, p) in edits for p in range(len(content))):
-        parts = []
-        for position, part in enumerate(content):
-            edit = edits.get((index, position))
-            if edit is None:
-                parts.append(part)
-            elif edit.text is not None:
-                kind = "output_text" if item.get("role") == "assistant" else "input_text"
-                parts.append({"type": kind, "text": edit.text})
+        kind = "output_text" if item.get("role") == "assistant" else "input_text"
+        parts = edited_parts(index, content, edits, lambda _, text: {"type": kind, "text": text})
         if not parts and _droppable(before):
             return None, False
         removed = [{"type": "output_text", "text": "[ctxopt: removed]"}]
