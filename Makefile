@@ -95,6 +95,7 @@ check-generated: install
 	scripts/generate.sh --check
 
 lint: install
+	@! git grep -nE '^(<{7}|>{7})( |$$)' || { echo "merge conflict markers left in the files above"; exit 1; }
 	ts-client/node_modules/.bin/buf lint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

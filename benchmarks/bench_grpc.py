@@ -2,7 +2,9 @@
 
 A real `ctxopt serve` process and the generated Python stubs, against an
 Engine in this process on its own data directory: the difference is the
-transport (serialization, HTTP/2, thread hand-off). Append throughput sends
+transport (serialization, HTTP/2, thread hand-off). A lean Optimize that
+names the plan before it (`keep_plan`, `base_plan_id`: a delta) is timed in
+turn with the full one. Append throughput sends
 every SWE text as a fresh session's chunks in AppendChunks batches of 100
 (text nobody counted before, each round its own copy), durable on disk before
 each reply, and reports tokens/s (median and best round). Prints a table,
@@ -26,9 +28,10 @@ from pathlib import Path
 from typing import cast
 
 import grpc
+from ctxopt.api.grpc import convert, plan_delta
 from ctxopt.config import Config
 from ctxopt.engine import Engine
-from ctxopt.model import Budget, Chunk, OptimizeOptions, Roots
+from ctxopt.model import Budget, Chunk, OptimizeOptions, Plan, Roots
 from ctxopt.v1 import ctxopt_pb2 as pb
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -76,6 +79,21 @@ def samples(fn: Callable[[], object], repeats: int) -> list[float]:
         start = time.perf_counter()
         fn()
         out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def alternating(
+    first: Callable[[], object], second: Callable[[], object], repeats: int
+) -> tuple[list[float], list[float]]:
+    """Samples of two calls taken in turn, so the machine's noise falls on both alike."""
+    first()
+    second()
+    out: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        for fn, into in ((first, out[0]), (second, out[1])):
+            start = time.perf_counter()
+            fn()
+            into.append((time.perf_counter() - start) * 1000)
     return out
 
 
@@ -142,6 +160,7 @@ def in_process(
             options = _options(tokens)
             lean = replace(options, lean=True)
             delta = iter(deltas)
+            answers = responses(engine.optimize("", "bench", lean), repeats)  # before appends
             calls = {
                 "optimize": summary(
                     samples(lambda: engine.optimize("", "bench", options), repeats)
@@ -156,6 +175,7 @@ def in_process(
                     samples(lambda: engine.optimize_context(base, options), max(repeats // 10, 3))
                 ),
             }
+            calls.update(answers)
             rate = append_rate(
                 lambda session_id, batch: engine.append("", session_id, batch).session_tokens,
                 throughput,
@@ -164,6 +184,31 @@ def in_process(
             return Run(tokens, calls, append_throughput=rate)
         finally:
             engine.close()
+
+
+def responses(plan: Plan, repeats: int) -> dict[str, dict[str, float]]:
+    """The server's cost of answering a lean plan: the whole response built and
+    serialised, and the delta against the same plan held (a repeated plan)."""
+    held = plan_delta.kept_plan(plan)
+    full = convert.plan_to_pb(plan).SerializeToString()
+    delta = plan_delta.delta_to_pb(plan, held, held).SerializeToString()
+    return {
+        "response_full": {
+            **summary(samples(lambda: convert.plan_to_pb(plan).SerializeToString(), repeats)),
+            "bytes": len(full),
+        },
+        "response_delta": {
+            **summary(
+                samples(
+                    lambda: plan_delta.delta_to_pb(
+                        plan, plan_delta.kept_plan(plan), held
+                    ).SerializeToString(),
+                    repeats,
+                )
+            ),
+            "bytes": len(delta),
+        },
+    }
 
 
 def _options(tokens: int) -> OptimizeOptions:
@@ -223,7 +268,20 @@ def over_grpc(
                     force=True,
                 )
                 delta = iter([[to_pb(c) for c in d] for d in deltas])
+                kept = pb.OptimizeRequest()
+                kept.CopyFrom(lean)
+                kept.keep_plan = True
+
+                def lean_delta() -> None:
+                    # as a client holding the last plan asks: a delta against it
+                    kept.base_plan_id = stub.Optimize(kept, timeout=TIMEOUT).plan_id
+
+                full_lean, delta_lean = alternating(
+                    lambda: stub.Optimize(lean, timeout=TIMEOUT), lean_delta, repeats
+                )
                 calls = {
+                    "optimize_lean_full_beside_delta": summary(full_lean),
+                    "optimize_lean_delta": summary(delta_lean),
                     "health": summary(
                         samples(lambda: health.Check(check, timeout=TIMEOUT), repeats)
                     ),
@@ -325,7 +383,14 @@ def main() -> None:
     print(f"{'start to SERVING':24} {'':11} {remote.start_to_serving_ms:9.0f} {'':9} {1500:10}")
     health = remote.calls["health"]["p50_ms"]
     print(f"{'health check':24} {'':11} {health:9.2f} {remote.calls['health']['p99_ms']:9.2f}")
-    for name in ("optimize", "optimize_lean"):
+    for name in ("response_full", "response_delta"):
+        call = local.calls[name]
+        print(f"{name:24} {call['p50_ms']:11.2f}   ({call['bytes']:,.0f} bytes, in-process)")
+    print("lean Optimize, full plan and delta against the plan held, in turn:")
+    for name in ("optimize_lean_full_beside_delta", "optimize_lean_delta"):
+        call = remote.calls[name]
+        print(f"{name:32} {call['p50_ms']:9.2f} {call['p99_ms']:9.2f}")
+    for name in ("optimize", "optimize_lean", "optimize_lean_delta"):
         ratio = remote.calls[name]["p50_ms"] / health
         print(f"  {name} over gRPC = {ratio:.1f}x the health round trip (goal {HEALTH_RTT_GOAL}x)")
     mine, theirs = local.append_throughput, remote.append_throughput

@@ -28,6 +28,7 @@ run headroom "$PY" -m benchmarks.quality.headroom --smoke --out "$out/headroom.j
 run replay scripts/replay.sh --smoke --out "$out/replay.json"
 run gateway "$PY" -m benchmarks.gateway --smoke --out "$out/gateway.json"
 run gateway_load "$PY" -m benchmarks.gateway.load --smoke --out "$out/gateway_load.json"
+run gateway_prepare "$PY" -m benchmarks.gateway.prepare --smoke --out "$out/gateway_prepare.json"
 run hosts "$PY" -m benchmarks.hosts --smoke --out "$out/hosts.json"
 echo "== smoke: bench_ts"
 (cd ts-client && npm run --silent bench -- --smoke)

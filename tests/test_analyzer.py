@@ -6,6 +6,8 @@ import threading
 
 import pytest
 from ctxopt.text.analyzer import MAX_TERM_CHARS, Analyzer
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 PLAIN = Analyzer(split_identifiers=False, stopwords=False, stem=False)
 FULL = Analyzer(split_identifiers=True)
@@ -141,3 +143,23 @@ def test_concurrent_callers_get_the_same_terms() -> None:
 @pytest.mark.parametrize("text", ["KeyError: 'x'", "a.b_c/dEf", "über_Straße.py"])
 def test_the_same_text_always_gives_the_same_terms(text: str) -> None:
     assert FULL.terms(text) == FULL.terms(text) == Analyzer(split_identifiers=True).terms(text)
+
+
+# Words, their stems and parts, and the separators around them: a term's lines
+# must not depend on how its raw tokens sit in the text.
+LINE_PIECES = ["cat", "cats", "Cat", "concat", "cat_x", "a/cat.py", "the", "über", "\ud800"]
+LINE_PIECES += [" ", "\n", "\n\n", ".", "/", "\t", "é", "x" * 300, "cat" * 90]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(LINE_PIECES), max_size=30).map("".join))
+@example("cat\ncat cat\n.cat.\nconcat")
+def test_line_postings_are_what_each_lines_terms_give(text: str) -> None:
+    """Found from the text's distinct tokens, not line by line: still, per
+    wanted term, exactly the lines whose own terms hold it."""
+    for analyzer in (PLAIN, FULL, DEFAULT):
+        lines = [set(analyzer.terms(line)) for line in text.split("\n")]
+        held = set().union(*lines)
+        wanted = frozenset({*held, "cat", "absent"})
+        expected = {t: tuple(i for i, ts in enumerate(lines) if t in ts) for t in wanted}
+        assert analyzer.line_postings(text, wanted) == {t: n for t, n in expected.items() if n}

@@ -1,6 +1,8 @@
-"""A text's line profile takes shortcuts (error and header lines searched only
-where their marks are, each name-like word resolved once per process): it
-must stay exactly what the plain per-line definitions give, whatever the
+"""A text's line profile takes shortcuts (error lines read only where their
+marks are, headers only when a line of the whole text is one, each name-like
+word resolved once per process, the lines naming an identifier read only
+where it is written, cited numbers searched from their patterns' literal
+parts): it must stay exactly what the plain definitions give, whatever the
 text, or plans would change."""
 
 from __future__ import annotations
@@ -52,6 +54,13 @@ PIECES = [
     "\n\n",
     "(",
     ":",
+    # halves of a match split by a line's end: a whole-text search must not join them
+    'File "x',
+    '", line 5',
+    "async ",
+    "E\t\t",
+    "\r",
+    "3  ",
 ]
 TEXTS = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[./][A-Za-z_][A-Za-z0-9_-]*)*")
@@ -77,12 +86,49 @@ def plain_number(line: str) -> int | None:
 @given(TEXTS)
 @example("Ex\nclass A:\n    def f(self):\n        raise KeyError")
 @example('ok\n  File "a.py", line 3\nE  assert')
+@example("    12\tdef f():\n    13\t    x = 1")
+@example('E\n\nok\nFile "x\n", line 5\nasync\ndef g()')
 def test_a_profile_is_its_lines_plain_definitions(text: str) -> None:
     lines = text.split("\n")
     made = line_value.profile(text)
     assert made.lines == tuple(lines)
     assert made.errors == frozenset(i for i, line in enumerate(lines) if line_value.is_error(line))
     assert made.headers == line_value.enclosing_headers(lines)
-    assert made.names == tuple(plain_names(line) for line in lines)
     assert made.numbers == tuple(plain_number(line) for line in lines)
-    assert made.all_names == line_value.names(text) == frozenset().union(*made.names)
+    line_names = [plain_names(line) for line in lines]
+    assert made.all_names == line_value.names(text) == frozenset().union(*line_names)
+
+
+@settings(max_examples=300, deadline=None)
+@given(TEXTS, st.sets(st.sampled_from([*PIECES, "query.py", "b/query.py", "c.py", "y"])))
+@example("a.py x_y a.py\nx_ya.py\n", {"a.py", "x_y"})
+def test_the_lines_naming_identifiers_are_the_lines_whose_names_hold_one(
+    text: str, extra: set[str]
+) -> None:
+    """Only lines where an identifier is written are read: still exactly the
+    lines whose names (the plain definition) hold one of them."""
+    lines = text.split("\n")
+    line_names = [plain_names(line) for line in lines]
+    held = frozenset().union(*line_names)
+    for identifiers in (held, frozenset(extra), frozenset(extra) | set(list(held)[:2])):
+        expected = [i for i, found in enumerate(line_names) if found & identifiers]
+        assert line_value.profile(text).lines_naming(identifiers) == expected
+
+
+CITING = ["line", "lines", "Line", "xline", "_line", " ", "\n", "12", "7", "٣", ",", "p", "P"]
+CITING += [".py:", ".", ":", "a", "é", "sed -n '", "'"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(CITING), max_size=30).map("".join))
+@example("1,2,3p 12,34,56p 5,6p7,8p 1,2p,3p a.py:9 xline 30 (line 4) lines 5")
+def test_cited_numbers_are_the_plain_patterns(text: str) -> None:
+    """Searched from the patterns' literal parts: still exactly what the two
+    plain patterns find."""
+    cited: set[int] = set()
+    for match in re.finditer(r"(\d+),(\d+)p", text):
+        first, last = int(match.group(1)), int(match.group(2))
+        if 0 <= last - first <= line_value.MAX_CITED_RANGE:
+            cited.update(range(first, last + 1))
+    cited.update(int(m.group(1)) for m in re.finditer(r"(?:\bline[s]? |\.\w{1,5}:)(\d+)\b", text))
+    assert line_value.cited_numbers(text) == cited

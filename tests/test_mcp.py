@@ -220,6 +220,32 @@ def test_prune_auto_does_what_analyze_showed_and_spares_pinned(tmp_path: Path) -
     with_mcp(tmp_path, body)
 
 
+def test_prune_auto_leaves_a_ledger_row_that_gain_reports(tmp_path: Path) -> None:
+    """An MCP `prune auto` is a collection like a gRPC Optimize: `ctxopt gain`
+    (through a server started later on the same directory) shows its saving."""
+    data = tmp_path / "data"
+    saved: list[int] = []
+
+    async def body(_session: ClientSession, call: Call) -> None:
+        await registered(call)
+        ok, auto = await call("context_gc_prune", {"strategy": "auto"})
+        assert ok and auto["tokens_saved"] > 0, auto
+        saved.append(auto["tokens_saved"])
+
+    with_mcp(data, body)
+    with serving(tmp_path) as server:
+        run = subprocess.run(
+            [str(CTXOPT), "gain", "--by", "host", "--json", "--addr", server.address],
+            env={k: v for k, v in os.environ.items() if not k.startswith("CTXOPT_")},
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(run.stdout)["rows"]
+    assert [(r["key"], r["calls"], r["tokens_saved"]) for r in rows] == [("mcp", 1, saved[0])]
+
+
 def test_unpin_makes_a_chunk_prunable_again(tmp_path: Path) -> None:
     async def body(_session: ClientSession, call: Call) -> None:
         await registered(call)

@@ -71,12 +71,19 @@ def _streamed(fmt: str, url: str, body: dict[str, Any]) -> tuple[str, dict[str, 
 
 
 def measure(
-    client: httpx.Client, gateway: str, upstream: str, case: Case, session: Trajectory, calls: int
-) -> dict[str, float]:
-    """`session` must hold `case.messages // 2 + calls` steps."""
+    client: httpx.Client,
+    gateways: dict[str, str],
+    upstream: str,
+    case: Case,
+    session: Trajectory,
+    calls: int,
+) -> dict[str, dict[str, float]]:
+    """Per gateway (label -> URL), what it adds; `session` must hold
+    `case.messages // 2 + calls` steps. Each call goes straight to the fake and
+    through every gateway in turn, so a noisy machine weighs on all alike."""
     exchanges = case.messages // 2
     prefix, path = PATHS[case.fmt]
-    direct_url, gateway_url = upstream + path, gateway + prefix + path
+    direct_url = upstream + path
     base = request(case.fmt, session, exchanges)
     headers = {
         "x-api-key": "bench",
@@ -84,30 +91,38 @@ def measure(
     }
     if case.regime == "half-window":
         headers["x-ctxopt-window-tokens"] = str(tokens_of(base) // 2)
-    cold, _ = _post(client, gateway_url, base, headers)
+    cold = {
+        label: _post(client, url + prefix + path, base, headers)[0]
+        for label, url in gateways.items()
+    }
     direct: list[float] = []
-    through: list[float] = []
     first_direct: list[float] = []
-    first_through: list[float] = []
+    through: dict[str, list[float]] = {label: [] for label in gateways}
+    first_through: dict[str, list[float]] = {label: [] for label in gateways}
     for call in range(1, calls + 1):
         body = request(case.fmt, session, exchanges + call)
         direct.append(_post(client, direct_url, body, {})[0])
-        through.append(_post(client, gateway_url, body, headers)[0])
         stream_direct, streamed = _streamed(case.fmt, direct_url, body)
-        stream_through, _ = _streamed(case.fmt, gateway_url, body)
         first_direct.append(_post(client, stream_direct, streamed, {})[1])
-        first_through.append(_post(client, stream_through, streamed, headers)[1])
+        for label, url in gateways.items():
+            gateway_url = url + prefix + path
+            through[label].append(_post(client, gateway_url, body, headers)[0])
+            stream_through, streamed = _streamed(case.fmt, gateway_url, body)
+            first_through[label].append(_post(client, stream_through, streamed, headers)[1])
     return {
-        "cold_ms": cold * 1000,
-        "direct_p50_ms": _pct(direct, 50),
-        "direct_p99_ms": _pct(direct, 99),
-        "gateway_p50_ms": _pct(through, 50),
-        "gateway_p99_ms": _pct(through, 99),
-        "added_p50_ms": _pct(through, 50) - _pct(direct, 50),
-        "added_p99_ms": _pct(through, 99) - _pct(direct, 99),
-        "ttfb_direct_p50_ms": _pct(first_direct, 50),
-        "ttfb_gateway_p50_ms": _pct(first_through, 50),
-        "ttfb_added_p50_ms": _pct(first_through, 50) - _pct(first_direct, 50),
+        label: {
+            "cold_ms": cold[label] * 1000,
+            "direct_p50_ms": _pct(direct, 50),
+            "direct_p99_ms": _pct(direct, 99),
+            "gateway_p50_ms": _pct(through[label], 50),
+            "gateway_p99_ms": _pct(through[label], 99),
+            "added_p50_ms": _pct(through[label], 50) - _pct(direct, 50),
+            "added_p99_ms": _pct(through[label], 99) - _pct(direct, 99),
+            "ttfb_direct_p50_ms": _pct(first_direct, 50),
+            "ttfb_gateway_p50_ms": _pct(first_through[label], 50),
+            "ttfb_added_p50_ms": _pct(first_through[label], 50) - _pct(first_direct, 50),
+        }
+        for label in gateways
     }
 
 

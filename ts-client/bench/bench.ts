@@ -21,6 +21,7 @@ import { chunksOf, mapContents, systemChunk } from "../src/gemini/mapping.js";
 import { PromptBuilder, type PromptInput } from "../src/promptBuilder.js";
 import { SessionMirror } from "../src/sessionMirror.js";
 import { call, model, response, text, user } from "../test/support/histories.js";
+import { agentHistory } from "./histories.js";
 import { repoRoot } from "../test/support/paths.js";
 import { startServer } from "../test/support/server.js";
 
@@ -31,21 +32,6 @@ const EXCHANGES = 250; // 4 parts each: 1,000 chunks
 const CONTEXT_LIMIT = 100_000;
 /** Tool-loop steps per session; sessions start over from the 1,000-chunk history. */
 const STEPS_PER_SESSION = smoke ? 10 : 100;
-
-/** An agent session of `exchanges` (question, tool call, tool output, answer) rounds. */
-function agentHistory(exchanges: number, seed: string): Content[] {
-  const history: Content[] = [];
-  for (let i = 0; i < exchanges; i += 1) {
-    const file = `src/module${i % 37}/part${i}.ts`;
-    history.push(
-      user(text(`[${seed}] step ${i}: check ${file} for the handler of event ${i % 11}`)),
-      model(call("read_file", `c${i}`, { absolute_path: file })),
-      user(response("read_file", `c${i}`, Array.from({ length: 30 }, (_, l) => `export const value${l} = compute(${i}, ${l}); // line ${l}`).join("\n"))),
-      model(text(`Step ${i}: ${file} registers handler ${i % 11}; nothing to change there.`)),
-    );
-  }
-  return history;
-}
 
 /** Step `i` of a tool loop: the model's call, and the tool's response (the next message). */
 function toolStep(i: number): { call: Content; response: Part } {

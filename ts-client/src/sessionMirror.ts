@@ -1,4 +1,5 @@
 import { type CallSettings, CtxoptCallError, type CtxoptClient, GrpcStatus } from "./client.js";
+import { applyPlanDelta } from "./planDelta.js";
 import { Action, type Chunk, type DeepPartial, type OptimizeRequest, type OptimizeResponse } from "./generated/ctxopt/v1/ctxopt.js";
 
 /** What one sync sent. */
@@ -23,6 +24,8 @@ export class SessionMirror {
   private readonly held = new Map<string, string>();
   /** A call failed half way: the next sync sends everything again. */
   private uncertain = false;
+  /** The last plan, whole, that deltas are asked against. */
+  private lastPlan: OptimizeResponse | undefined;
 
   constructor(
     private readonly client: CtxoptClient,
@@ -69,9 +72,8 @@ export class SessionMirror {
     settings?: CallSettings,
   ): Promise<{ plan: OptimizeResponse; sync: SyncReport }> {
     const sync = await this.sync(chunks, settings);
-    const full = { ...request, sessionId: this.sessionId };
     try {
-      const plan = await this.client.optimize(full, settings);
+      const plan = await this.askPlan(request, settings);
       if (!request.dryRun) this.record(plan);
       return { plan, sync };
     } catch (error) {
@@ -79,11 +81,33 @@ export class SessionMirror {
       if (!isNotFound(error)) throw error;
       this.held.clear();
       const again = await this.sendDelta(chunks, settings);
-      const plan = await this.client.optimize(full, settings);
+      const plan = await this.askPlan(request, settings);
       this.uncertain = false;
       if (!request.dryRun) this.record(plan);
       return { plan, sync: { ...again, resynced: true } };
     }
+  }
+
+  /**
+   * One Optimize, as a delta against the last plan this mirror got
+   * (`keep_plan`, `base_plan_id`): a warm session's plans repeat, so the
+   * answer carries only what changed. An answer that does not fit the plan
+   * held is never used: a dry run asks again for the whole plan; an applied
+   * plan cannot be asked twice, so the call fails and the next sync sends
+   * the whole session again.
+   */
+  private async askPlan(request: DeepPartial<OptimizeRequest>, settings?: CallSettings): Promise<OptimizeResponse> {
+    const held = this.lastPlan;
+    this.lastPlan = undefined; // until an answer is in hand, there is no plan to name
+    const ask = (basePlanId: string) => this.client.optimize({ ...request, sessionId: this.sessionId, keepPlan: true, basePlanId }, settings);
+    let plan = applyPlanDelta(held, await ask(held?.planId ?? ""));
+    if (plan === undefined && request.dryRun) plan = applyPlanDelta(undefined, await ask(""));
+    if (plan === undefined) {
+      this.uncertain = true;
+      throw new Error(`Optimize: the plan delta does not fit the plan held (${held?.planId ?? "none"})`);
+    }
+    this.lastPlan = plan;
+    return plan;
   }
 
   private async sendDelta(chunks: readonly Chunk[], settings?: CallSettings): Promise<Omit<SyncReport, "resynced">> {

@@ -139,7 +139,7 @@ def output_levels(
         tuning.line_tight_share,
         tuning.shrink_worth,
         facts.weights,
-        facts.analyze,
+        facts.analyzer,
         count_tokens,
     )
     previous = memo.facts if memo.knobs == knobs else None
@@ -199,4 +199,4 @@ def _touched(
         lines = line_value.profile(text)
         if not names.isdisjoint(lines.all_names) or not cited.isdisjoint(lines.all_numbers):
             return True
-    return bool(terms) and bool(text_lines(text).lines_with(terms, facts.analyze))
+    return bool(terms) and bool(text_lines(text).lines_with(terms, facts.analyzer))

@@ -22,8 +22,9 @@ from ctxopt.planner.texts import (
 from ctxopt.scoring import line_value
 from ctxopt.scoring.hybrid import Scores
 from ctxopt.scoring.line_facts import session_facts
-from ctxopt.scoring.terms import analyzer_of, rare_terms
+from ctxopt.scoring.terms import rare_terms
 from ctxopt.session import SessionView
+from ctxopt.text.analyzer import Analyzer
 from ctxopt.text.lines import LineBook, text_lines
 
 FloatArray = npt.NDArray[np.float64]
@@ -216,8 +217,8 @@ def _shrink_options(
         return _Shrinks(tokens, action, texts, anchored, lined, tokens, tight_kept)
     alive = cols.alive[:n] & ~root[:n]
     multiline = alive & (cols.lines[:n] >= tuning.trim_min_lines)
-    analyze = analyzer_of(session)
-    links = rare_terms(session, analyze(options.query), tuning.link_df_share)
+    analyzer = session.analyzer
+    links = rare_terms(session, analyzer.terms(options.query), tuning.link_df_share)
     book, count_tokens = tools.book, tools.count_tokens
     outputs = np.zeros(n, dtype=bool)
     if book is not None and tuning.line_excerpts:
@@ -227,7 +228,7 @@ def _shrink_options(
             multiline & ~outputs,
             (links, tuning.anchor_context),
             lambda slot: _anchored_excerpt(
-                session, book, slot, links, analyze, tuning, count_tokens
+                session, book, slot, links, analyzer, tuning, count_tokens
             ),
         )
         anchored = multiline & ~outputs & (excerpt >= 0)
@@ -238,7 +239,7 @@ def _shrink_options(
         facts = session_facts(
             session,
             options.query,
-            analyze,
+            analyzer,
             rare_share=tuning.line_rare_share,
             weights=line_value.LineWeights(
                 tuning.line_relevance,
@@ -293,7 +294,7 @@ def _anchored_excerpt(
     book: LineBook,
     slot: int,
     links: frozenset[str],
-    analyze: Callable[[str], list[str]],
+    analyzer: Analyzer,
     tuning: Tuning,
     count_tokens: TokenCount,
 ) -> tuple[str, int] | None:
@@ -304,7 +305,7 @@ def _anchored_excerpt(
     split = text_lines(chunk.text)
     anchors = book.anchors(slot)
     if links:
-        anchors = tuple(sorted(set(anchors) | split.lines_with(links, analyze)))
+        anchors = tuple(sorted(set(anchors) | split.lines_with(links, analyzer)))
     if not anchors:
         return None
     kept = line_value.with_context(anchors, len(split.lines), tuning.anchor_context)

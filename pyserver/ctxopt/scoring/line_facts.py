@@ -11,7 +11,6 @@ holds, so an output keeps its excerpt while the session grows around it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +19,7 @@ from ctxopt.model import Role
 from ctxopt.scoring.line_value import LineFacts, LineWeights, model_facts, names, profile
 from ctxopt.scoring.terms import rare_terms
 from ctxopt.session import SessionView
+from ctxopt.text.analyzer import Analyzer
 from ctxopt.text.lines import LineBook, text_lines
 
 _MODEL = int(Role.MODEL)
@@ -33,14 +33,14 @@ class SessionFacts:
     query_weights: dict[str, float]
     identifiers: frozenset[str]
     cited: frozenset[int]
-    analyze: Callable[[str], list[str]]
+    analyzer: Analyzer
     weights: LineWeights
 
 
 def session_facts(
     session: SessionView,
     query: str,
-    analyze: Callable[[str], list[str]],
+    analyzer: Analyzer,
     *,
     rare_share: float,
     weights: LineWeights,
@@ -52,10 +52,10 @@ def session_facts(
     query_weights: dict[str, float] = {}
     if weights.relevance > 0:
         docs = len(session)
-        for term in rare_terms(session, analyze(query), rare_share):
+        for term in rare_terms(session, analyzer.terms(query), rare_share):
             df = session.index.document_frequency(term)
             query_weights[term] = math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
-    return SessionFacts(query_weights, written | names(query), cited, analyze, weights)
+    return SessionFacts(query_weights, written | names(query), cited, analyzer, weights)
 
 
 def facts_of(
@@ -68,11 +68,9 @@ def facts_of(
     echoed = frozenset(book.anchors(slot)) | book.quoted_lines(slot)
     relevance: dict[int, float] = {}
     if facts.query_weights:
-        split = text_lines(text)
-        present = split.lines_with(frozenset(facts.query_weights), facts.analyze)
-        if present and split.postings is not None:
-            for term, weight in facts.query_weights.items():
-                for number in split.postings.get(term, ()):
-                    relevance[number] = relevance.get(number, 0.0) + weight
+        postings = text_lines(text).term_lines(frozenset(facts.query_weights), facts.analyzer)
+        for term, weight in facts.query_weights.items():
+            for number in postings[term]:
+                relevance[number] = relevance.get(number, 0.0) + weight
     key = (identifiers, cited, echoed, tuple(sorted(relevance.items())), facts.weights)
     return LineFacts(relevance, identifiers, cited, echoed), key

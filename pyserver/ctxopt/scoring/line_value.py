@@ -29,9 +29,10 @@ header above it and `context` lines either side, so an excerpt reads as code.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import chain
 
 # A name worth matching: dotted or slashed paths, snake_case, camelCase or
 # CapWords with an inner capital; plain words (`self`, `list`) match everywhere.
@@ -39,11 +40,17 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[./][A-Za-z_][A-Za-z0-9_-]*)*")
 _INNER_CAPITAL = re.compile(r"[a-z][A-Z]")
 MIN_NAME_CHARS = 4
 # The model citing lines: `sed -n '120,140p'`, `line 131`, `file.py:131`.
-_RANGE = re.compile(r"(\d+),(\d+)p")
-_SINGLE = re.compile(r"(?:\bline[s]? |\.\w{1,5}:)(\d+)\b")
+# Searched from their literal parts (a pattern that starts with \d or \b is
+# tried at every character, most of what reading a model's text cost):
+# `(\d+),(\d+)p` as its `,(\d+)p` with the digits before the comma, and
+# `(?:\bline[s]? |\.\w{1,5}:)(\d+)\b` as its two alternatives (their matches
+# cannot overlap), the first checked for the word boundary before it.
+_RANGE_END = re.compile(r",(\d+)p")
+_LINE_WORD = re.compile(r"lines? (\d+)\b")
+_FILE_LINE = re.compile(r"\.\w{1,5}:(\d+)\b")
+_WORD_CHAR = re.compile(r"\w")
 PROFILE_CACHE_SIZE = 16384  # distinct texts (tool outputs, model messages) remembered
 NAME_CACHE_SIZE = 65536  # distinct name-like words and paths resolved
-_NO_NAMES: frozenset[str] = frozenset()
 MAX_CITED_RANGE = 400  # a wider range is a whole-file read, not a citation
 # A line's own number as `nl -ba`, `cat -n`, `grep -n` or a traceback prints it.
 _NUMBERED = re.compile(r"^\s*(\d+)(?:[\t:|]| {2})")
@@ -55,8 +62,14 @@ _ERROR = re.compile(
 # Each alternative of _ERROR holds one of these (or starts its line with "E").
 _ERROR_MARKS = ("Traceback", 'File "', "Error", "Exception", "FAILED", "error:")
 _HEADER = re.compile(r"^\s*(?:async\s+def|def|class|function|func|fn|impl|struct|interface)\b")
-# One of these is in every line _HEADER matches.
-_HEADER_WORDS = ("def", "class", "func", "fn", "impl", "struct", "interface")
+# A line of the whole text that `_HEADER` matches once `_body` took its
+# numbered prefix off (or that this matches without one): none, and no line
+# has an enclosing header.
+_HEADER_IN_TEXT = re.compile(
+    r"^[^\S\n]*(?:\d+(?:[\t:|]| {2}))?[^\S\n]*"
+    r"(?:async[^\S\n]+def|def|class|function|func|fn|impl|struct|interface)\b",
+    re.MULTILINE,
+)
 
 
 @lru_cache(maxsize=PROFILE_CACHE_SIZE)
@@ -67,9 +80,9 @@ def names(text: str) -> frozenset[str]:
     >>> sorted(names("edit django/db/query.py then call compute_total(x) in Cart"))
     ['compute_total', 'db/query.py', 'django/db/query.py', 'query.py']
     """
-    # each distinct match once (a set in C): texts repeat their words
-    found = [name for match in set(_NAME.findall(text)) for name in _code_names(match)]
-    return frozenset(found) if found else _NO_NAMES
+    # each distinct match once (a set in C): texts repeat their words; the
+    # matches are resolved through the cache by map, without a Python loop
+    return frozenset(chain.from_iterable(map(_code_names, set(_NAME.findall(text)))))
 
 
 @lru_cache(maxsize=NAME_CACHE_SIZE)
@@ -84,12 +97,6 @@ def _code_names(match: str) -> tuple[str, ...]:
     else:
         found = [name]
     return tuple(n for n in found if _is_code_name(n))
-
-
-def _may_name(line: str) -> bool:
-    """Whether a line can hold a code name at all (`_is_code_name` asks for one
-    of these): prose and log lines skip the name search."""
-    return "_" in line or "." in line or "/" in line or _INNER_CAPITAL.search(line) is not None
 
 
 def _is_code_name(name: str) -> bool:
@@ -107,11 +114,20 @@ def cited_numbers(text: str) -> frozenset[int]:
     [7, 10, 11, 12, 40]
     """
     cited: set[int] = set()
-    for match in _RANGE.finditer(text):
-        first, last = int(match.group(1)), int(match.group(2))
+    for match in _RANGE_END.finditer(text):
+        start = comma = match.start()
+        while start > 0 and text[start - 1].isdecimal():  # what \d matches
+            start -= 1
+        if start == comma:
+            continue
+        first, last = int(text[start:comma]), int(match.group(1))
         if 0 <= last - first <= MAX_CITED_RANGE:
             cited.update(range(first, last + 1))
-    cited.update(int(m.group(1)) for m in _SINGLE.finditer(text))
+    for match in _LINE_WORD.finditer(text):
+        at = match.start()
+        if at == 0 or not _WORD_CHAR.match(text, at - 1):
+            cited.add(int(match.group(1)))
+    cited.update(int(m.group(1)) for m in _FILE_LINE.finditer(text))
     return frozenset(cited)
 
 
@@ -131,16 +147,36 @@ def is_error(line: str) -> bool:
 
 
 def _error_lines(text: str, lines: Sequence[str]) -> frozenset[int]:
-    """The lines `is_error` finds, searched only where one of `_ERROR_MARKS` is
-    (or a line starts with "E"): most outputs hold none, and a regex search of
-    every line was the largest part of profiling a text."""
-    if not (text.startswith("E") or "\nE" in text or any(m in text for m in _ERROR_MARKS)):
+    """The lines `is_error` finds, searched only where one of `_ERROR_MARKS`
+    is or a line starts with "E" (every match holds one): their places in the
+    whole text are found in C, so most lines are never looked at."""
+    offsets = {at for mark in _ERROR_MARKS for at in _places(text, mark)}
+    offsets.update(at + 1 for at in _places(text, "\nE"))
+    if text.startswith("E"):
+        offsets.add(0)
+    if not offsets:
         return frozenset()
-    return frozenset(
-        i
-        for i, line in enumerate(lines)
-        if (line.startswith("E") or any(m in line for m in _ERROR_MARKS)) and is_error(line)
-    )
+    numbers = dict.fromkeys(_line_numbers(text, sorted(offsets)))
+    return frozenset(n for n in numbers if is_error(lines[n]))
+
+
+def _places(text: str, piece: str) -> Iterator[int]:
+    """Every offset where `piece` starts in `text` (overlaps too)."""
+    at = text.find(piece)
+    while at >= 0:
+        yield at
+        at = text.find(piece, at + 1)
+
+
+def _line_numbers(text: str, offsets: Sequence[int]) -> list[int]:
+    """The line number of each offset into `text` (offsets ascending)."""
+    numbers: list[int] = []
+    line, counted = 0, 0
+    for at in offsets:
+        line += text.count("\n", counted, at)
+        counted = at
+        numbers.append(line)
+    return numbers
 
 
 @lru_cache(maxsize=64)
@@ -160,36 +196,38 @@ class LineProfile:
     """What the scoring reads of each line of a text, made once per text."""
 
     lines: tuple[str, ...]
-    names: tuple[frozenset[str], ...]
     numbers: tuple[int | None, ...]  # each line's own number, if it prints one
     errors: frozenset[int]  # the error and traceback lines
-    all_names: frozenset[str]
+    all_names: frozenset[str]  # the names its lines hold (`names` of the text)
     all_numbers: frozenset[int]
     headers: tuple[int | None, ...]  # each line's enclosing def/class header
+
+    def lines_naming(self, identifiers: frozenset[str]) -> list[int]:
+        """The numbers of the lines whose `names` hold one of `identifiers`:
+        only lines where one of them is written can (a name is a piece of
+        its line), so only those are read, and only for texts holding one."""
+        wanted = identifiers & self.all_names
+        if not wanted:
+            return []
+        text = "\n".join(self.lines)
+        offsets = {at for name in wanted for at in _places(text, name)}
+        candidates = dict.fromkeys(_line_numbers(text, sorted(offsets)))
+        lines = self.lines
+        return [n for n in candidates if not wanted.isdisjoint(names(lines[n]))]
 
 
 @lru_cache(maxsize=PROFILE_CACHE_SIZE)
 def profile(text: str) -> LineProfile:
     lines = tuple(text.split("\n"))
-    line_names = tuple(names(line) if _may_name(line) else _NO_NAMES for line in lines)
     numbers = tuple(own_number(line) for line in lines)
     return LineProfile(
         lines,
-        line_names,
         numbers,
         _error_lines(text, lines),
-        frozenset().union(*line_names),
+        names(text),
         frozenset(n for n in numbers if n is not None),
-        _headers(lines),
+        enclosing_headers(lines) if _HEADER_IN_TEXT.search(text) else (None,) * len(lines),
     )
-
-
-def _headers(lines: Sequence[str]) -> tuple[int | None, ...]:
-    """`enclosing_headers`, skipped when no line holds a header keyword (most
-    outputs: logs, listings, prose)."""
-    if any(word in line for line in lines for word in _HEADER_WORDS):
-        return enclosing_headers(lines)
-    return (None,) * len(lines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,10 +262,8 @@ def line_scores(text: LineProfile, facts: LineFacts, weights: LineWeights) -> li
     if top > 0:
         for number, weight in facts.relevance.items():
             scores[number] += weights.relevance * weight / top
-    if facts.identifiers and not facts.identifiers.isdisjoint(text.all_names):
-        for number, line_names in enumerate(text.names):
-            if not facts.identifiers.isdisjoint(line_names):
-                scores[number] += weights.identifier
+    for number in text.lines_naming(facts.identifiers):
+        scores[number] += weights.identifier
     if facts.cited and not facts.cited.isdisjoint(text.all_numbers):
         for number, own in enumerate(text.numbers):
             if own in facts.cited:

@@ -1,9 +1,9 @@
-"""Query terms as a session reads them: the analyzer that indexed it, and the
-rare terms that link a query to the few chunks holding them."""
+"""Query terms as a session reads them: the rare terms that link a query to
+the few chunks holding them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from ctxopt.session import SessionView
 
@@ -16,8 +16,3 @@ def rare_terms(session: SessionView, terms: Iterable[str], max_share: float) -> 
     limit = max(2, int(max_share * len(session)))
     index = session.index
     return frozenset(t for t in set(terms) if 0 < index.document_frequency(t) <= limit)
-
-
-def analyzer_of(session: SessionView) -> Callable[[str], list[str]]:
-    """The analyzer that indexed the session (line links must use the same terms)."""
-    return session.analyzer.terms

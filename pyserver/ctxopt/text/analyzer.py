@@ -25,9 +25,10 @@ is plain lowercase `\\w+` splitting.
 
 from __future__ import annotations
 
+import operator
 import re
 import threading
-from itertools import chain
+from itertools import chain, compress
 
 import Stemmer
 
@@ -170,3 +171,42 @@ class Analyzer:
         """The terms of `text` in order (a term repeats as often as it occurs)."""
         raw_tokens = text.encode("utf-8", "surrogatepass").translate(self._table).split()
         return list(chain.from_iterable(map(self._cache.__getitem__, raw_tokens)))
+
+    def line_postings(self, text: str, terms: frozenset[str]) -> dict[str, tuple[int, ...]]:
+        """Per term of `terms` the text holds, the numbers of the lines
+        (`text.split("\\n")`) holding it: what `terms` of each line gives,
+        reached without analysing line by line. The text's distinct raw tokens
+        are analysed in C (cache lookups); only the few whose terms are wanted
+        are looked up in place (a raw token never spans a line: a newline
+        separates tokens).
+
+        >>> Analyzer().line_postings("a cat\\nno\\ncats here", frozenset({"cat", "dog"}))
+        {'cat': (0, 2)}
+        """
+        encoded = text.encode("utf-8", "surrogatepass")
+        translated = encoded.translate(self._table)
+        distinct = list(set(translated.split()))
+        held = map(terms.isdisjoint, map(self._cache.__getitem__, distinct))
+        found: dict[str, set[int]] = {}
+        for raw in compress(distinct, map(operator.not_, held)):
+            numbers = _token_lines(translated, encoded, raw)
+            for term in terms.intersection(self._cache[raw]):
+                found.setdefault(term, set()).update(numbers)
+        return {term: tuple(sorted(lines)) for term, lines in found.items()}
+
+
+def _token_lines(translated: bytes, encoded: bytes, raw: bytes) -> list[int]:
+    """The line numbers of the whole-token occurrences of `raw` in
+    `translated` (where a space is the only separator left)."""
+    numbers: list[int] = []
+    line, counted = 0, 0  # the line number at byte `counted`
+    end = len(translated)
+    at = translated.find(raw)
+    while at >= 0:
+        after = at + len(raw)
+        if (at == 0 or translated[at - 1] == 0x20) and (after == end or translated[after] == 0x20):
+            line += encoded.count(b"\n", counted, at)
+            counted = at
+            numbers.append(line)
+        at = translated.find(raw, after)
+    return numbers

@@ -34,18 +34,20 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from ctxopt.model import Chunk, Role
+from ctxopt.text.analyzer import Analyzer
 
 # Shorter lines (`return x`, `}`, `else:`) repeat everywhere and prove nothing.
 ECHO_MIN_CHARS = 20
 TEXT_CACHE_SIZE = 16384
 UNKNOWN, NONE = -2.0, -1.0  # LineBook.excerpts: not computed yet, no excerpt
+_NONE: frozenset[int] = frozenset()
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -68,18 +70,28 @@ class TextLines:
     keys: tuple[str, ...]
     distinct: frozenset[str]  # the non-empty keys
     key_chars: int  # characters of the keyed lines (each distinct key once)
-    postings: dict[str, tuple[int, ...]] | None = None  # term -> lines, on first use
+    # term -> the lines holding it, for the terms asked so far (and by which
+    # analyzer): plans ask for a few query terms, never for all of a text's
+    postings: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    analyzer: Analyzer | None = None
 
-    def lines_with(self, terms: frozenset[str], analyze: Callable[[str], list[str]]) -> set[int]:
-        """Numbers of the lines holding any of `terms`."""
-        if self.postings is None:
-            found: dict[str, list[int]] = defaultdict(list)
-            for number, line in enumerate(self.lines):
-                for term in set(analyze(line)):
-                    found[term].append(number)
-            self.postings = {t: tuple(n) for t, n in found.items()}
+    def term_lines(self, terms: frozenset[str], analyzer: Analyzer) -> dict[str, tuple[int, ...]]:
+        """Per term of `terms`, the numbers of the lines holding it (absent
+        terms map to no lines)."""
+        if analyzer is not self.analyzer:
+            self.analyzer, self.postings = analyzer, {}
         postings = self.postings
-        return {n for t in terms if t in postings for n in postings[t]}
+        missing = terms.difference(postings)
+        if missing:
+            found = analyzer.line_postings("\n".join(self.lines), frozenset(missing))
+            # a new dict, swapped in whole: plans of other sessions read it
+            self.postings = postings = {**postings, **dict.fromkeys(missing, ()), **found}
+        return postings
+
+    def lines_with(self, terms: frozenset[str], analyzer: Analyzer) -> set[int]:
+        """Numbers of the lines holding any of `terms`."""
+        postings = self.term_lines(terms, analyzer)
+        return {n for t in terms for n in postings[t]}
 
 
 _texts: OrderedDict[str, TextLines] = OrderedDict()
@@ -112,6 +124,10 @@ class LineBook:
         # chunks hold is asked for by each of them, and max() over its holders
         # each time made a session's first plan quadratic in them
         self._latest: dict[str, int] = {}
+        # the keys two or more live slots hold: the only ones that make an
+        # anchor, a quote or a repeat, so a slot's answers read only these
+        # (most of a text's lines are its own)
+        self._shared: set[str] = set()
         self.quoted: set[int] = set()  # slots a later model chunk quoted a line of
         self._by_model: set[int] = set()  # slots the model wrote (never marked quoted)
         self._anchors: dict[int, tuple[int, ...]] = {}  # slot -> cached anchors
@@ -221,15 +237,18 @@ class LineBook:
         self._quoted_lines.pop(slot, None)
         self._repeated.pop(slot, None)
         self._forget_excerpt(slot)
-        latest = self._latest
+        latest, holders, shared = self._latest, self.holders, self._shared
         for key in keys:
-            self.holders[key].add(slot)
+            held = holders[key]
+            held.add(slot)
             latest.pop(key, None)
+            if len(held) == 2:
+                shared.add(key)
         return keys
 
     def _mark_quoted(self, slot: int, keys: frozenset[str]) -> None:
         by_model = self._by_model
-        for key in keys:
+        for key in keys & self._shared:
             self.quoted.update(h for h in self.holders[key] if h < slot and h not in by_model)
 
     def quoted_mask(self, n_slots: int) -> npt.NDArray[np.bool_]:
@@ -247,6 +266,8 @@ class LineBook:
             holders = self.holders[key]
             holders.discard(slot)
             self._latest.pop(key, None)
+            if len(holders) < 2:
+                self._shared.discard(key)
             if not holders:
                 del self.holders[key]
         self._anchors.pop(slot, None)
@@ -261,11 +282,8 @@ class LineBook:
         if found is not None:
             return found
         lines = text_lines(self.text[slot])
-        owned = []
-        for number, key in enumerate(lines.keys):
-            if key and len(self.holders[key]) > 1 and self._latest_holder(key) == slot:
-                owned.append(number)
-        result = tuple(owned)
+        owned = {k for k in lines.distinct & self._shared if self._latest_holder(k) == slot}
+        result = tuple(n for n, key in enumerate(lines.keys) if key in owned) if owned else ()
         self._anchors[slot] = result
         return result
 
@@ -281,11 +299,13 @@ class LineBook:
         found = self._quoted_lines.get(slot)
         if found is not None:
             return found
-        by_model = self._by_model
-        result = frozenset(
-            number
-            for number, key in enumerate(text_lines(self.text[slot]).keys)
-            if key and _held_by_another(self.holders[key], slot, by_model)
+        by_model, holders = self._by_model, self.holders
+        lines = text_lines(self.text[slot])
+        quoted = {
+            k for k in lines.distinct & self._shared if _held_by_another(holders[k], slot, by_model)
+        }
+        result = (
+            frozenset(n for n, key in enumerate(lines.keys) if key in quoted) if quoted else _NONE
         )
         self._quoted_lines[slot] = result
         return result
@@ -296,7 +316,7 @@ class LineBook:
         if found is not None:
             return found
         lines = text_lines(self.text[slot])
-        later = sum(len(k) for k in lines.distinct if self._latest_holder(k) > slot)
+        later = sum(len(k) for k in lines.distinct & self._shared if self._latest_holder(k) > slot)
         share = later / lines.key_chars if lines.key_chars else 0.0
         self._repeated[slot] = share
         return share

@@ -41,7 +41,7 @@ class UsageRow:
     """One call, as the ledger keeps it."""
 
     at_ms: int  # when it was answered, Unix milliseconds
-    front: str  # "gateway" or "grpc"
+    front: str  # "gateway", "grpc" or "mcp"
     host: str  # the agent (gateway: claude-code, codex, gemini-cli, other); "grpc" for gRPC
     provider: str  # "anthropic", "openai", "gemini"; "" when no provider was called
     model: str

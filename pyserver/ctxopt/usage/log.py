@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 from ctxopt.model import Plan
 from ctxopt.prices import MODEL_PRICES
@@ -28,13 +29,16 @@ class UsageLog:
         self.ledger.record(row)
         self.metrics.observe(row)
 
-    def record_plan(self, owner: str, session_id: str, plan: Plan) -> None:
-        """One gRPC Optimize or OptimizeContext call."""
+    def record_plan(
+        self, owner: str, session_id: str, plan: Plan, *, front: Literal["grpc", "mcp"]
+    ) -> None:
+        """One gRPC Optimize or OptimizeContext call, or an MCP `prune auto`: a plan
+        with no model call behind it (its host is the front)."""
         self.record(
             UsageRow(
                 at_ms=int(time.time() * 1000),
-                front="grpc",
-                host="grpc",
+                front=front,
+                host=front,
                 provider="",
                 model="",
                 session_id=session_id,

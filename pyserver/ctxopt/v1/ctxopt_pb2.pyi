@@ -338,7 +338,7 @@ class RemoveChunksResponse(_message.Message):
     def __init__(self, removed: _Optional[int] = ..., session_tokens: _Optional[int] = ...) -> None: ...
 
 class OptimizeRequest(_message.Message):
-    __slots__ = ("session_id", "query", "query_embedding", "budget", "roots", "dry_run", "weights", "aggressive", "strategy", "force", "delete_ids", "max_chunks", "incremental", "lean")
+    __slots__ = ("session_id", "query", "query_embedding", "budget", "roots", "dry_run", "weights", "aggressive", "strategy", "force", "delete_ids", "max_chunks", "incremental", "lean", "keep_plan", "base_plan_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     QUERY_EMBEDDING_FIELD_NUMBER: _ClassVar[int]
@@ -353,6 +353,8 @@ class OptimizeRequest(_message.Message):
     MAX_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     INCREMENTAL_FIELD_NUMBER: _ClassVar[int]
     LEAN_FIELD_NUMBER: _ClassVar[int]
+    KEEP_PLAN_FIELD_NUMBER: _ClassVar[int]
+    BASE_PLAN_ID_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     query: str
     query_embedding: _containers.RepeatedScalarFieldContainer[float]
@@ -367,10 +369,12 @@ class OptimizeRequest(_message.Message):
     max_chunks: int
     incremental: bool
     lean: bool
-    def __init__(self, session_id: _Optional[str] = ..., query: _Optional[str] = ..., query_embedding: _Optional[_Iterable[float]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., roots: _Optional[_Union[Roots, _Mapping]] = ..., dry_run: _Optional[bool] = ..., weights: _Optional[_Union[Weights, _Mapping]] = ..., aggressive: _Optional[bool] = ..., strategy: _Optional[_Union[Strategy, str]] = ..., force: _Optional[bool] = ..., delete_ids: _Optional[_Iterable[str]] = ..., max_chunks: _Optional[int] = ..., incremental: _Optional[bool] = ..., lean: _Optional[bool] = ...) -> None: ...
+    keep_plan: bool
+    base_plan_id: str
+    def __init__(self, session_id: _Optional[str] = ..., query: _Optional[str] = ..., query_embedding: _Optional[_Iterable[float]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., roots: _Optional[_Union[Roots, _Mapping]] = ..., dry_run: _Optional[bool] = ..., weights: _Optional[_Union[Weights, _Mapping]] = ..., aggressive: _Optional[bool] = ..., strategy: _Optional[_Union[Strategy, str]] = ..., force: _Optional[bool] = ..., delete_ids: _Optional[_Iterable[str]] = ..., max_chunks: _Optional[int] = ..., incremental: _Optional[bool] = ..., lean: _Optional[bool] = ..., keep_plan: _Optional[bool] = ..., base_plan_id: _Optional[str] = ...) -> None: ...
 
 class OptimizeResponse(_message.Message):
-    __slots__ = ("kept_ids", "decisions", "tokens_before", "tokens_after", "target_tokens", "triggered", "feasible", "repairs", "server_ms", "explanation", "mandatory_tokens")
+    __slots__ = ("kept_ids", "decisions", "tokens_before", "tokens_after", "target_tokens", "triggered", "feasible", "repairs", "server_ms", "explanation", "mandatory_tokens", "plan_id", "base_plan_id", "kept_runs", "decision_runs", "decision_scores")
     KEPT_IDS_FIELD_NUMBER: _ClassVar[int]
     DECISIONS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_BEFORE_FIELD_NUMBER: _ClassVar[int]
@@ -382,6 +386,11 @@ class OptimizeResponse(_message.Message):
     SERVER_MS_FIELD_NUMBER: _ClassVar[int]
     EXPLANATION_FIELD_NUMBER: _ClassVar[int]
     MANDATORY_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    BASE_PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    KEPT_RUNS_FIELD_NUMBER: _ClassVar[int]
+    DECISION_RUNS_FIELD_NUMBER: _ClassVar[int]
+    DECISION_SCORES_FIELD_NUMBER: _ClassVar[int]
     kept_ids: _containers.RepeatedScalarFieldContainer[str]
     decisions: _containers.RepeatedCompositeFieldContainer[Decision]
     tokens_before: int
@@ -393,7 +402,12 @@ class OptimizeResponse(_message.Message):
     server_ms: float
     explanation: str
     mandatory_tokens: int
-    def __init__(self, kept_ids: _Optional[_Iterable[str]] = ..., decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., target_tokens: _Optional[int] = ..., triggered: _Optional[bool] = ..., feasible: _Optional[bool] = ..., repairs: _Optional[_Iterable[_Union[Repair, _Mapping]]] = ..., server_ms: _Optional[float] = ..., explanation: _Optional[str] = ..., mandatory_tokens: _Optional[int] = ...) -> None: ...
+    plan_id: str
+    base_plan_id: str
+    kept_runs: _containers.RepeatedScalarFieldContainer[int]
+    decision_runs: _containers.RepeatedScalarFieldContainer[int]
+    decision_scores: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, kept_ids: _Optional[_Iterable[str]] = ..., decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., target_tokens: _Optional[int] = ..., triggered: _Optional[bool] = ..., feasible: _Optional[bool] = ..., repairs: _Optional[_Iterable[_Union[Repair, _Mapping]]] = ..., server_ms: _Optional[float] = ..., explanation: _Optional[str] = ..., mandatory_tokens: _Optional[int] = ..., plan_id: _Optional[str] = ..., base_plan_id: _Optional[str] = ..., kept_runs: _Optional[_Iterable[int]] = ..., decision_runs: _Optional[_Iterable[int]] = ..., decision_scores: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class ChunkScore(_message.Message):
     __slots__ = ("chunk_id", "tokens", "breakdown")

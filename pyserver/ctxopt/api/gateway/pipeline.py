@@ -47,6 +47,7 @@ from ctxopt.api.gateway.formats.conversation import (
 from ctxopt.api.gateway.generations import Kind, minor_floor, promoted
 from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.gateway.projection import Call, Projection, Ref, project, tokens_as_sent
+from ctxopt.api.gateway.reuse import Bodies
 from ctxopt.api.gateway.schedule import Collection
 from ctxopt.api.gateway.sessions import SESSION_HEADER, namespace_of, session_of
 from ctxopt.api.gateway.state import ConversationState, ConversationStates
@@ -75,6 +76,7 @@ class Pipeline:
         self.config = config
         self.conversations = ConversationStates()
         self.threads = Threads()
+        self.bodies = Bodies()  # the last bodies parsed, for the next call's unchanged prefix
 
     def prepare(
         self, fmt: WireFormat, path: str, raw: bytes, headers: Mapping[str, str], owner: str
@@ -117,15 +119,13 @@ class Pipeline:
         *,
         shadow: bool,
     ) -> Prepared:
+        namespace = namespace_of(headers, owner)
+        header = headers.get(SESSION_HEADER, "")
         try:
-            body = orjson.loads(raw)
-            if not isinstance(body, dict):
-                raise ValueError("not a JSON object")
+            body = self.bodies.parse(raw, fmt.list_key, (owner, namespace, fmt.name, header))
             opening = fmt.opening(body)
         except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
             return Prepared(raw, Outcome.PASS_THROUGH, note=f"not parsed: {e}"[:200])
-        namespace = namespace_of(headers, owner)
-        header = headers.get(SESSION_HEADER, "")
         session_id = session_of(fmt.name, namespace, header, opening)
         followed = None
         try:

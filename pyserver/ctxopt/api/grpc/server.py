@@ -54,7 +54,7 @@ class Server:
                 # imported only when asked for: the MCP SDK takes a second to import
                 from ctxopt.api.mcp.server import serve_http
 
-                self._mcp, self.mcp_url = serve_http(self.engine, config)
+                self._mcp, self.mcp_url = serve_http(self.engine, self.usage, config)
         except BaseException:
             self._close_storage()
             raise

@@ -18,10 +18,11 @@ import grpc
 from google.protobuf.message import Message
 
 from ctxopt import validate
-from ctxopt.api.grpc import convert
+from ctxopt.api.grpc import convert, plan_delta
 from ctxopt.api.grpc.interceptors import current_owner
 from ctxopt.engine import Engine
 from ctxopt.errors import CtxoptError
+from ctxopt.model import Plan
 from ctxopt.usage import wire
 from ctxopt.usage.log import UsageLog
 from ctxopt.v1 import ctxopt_pb2 as pb
@@ -36,6 +37,7 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
     def __init__(self, engine: Engine, usage: UsageLog | None = None) -> None:
         self.engine = engine
         self.usage = usage  # the ledger Optimize calls are recorded in (None: not kept)
+        self.plans = plan_delta.PlanBook()  # plans kept for deltas (keep_plan)
 
     # ---- session chunks ---------------------------------------------------
 
@@ -77,13 +79,31 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
         self, request: pb.OptimizeRequest, context: grpc.ServicerContext
     ) -> pb.OptimizeResponse:
         def run(owner: str) -> pb.OptimizeResponse:
+            plan_delta.check_request(request.keep_plan, request.base_plan_id)
             options = convert.options_from_pb(request, self.engine.config)
             plan = self.engine.optimize(owner, request.session_id, options)
             if self.usage is not None:
-                self.usage.record_plan(owner, request.session_id, plan)
-            return convert.plan_to_pb(plan)
+                self.usage.record_plan(owner, request.session_id, plan, front="grpc")
+            if not request.keep_plan:
+                return convert.plan_to_pb(plan)
+            return self._kept_plan_pb(owner, request.session_id, request.base_plan_id, plan)
 
         return self._call("Optimize", context, request.session_id, 0, run)
+
+    def _kept_plan_pb(
+        self, owner: str, session_id: str, base_plan_id: str, plan: Plan
+    ) -> pb.OptimizeResponse:
+        """Keeps `plan` under a new id; a delta against `base_plan_id` while
+        that plan is still kept, else the whole plan."""
+        now = plan_delta.kept_plan(plan)
+        base = self.plans.get(owner, session_id, base_plan_id) if base_plan_id else None
+        if base is None:
+            response = convert.plan_to_pb(plan)
+        else:
+            response = plan_delta.delta_to_pb(plan, now, base)
+            response.base_plan_id = base_plan_id
+        response.plan_id = self.plans.keep(owner, session_id, now)
+        return response
 
     def Score(self, request: pb.ScoreRequest, context: grpc.ServicerContext) -> pb.ScoreResponse:
         def run(owner: str) -> pb.ScoreResponse:
@@ -107,7 +127,7 @@ class ContextOptimizerService(pb_grpc.ContextOptimizerServicer):
             options = convert.context_options_from_pb(request, self.engine.config)
             plan = self.engine.optimize_context(chunks, options)
             if self.usage is not None:
-                self.usage.record_plan(owner, "", plan)
+                self.usage.record_plan(owner, "", plan, front="grpc")
             return pb.OptimizeContextResponse(result=convert.plan_to_pb(plan))
 
         return self._call("OptimizeContext", context, "", len(request.chunks), run)

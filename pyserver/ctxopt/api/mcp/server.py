@@ -44,6 +44,7 @@ from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.errors import FailedPrecondition
 from ctxopt.model import ChunkKind, StashFilter
+from ctxopt.usage.log import UsageLog
 
 
 class _StrictServer(MCPServer):
@@ -216,8 +217,7 @@ def _close_on_signal(tools: ContextTools) -> None:
     def handler(_signum: int, _frame: object) -> None:
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
-        with tools.lock:
-            tools.engine.close()
+        tools.close()
         sys.stderr.flush()
         os._exit(0)
 
@@ -225,9 +225,9 @@ def _close_on_signal(tools: ContextTools) -> None:
         signal.signal(sig, handler)
 
 
-def serve_http(engine: Engine, config: Config) -> tuple[ContextTools, str]:
+def serve_http(engine: Engine, usage: UsageLog, config: Config) -> tuple[ContextTools, str]:
     """Serve the MCP tools over streamable HTTP at `config.mcp_addr` (path /mcp),
-    on a daemon thread, over an engine the gRPC server also uses; returns the
+    on a daemon thread, over an engine and usage ledger the gRPC server also uses; returns the
     tools, whose lock the caller takes to close the engine under them, and the
     URL (the port bound when the address asks for port 0).
 
@@ -251,7 +251,7 @@ def serve_http(engine: Engine, config: Config) -> tuple[ContextTools, str]:
         raise FailedPrecondition(
             "mcp_addr", config.mcp_addr, f"cannot bind ({err.strerror})"
         ) from None
-    tools = ContextTools(engine, initial_settings(config))
+    tools = ContextTools(engine, initial_settings(config), usage)
     # log_config=None: uvicorn's records go to the process's handler (logs.py)
     http = uvicorn.Server(
         uvicorn.Config(build_server(tools).streamable_http_app(host=bare_host), log_config=None)
@@ -272,12 +272,16 @@ def serve_stdio(config: Config) -> None:
     Raises FailedPrecondition when another ctxopt process holds the directory.
     """
     engine = Engine(config)
-    tools = ContextTools(engine, initial_settings(config))
+    try:
+        usage = UsageLog(engine.store.db_path, retention_days=config.usage_retention_days)
+    except BaseException:
+        engine.close()
+        raise
+    tools = ContextTools(engine, initial_settings(config), usage)
     _close_on_signal(tools)
     try:
         build_server(tools).run("stdio")
     finally:
         for sig in STOP_SIGNALS:  # closing now: a late signal must not close twice
             signal.signal(sig, signal.SIG_IGN)
-        with tools.lock:
-            engine.close()
+        tools.close()

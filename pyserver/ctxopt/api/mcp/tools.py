@@ -54,6 +54,7 @@ from ctxopt.model import (
     Weights,
 )
 from ctxopt.planner.result import idle_result
+from ctxopt.usage.log import UsageLog
 from ctxopt.v1 import ctxopt_pb2 as pb
 
 T = TypeVar("T")
@@ -68,6 +69,7 @@ class ContextTools:
 
     engine: Engine
     settings: GcSettings
+    usage: UsageLog  # `prune auto` leaves a row, as a gRPC Optimize does
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def call(self, action: Callable[[], T]) -> T:
@@ -77,6 +79,13 @@ class ContextTools:
                 return action()
             except CtxoptError as e:
                 raise ToolError(str(e)) from None
+
+    def close(self) -> None:
+        """Close the ledger, then the store, after the running tool call (stdio: the
+        tools own both; over HTTP the gRPC server closes them)."""
+        with self.lock:
+            self.usage.close()
+            self.engine.close()
 
     def configure(self, changes: dict[str, float | int]) -> GcSettings:
         settings = self.settings.model_copy(update=changes)
@@ -148,7 +157,9 @@ class ContextTools:
             if ids:
                 raise ToolError("ids: strategy 'auto' chooses the chunks itself; give no ids")
             options = self.collection(query, dry_run=False)
-            return _auto_result(self.engine.optimize(OWNER, session_id, options))
+            plan = self.engine.optimize(OWNER, session_id, options)
+            self.usage.record_plan(OWNER, session_id, plan, front="mcp")
+            return _auto_result(plan)
         if not ids:
             raise ToolError("ids: give the chunk ids to prune (or strategy 'auto')")
         before = self.engine.stats(OWNER, session_id).tokens

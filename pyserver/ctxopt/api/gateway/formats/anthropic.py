@@ -29,6 +29,7 @@ from ctxopt.api.gateway.formats.conversation import (
     build,
     digest,
     dump_text,
+    edits_by_message,
     text_of,
 )
 from ctxopt.model import ChunkKind, Role
@@ -46,6 +47,7 @@ _Slot = tuple[list[JsonObject], int, int, bool]
 
 class AnthropicMessages:
     name = "anthropic"
+    list_key = "messages"
 
     def opening(self, body: JsonObject) -> Any:
         messages = body["messages"]
@@ -68,11 +70,12 @@ class AnthropicMessages:
         dropped: frozenset[int],
     ) -> JsonObject:
         messages: list[JsonObject] = []
-        touched = {ref[0] for ref in edits} | dropped
+        grouped = edits_by_message(edits)
         last_kept: _Slot | None = None  # where a removed block's cache marker moves to
         for index, message in enumerate(body["messages"]):
             content = message.get("content")
-            if index not in touched:
+            mine = grouped.get(index)
+            if mine is None and index not in dropped:
                 messages.append(message)
                 # a system message's blocks never take a marker: they stay as sent
                 if isinstance(content, list) and content and message.get("role") != _SYSTEM_ROLE:
@@ -89,15 +92,26 @@ class AnthropicMessages:
                     out["content"] = edit.text
                 messages.append(out)
                 continue
-            blocks: list[JsonObject] = []
-            messages.append({**message, "content": blocks})
-            for position, block in enumerate(content):
-                edit = edits.get((index, position))
-                if edit is not None and edit.text is None:
-                    _move_marker(block, last_kept)
-                    continue
-                blocks.append(block if edit is None else _rewritten(block, edit.text or ""))
-                last_kept = (messages, len(messages) - 1, len(blocks) - 1, True)
+            reused = conversation.renders.get(index, message, mine or ())
+            if reused is not None:
+                messages.append(reused)
+            else:
+                blocks: list[JsonObject] = []
+                messages.append({**message, "content": blocks})
+                moves = False  # a marker leaving this message: then it is not reused
+                for position, block in enumerate(content):
+                    edit = edits.get((index, position))
+                    if edit is not None and edit.text is None:
+                        moves = moves or (isinstance(block, dict) and "cache_control" in block)
+                        _move_marker(block, last_kept)
+                        continue
+                    blocks.append(block if edit is None else _rewritten(block, edit.text or ""))
+                    last_kept = (messages, len(messages) - 1, len(blocks) - 1, True)
+                if not moves:
+                    conversation.renders.put(index, message, mine or (), messages[-1])
+            kept = messages[-1]["content"]
+            if kept:  # shared with the next call from now on: later markers copy it
+                last_kept = (messages, len(messages) - 1, len(kept) - 1, False)
         return {**body, "messages": messages}
 
     def violations(self, body: JsonObject) -> list[str]:

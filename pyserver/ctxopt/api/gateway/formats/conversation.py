@@ -55,6 +55,64 @@ class Turn:
     key: str = ""  # its content's digest, once computed (sessions.trail_of)
 
 
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """A block's new content; `text` None drops the block; on a call block any
+    text empties its arguments (the step's result placeholder restores it)."""
+
+    text: str | None
+
+
+MessageEdits = tuple[tuple[tuple[int, int], Edit], ...]
+
+
+class Renders:
+    """Each raw message as the last call rendered it, for the next call to reuse:
+    an entry holds only for the same message object (reuse.py hands the
+    unchanged prefix over as the same objects) under equal edits, so a host that
+    edited a message or a decision that changed renders it again. Rendered
+    messages are shared between calls: nothing may mutate them."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[Any, MessageEdits, Any]] = {}
+
+    def get(self, index: int, message: Any, edits: MessageEdits) -> Any | None:
+        entry = self._entries.get(index)
+        if entry is not None and entry[0] is message and entry[1] == edits:
+            return entry[2]
+        return None
+
+    def put(self, index: int, message: Any, edits: MessageEdits, rendered: Any) -> None:
+        self._entries[index] = (message, edits, rendered)
+
+
+def edits_by_message(edits: Mapping[tuple[int, int], Edit]) -> dict[int, MessageEdits]:
+    """The edits of each raw message (by `Block.ref`'s first index), in order."""
+    grouped: dict[int, list[tuple[tuple[int, int], Edit]]] = {}
+    for ref, edit in edits.items():
+        grouped.setdefault(ref[0], []).append((ref, edit))
+    return {index: tuple(pairs) for index, pairs in grouped.items()}
+
+
+def edited_parts(
+    index: int,
+    parts: Sequence[Any],
+    edits: Mapping[tuple[int, int], Edit],
+    rewrite: Callable[[Any, str], Any],
+) -> list[Any]:
+    """Message `index`'s parts with their edits applied: an edit's text takes
+    its part's place (`rewrite(part, text)` makes the new part), an edit of
+    None drops the part, a part without an edit stays as it is."""
+    edited = []
+    for position, part in enumerate(parts):
+        edit = edits.get((index, position))
+        if edit is None:
+            edited.append(part)
+        elif edit.text is not None:
+            edited.append(rewrite(part, edit.text))
+    return edited
+
+
 @dataclass(slots=True)
 class Conversation:
     model: str
@@ -65,6 +123,7 @@ class Conversation:
     raw_turns: list[Any] = field(default_factory=list)
     frame_raw: list[tuple[ChunkKind, Any]] = field(default_factory=list)
     reused: int = 0
+    renders: Renders = field(default_factory=Renders)  # carried from call to call
 
 
 def build(
@@ -88,25 +147,24 @@ def build(
     same = 0
     if previous is not None:
         limit = min(len(raw_turns), len(previous.raw_turns))
-        while same < limit and raw_turns[same] == previous.raw_turns[same]:
+        while same < limit and _same(raw_turns[same], previous.raw_turns[same]):
             same += 1
     old = previous.turns[:same] if previous is not None else []
     turns = old + [make_turn(i, raw_turns[i]) for i in range(same, len(raw_turns))]
-    return Conversation(model, frame, turns, raw_turns, frame_raw, same)
+    renders = previous.renders if previous is not None else Renders()
+    return Conversation(model, frame, turns, raw_turns, frame_raw, same, renders)
 
 
-@dataclass(frozen=True, slots=True)
-class Edit:
-    """A block's new content; `text` None drops the block; on a call block any
-    text empties its arguments (the step's result placeholder restores it)."""
-
-    text: str | None
+def _same(value: Any, before: Any) -> bool:
+    """Equal JSON; the same object when reuse.py spliced it from the last body."""
+    return value is before or value == before
 
 
 class WireFormat(Protocol):
     """One provider's message shape: parse, render, and that provider's rules."""
 
     name: str
+    list_key: str  # the body's top-level list of messages (or items, contents)
 
     def opening(self, body: JsonObject) -> Any:
         """What starts the conversation (system prompt, first message): the

@@ -25,6 +25,8 @@ from ctxopt.api.gateway.formats.conversation import (
     build,
     digest,
     dump_text,
+    edited_parts,
+    edits_by_message,
 )
 from ctxopt.model import ChunkKind, Role
 
@@ -34,6 +36,7 @@ _ROLES = {"user": Role.USER, "model": Role.MODEL, "function": Role.USER}
 
 class GeminiContents:
     name = "gemini"
+    list_key = "contents"
 
     def opening(self, body: JsonObject) -> Any:
         contents = body["contents"]
@@ -57,20 +60,21 @@ class GeminiContents:
         dropped: frozenset[int],
     ) -> JsonObject:
         contents: list[Any] = []
+        grouped = edits_by_message(edits)
         for index, content in enumerate(body["contents"]):
+            mine = grouped.get(index)
             if index in dropped:
                 continue
             parts = content.get("parts") or []
-            if any((index, p) in edits for p in range(len(parts))):
-                rewritten = []
-                for position, part in enumerate(parts):
-                    edit = edits.get((index, position))
-                    if edit is None:
-                        rewritten.append(part)
-                    elif edit.text is not None:
-                        rewritten.append(_rewritten(part, edit.text))
-                content = {**content, "parts": rewritten or [{"text": "[ctxopt: removed]"}]}
-            contents.append(content)
+            if mine is None or not any((index, p) in edits for p in range(len(parts))):
+                contents.append(content)
+                continue
+            out = conversation.renders.get(index, content, mine)
+            if out is None:
+                rewritten = edited_parts(index, parts, edits, _rewritten)
+                out = {**content, "parts": rewritten or [{"text": "[ctxopt: removed]"}]}
+                conversation.renders.put(index, content, mine, out)
+            contents.append(out)
         return {**body, "contents": contents}
 
     def violations(self, body: JsonObject) -> list[str]:

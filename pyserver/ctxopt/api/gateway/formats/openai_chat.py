@@ -17,11 +17,14 @@ from ctxopt.api.gateway.formats.conversation import (
     Conversation,
     Edit,
     JsonObject,
+    MessageEdits,
     Rewrite,
     Turn,
     build,
     digest,
     dump_text,
+    edited_parts,
+    edits_by_message,
     text_of,
 )
 from ctxopt.model import ChunkKind, Role
@@ -37,6 +40,7 @@ SEGMENT_REF = -1_000_000
 
 class OpenAIChat:
     name = "openai-chat"
+    list_key = "messages"
 
     def opening(self, body: JsonObject) -> Any:
         return body["messages"][:2]
@@ -59,36 +63,19 @@ class OpenAIChat:
         dropped: frozenset[int],
     ) -> JsonObject:
         messages: list[Any] = []
-        segmented = {i for i, part in edits if part <= SEGMENT_REF}
+        grouped = edits_by_message(edits)
         for index, message in enumerate(body["messages"]):
+            mine = grouped.get(index)
             if index in dropped:
                 continue
-            calls = message.get("tool_calls") or []
-            if any((index, CALL_REF - k) in edits for k in range(len(calls))):
-                message = {
-                    **message,
-                    "tool_calls": [
-                        _emptied(c) if (index, CALL_REF - k) in edits else c
-                        for k, c in enumerate(calls)
-                    ],
-                }
-            whole = edits.get((index, -1))
-            if whole is not None:
-                messages.append({**message, "content": whole.text})
+            if mine is None:
+                messages.append(message)
                 continue
-            content = message.get("content")
-            if index in segmented and isinstance(content, str):
-                message = {**message, "content": _segments_edited(index, content, edits)}
-            if isinstance(content, list) and any((index, p) in edits for p in range(len(content))):
-                parts = []
-                for position, part in enumerate(content):
-                    edit = edits.get((index, position))
-                    if edit is None:
-                        parts.append(part)
-                    elif edit.text is not None:
-                        parts.append({"type": "text", "text": edit.text})
-                message = {**message, "content": parts or None}
-            messages.append(message)
+            out = conversation.renders.get(index, message, mine)
+            if out is None:
+                out = _edited(index, message, edits, mine)
+                conversation.renders.put(index, message, mine, out)
+            messages.append(out)
         return {**body, "messages": messages}
 
     def violations(self, body: JsonObject) -> list[str]:
@@ -155,6 +142,30 @@ def _turn(index: int, message: Any) -> Turn:
     if not blocks:
         blocks.append(Block(ChunkKind.MESSAGE, dump_text(message), Rewrite.NEVER, ref=(index, -2)))
     return Turn(_ROLES[role], blocks, items=(index,))
+
+
+def _edited(
+    index: int, message: Any, edits: Mapping[tuple[int, int], Edit], mine: MessageEdits
+) -> Any:
+    """A message with its edits (`mine`, all of them for this message) applied."""
+    calls = message.get("tool_calls") or []
+    if any((index, CALL_REF - k) in edits for k in range(len(calls))):
+        message = {
+            **message,
+            "tool_calls": [
+                _emptied(c) if (index, CALL_REF - k) in edits else c for k, c in enumerate(calls)
+            ],
+        }
+    whole = edits.get((index, -1))
+    if whole is not None:
+        return {**message, "content": whole.text}
+    content = message.get("content")
+    if any(part <= SEGMENT_REF for (_, part), _ in mine) and isinstance(content, str):
+        message = {**message, "content": _segments_edited(index, content, edits)}
+    if isinstance(content, list) and any((index, p) in edits for p in range(len(content))):
+        parts = edited_parts(index, content, edits, lambda _, text: {"type": "text", "text": text})
+        message = {**message, "content": parts or None}
+    return message
 
 
 def _segments_edited(index: int, content: str, edits: Mapping[tuple[int, int], Edit]) -> str:

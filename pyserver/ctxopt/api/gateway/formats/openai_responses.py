@@ -13,6 +13,7 @@ drop together.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,8 @@ from ctxopt.api.gateway.formats.conversation import (
     build,
     digest,
     dump_text,
+    edited_parts,
+    edits_by_message,
     text_of,
 )
 from ctxopt.model import ChunkKind, Role
@@ -39,6 +42,7 @@ _LOCKED = ("system", "developer")
 
 class OpenAIResponses:
     name = "openai-responses"
+    list_key = "input"
 
     def opening(self, body: JsonObject) -> Any:
         items = body.get("input")
@@ -58,7 +62,8 @@ class OpenAIResponses:
             (ChunkKind.SYSTEM, body.get("instructions")),
             (ChunkKind.TOOL_SCHEMA, body.get("tools")),
         ]
-        conversation = build(str(body.get("model", "")), frame, _groups(items), _turn, previous)
+        groups = _groups(items, previous.raw_turns if previous is not None else [])
+        conversation = build(str(body.get("model", "")), frame, groups, _turn, previous)
         return aider.annotate(conversation)
 
     def render(
@@ -69,37 +74,22 @@ class OpenAIResponses:
         dropped: frozenset[int],
     ) -> JsonObject:
         items: list[Any] = []
+        grouped = edits_by_message(edits)
         for index, item in enumerate(body["input"]):
+            mine = grouped.get(index)
             if index in dropped:
                 continue
-            whole = edits.get((index, -1))
-            if whole is not None and item.get("type") in _CALLS:
-                key = "arguments" if item.get("type") == "function_call" else "input"
-                items.append({**item, key: "{}" if key == "arguments" else ""})
+            if mine is None:
+                items.append(item)
                 continue
-            if whole is not None and whole.text is not None:
-                key = "output" if item.get("type") in _OUTPUTS else "content"
-                items.append({**item, key: whole.text})
-                continue
-            if whole is not None and _droppable(items):
-                continue
-            content = item.get("content")
-            if isinstance(content, list) and any((index, p) in edits for p in range(len(content))):
-                parts = []
-                for position, part in enumerate(content):
-                    edit = edits.get((index, position))
-                    if edit is None:
-                        parts.append(part)
-                    elif edit.text is not None:
-                        kind = "output_text" if item.get("role") == "assistant" else "input_text"
-                        parts.append({"type": kind, "text": edit.text})
-                if not parts and _droppable(items):
+            out = conversation.renders.get(index, item, mine)
+            if out is None:
+                out, own = _edited(index, item, edits, items)
+                if out is None:
                     continue
-                item = {
-                    **item,
-                    "content": parts or [{"type": "output_text", "text": "[ctxopt: removed]"}],
-                }
-            items.append(item)
+                if own:
+                    conversation.renders.put(index, item, mine, out)
+            items.append(out)
         return {**body, "input": items}
 
     def violations(self, body: JsonObject) -> list[str]:
@@ -138,11 +128,25 @@ class OpenAIResponses:
         return None
 
 
-def _groups(items: list[Any]) -> list[list[tuple[int, Any]]]:
-    """Consecutive items of one side, each with its index: one turn each."""
+def _groups(items: list[Any], before: list[Any]) -> list[list[tuple[int, Any]]]:
+    """Consecutive items of one side, each with its index: one turn each. The
+    last call's groups (`before`) are taken as they are while their items are
+    the same objects (reuse.py hands them over) and so is the first item of the
+    group after them, which therefore starts a group again."""
     groups: list[list[tuple[int, Any]]] = []
+    for group, following in itertools.pairwise(before):
+        head = following[0]
+        if head[0] >= len(items) or items[head[0]] is not head[1]:
+            break
+        if any(items[index] is not item for index, item in group):
+            break
+        groups.append(group)
     last: tuple[Role, bool] | None = None
-    for index, item in enumerate(items):
+    if groups:
+        item = groups[-1][-1][1]
+        last = (_side(item), isinstance(item, dict) and item.get("role") in _LOCKED)
+    for index in range(groups[-1][-1][0] + 1 if groups else 0, len(items)):
+        item = items[index]
         locked = isinstance(item, dict) and item.get("role") in _LOCKED
         side = (_side(item), locked)
         if groups and not locked and side == last:
@@ -160,6 +164,32 @@ def _turn(position: int, group: list[tuple[int, Any]]) -> Turn:
         role, locked, found = _item(index, item)
         blocks.extend(found)
     return Turn(role, blocks, locked, tuple(index for index, _ in group))
+
+
+def _edited(
+    index: int, item: Any, edits: Mapping[tuple[int, int], Edit], before: list[Any]
+) -> tuple[Any, bool]:
+    """The item with its edits applied (None: it goes whole), and whether that is
+    the item's own outcome: not when it depended on the items `before` it."""
+    whole = edits.get((index, -1))
+    if whole is not None and item.get("type") in _CALLS:
+        key = "arguments" if item.get("type") == "function_call" else "input"
+        return {**item, key: "{}" if key == "arguments" else ""}, True
+    if whole is not None and whole.text is not None:
+        key = "output" if item.get("type") in _OUTPUTS else "content"
+        return {**item, key: whole.text}, True
+    own = whole is None
+    if not own and _droppable(before):
+        return None, False
+    content = item.get("content")
+    if isinstance(content, list) and any((index, p) in edits for p in range(len(content))):
+        kind = "output_text" if item.get("role") == "assistant" else "input_text"
+        parts = edited_parts(index, content, edits, lambda _, text: {"type": kind, "text": text})
+        if not parts and _droppable(before):
+            return None, False
+        removed = [{"type": "output_text", "text": "[ctxopt: removed]"}]
+        return {**item, "content": parts or removed}, own and bool(parts)
+    return item, own
 
 
 def _droppable(kept: list[Any]) -> bool:

@@ -764,6 +764,19 @@ export interface OptimizeRequest {
    * stay). For hot paths that apply the plan without explaining it.
    */
   lean: boolean;
+  /**
+   * Plan deltas. Set: the server keeps this plan (the last few per session,
+   * bounded) under OptimizeResponse.plan_id, to be named as base_plan_id
+   * next time. Unset: no id and nothing kept, the full plan as always.
+   */
+  keepPlan: boolean;
+  /**
+   * A plan_id this server answered for this session: the plan the client
+   * holds (needs keep_plan; at most 64 letters, digits, '-' or '_'). While
+   * the server still keeps that plan, the answer is a delta against it
+   * (OptimizeResponse.base_plan_id says so); otherwise a full plan.
+   */
+  basePlanId: string;
 }
 
 /** Response of Optimize: the plan. */
@@ -795,6 +808,34 @@ export interface OptimizeResponse {
   explanation: string;
   /** Tokens of chunks that may not be removed (LOCKED, pinned, roots). */
   mandatoryTokens: number;
+  /** The id the server keeps this plan under (keep_plan was set). */
+  planId: string;
+  /**
+   * Set: this response is a delta against that plan (the request's
+   * base_plan_id). kept_ids and decisions then hold only what the runs below
+   * take from them; the other fields are whole. The plan is rebuilt as:
+   *   kept_ids  = the pieces kept_runs names, in order;
+   *   decisions = the pieces decision_runs names, in order, each with the
+   *               score decision_scores gives it when that list is not empty.
+   */
+  basePlanId: string;
+  /**
+   * Delta only: pairs (start, count). start >= 0 copies the base plan's
+   * kept_ids[start, start + count); start = -1 takes the next count entries of
+   * this response's kept_ids.
+   */
+  keptRuns: number[];
+  /**
+   * Delta only: the same pairs over the base plan's decisions and this
+   * response's decisions.
+   */
+  decisionRuns: number[];
+  /**
+   * Delta only: every rebuilt decision's score, in order; empty when each
+   * already has its score (as a session grows, most decisions change in
+   * score alone, so scores travel apart from the rest).
+   */
+  decisionScores: number[];
 }
 
 /** Score of one chunk. */
@@ -3569,6 +3610,8 @@ function createBaseOptimizeRequest(): OptimizeRequest {
     maxChunks: 0,
     incremental: false,
     lean: false,
+    keepPlan: false,
+    basePlanId: "",
   };
 }
 
@@ -3619,6 +3662,12 @@ export const OptimizeRequest: MessageFns<OptimizeRequest> = {
     }
     if (message.lean !== false) {
       writer.uint32(112).bool(message.lean);
+    }
+    if (message.keepPlan !== false) {
+      writer.uint32(120).bool(message.keepPlan);
+    }
+    if (message.basePlanId !== "") {
+      writer.uint32(130).string(message.basePlanId);
     }
     return writer;
   },
@@ -3758,6 +3807,22 @@ export const OptimizeRequest: MessageFns<OptimizeRequest> = {
             message.lean = reader.bool();
             continue;
           }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.keepPlan = reader.bool();
+            continue;
+          }
+          case 16: {
+            if (tag !== 130) {
+              break;
+            }
+
+            message.basePlanId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3806,6 +3871,16 @@ export const OptimizeRequest: MessageFns<OptimizeRequest> = {
         : 0,
       incremental: isSet(object.incremental) ? globalThis.Boolean(object.incremental) : false,
       lean: isSet(object.lean) ? globalThis.Boolean(object.lean) : false,
+      keepPlan: isSet(object.keepPlan)
+        ? globalThis.Boolean(object.keepPlan)
+        : isSet(object.keep_plan)
+        ? globalThis.Boolean(object.keep_plan)
+        : false,
+      basePlanId: isSet(object.basePlanId)
+        ? globalThis.String(object.basePlanId)
+        : isSet(object.base_plan_id)
+        ? globalThis.String(object.base_plan_id)
+        : "",
     };
   },
 
@@ -3853,6 +3928,12 @@ export const OptimizeRequest: MessageFns<OptimizeRequest> = {
     if (message.lean !== false) {
       obj.lean = message.lean;
     }
+    if (message.keepPlan !== false) {
+      obj.keepPlan = message.keepPlan;
+    }
+    if (message.basePlanId !== "") {
+      obj.basePlanId = message.basePlanId;
+    }
     return obj;
   },
 
@@ -3879,6 +3960,8 @@ export const OptimizeRequest: MessageFns<OptimizeRequest> = {
     message.maxChunks = object.maxChunks ?? 0;
     message.incremental = object.incremental ?? false;
     message.lean = object.lean ?? false;
+    message.keepPlan = object.keepPlan ?? false;
+    message.basePlanId = object.basePlanId ?? "";
     return message;
   },
 };
@@ -3896,6 +3979,11 @@ function createBaseOptimizeResponse(): OptimizeResponse {
     serverMs: 0,
     explanation: "",
     mandatoryTokens: 0,
+    planId: "",
+    basePlanId: "",
+    keptRuns: [],
+    decisionRuns: [],
+    decisionScores: [],
   };
 }
 
@@ -3933,6 +4021,33 @@ export const OptimizeResponse: MessageFns<OptimizeResponse> = {
     }
     if (message.mandatoryTokens !== 0) {
       writer.uint32(88).int64(message.mandatoryTokens);
+    }
+    if (message.planId !== "") {
+      writer.uint32(98).string(message.planId);
+    }
+    if (message.basePlanId !== "") {
+      writer.uint32(106).string(message.basePlanId);
+    }
+    if (message.keptRuns.length !== 0) {
+      writer.uint32(114).fork();
+      for (const v of message.keptRuns) {
+        writer.sint32(v);
+      }
+      writer.join();
+    }
+    if (message.decisionRuns.length !== 0) {
+      writer.uint32(122).fork();
+      for (const v of message.decisionRuns) {
+        writer.sint32(v);
+      }
+      writer.join();
+    }
+    if (message.decisionScores.length !== 0) {
+      writer.uint32(130).fork();
+      for (const v of message.decisionScores) {
+        writer.double(v);
+      }
+      writer.join();
     }
     return writer;
   },
@@ -4038,6 +4153,76 @@ export const OptimizeResponse: MessageFns<OptimizeResponse> = {
             message.mandatoryTokens = longToNumber(reader.int64());
             continue;
           }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.planId = reader.string();
+            continue;
+          }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.basePlanId = reader.string();
+            continue;
+          }
+          case 14: {
+            if (tag === 112) {
+              message.keptRuns.push(reader.sint32());
+
+              continue;
+            }
+
+            if (tag === 114) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.keptRuns.push(reader.sint32());
+              }
+
+              continue;
+            }
+
+            break;
+          }
+          case 15: {
+            if (tag === 120) {
+              message.decisionRuns.push(reader.sint32());
+
+              continue;
+            }
+
+            if (tag === 122) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.decisionRuns.push(reader.sint32());
+              }
+
+              continue;
+            }
+
+            break;
+          }
+          case 16: {
+            if (tag === 129) {
+              message.decisionScores.push(reader.double());
+
+              continue;
+            }
+
+            if (tag === 130) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.decisionScores.push(reader.double());
+              }
+
+              continue;
+            }
+
+            break;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4091,6 +4276,31 @@ export const OptimizeResponse: MessageFns<OptimizeResponse> = {
         : isSet(object.mandatory_tokens)
         ? globalThis.Number(object.mandatory_tokens)
         : 0,
+      planId: isSet(object.planId)
+        ? globalThis.String(object.planId)
+        : isSet(object.plan_id)
+        ? globalThis.String(object.plan_id)
+        : "",
+      basePlanId: isSet(object.basePlanId)
+        ? globalThis.String(object.basePlanId)
+        : isSet(object.base_plan_id)
+        ? globalThis.String(object.base_plan_id)
+        : "",
+      keptRuns: globalThis.Array.isArray(object?.keptRuns)
+        ? object.keptRuns.map((e: any) => globalThis.Number(e))
+        : globalThis.Array.isArray(object?.kept_runs)
+        ? object.kept_runs.map((e: any) => globalThis.Number(e))
+        : [],
+      decisionRuns: globalThis.Array.isArray(object?.decisionRuns)
+        ? object.decisionRuns.map((e: any) => globalThis.Number(e))
+        : globalThis.Array.isArray(object?.decision_runs)
+        ? object.decision_runs.map((e: any) => globalThis.Number(e))
+        : [],
+      decisionScores: globalThis.Array.isArray(object?.decisionScores)
+        ? object.decisionScores.map((e: any) => globalThis.Number(e))
+        : globalThis.Array.isArray(object?.decision_scores)
+        ? object.decision_scores.map((e: any) => globalThis.Number(e))
+        : [],
     };
   },
 
@@ -4129,6 +4339,21 @@ export const OptimizeResponse: MessageFns<OptimizeResponse> = {
     if (message.mandatoryTokens !== 0) {
       obj.mandatoryTokens = Math.round(message.mandatoryTokens);
     }
+    if (message.planId !== "") {
+      obj.planId = message.planId;
+    }
+    if (message.basePlanId !== "") {
+      obj.basePlanId = message.basePlanId;
+    }
+    if (message.keptRuns?.length) {
+      obj.keptRuns = message.keptRuns.map((e) => Math.round(e));
+    }
+    if (message.decisionRuns?.length) {
+      obj.decisionRuns = message.decisionRuns.map((e) => Math.round(e));
+    }
+    if (message.decisionScores?.length) {
+      obj.decisionScores = message.decisionScores.map((e) => floatToJson(e));
+    }
     return obj;
   },
 
@@ -4148,6 +4373,11 @@ export const OptimizeResponse: MessageFns<OptimizeResponse> = {
     message.serverMs = object.serverMs ?? 0;
     message.explanation = object.explanation ?? "";
     message.mandatoryTokens = object.mandatoryTokens ?? 0;
+    message.planId = object.planId ?? "";
+    message.basePlanId = object.basePlanId ?? "";
+    message.keptRuns = object.keptRuns?.map((e) => e) || [];
+    message.decisionRuns = object.decisionRuns?.map((e) => e) || [];
+    message.decisionScores = object.decisionScores?.map((e) => e) || [];
     return message;
   },
 };
