@@ -87,7 +87,8 @@ def session_digests(size: int, texts: list[str], data_dir: Path) -> list[tuple[s
     step = max(size // 6, 1)
     for start in range(0, size, step):
         engine.append("", SESSION, batch[start : start + step])
-        record(f"after append to {start + step}", lambda: engine.optimize("", SESSION, options()))
+        grown = f"after append to {min(start + step, size)}"
+        record(grown, lambda: engine.optimize("", SESSION, options()))
     record("again", lambda: engine.optimize("", SESSION, options()))
     for i, query in enumerate(OTHER_QUERIES):
         record(f"query {i}", lambda q=query: engine.optimize("", SESSION, options(q)))  # type: ignore[misc]

@@ -78,7 +78,12 @@ class Collector:
             view,
             options,
             scores,
-            TextTools(trim=trim, count_tokens=self.counter.count, book=book),
+            TextTools(
+                trim=trim,
+                count_tokens=self.counter.count,
+                book=book,
+                reuse_key=(self.trimmer, query_terms),
+            ),
             tuning=self.tuning,
             incremental_batch=options.incremental_batch or self.config.incremental_batch,
             old_generation_after=self.config.old_generation_after,

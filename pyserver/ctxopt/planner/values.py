@@ -15,6 +15,7 @@ import numpy.typing as npt
 from ctxopt.model import Action, ChunkKind, OptimizeOptions, Strategy
 from ctxopt.planner.knobs import Tuning
 from ctxopt.planner.line_levels import output_levels
+from ctxopt.planner.reuse import LastResult, frozen, stamp
 from ctxopt.planner.texts import (
     anchored_excerpt,
     masked,
@@ -48,11 +49,15 @@ TokenCount = Callable[[str], int]
 @dataclass(frozen=True, slots=True)
 class TextTools:
     """What a plan makes shrunk texts with: the query-aware trimmer, the token
-    counter, and the session's line book (None for the truncate strategy)."""
+    counter, and the session's line book (None for the truncate strategy).
+    `reuse_key` names what `trim` is a function of besides its arguments;
+    with one, a plan of an unchanged session reuses the last plan's shrunk
+    texts (`reuse`) when the keys are equal; None never reuses."""
 
     trim: Trim
     count_tokens: TokenCount
     book: LineBook | None
+    reuse_key: object = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -189,7 +194,56 @@ def _summary_covered(session: SessionView) -> npt.NDArray[np.bool_]:
     return covered
 
 
+_last_shrinks: LastResult[_Shrinks] = LastResult()
+
+
 def _shrink_options(
+    session: SessionView,
+    options: OptimizeOptions,
+    tuning: Tuning,
+    tools: TextTools,
+    root: npt.NDArray[np.bool_],
+) -> _Shrinks:
+    """`_made_shrinks`, or the session's last plan's when nothing it reads
+    changed: the texts (their versions), the columns it reads, the query and
+    the knobs. A warm plan of an unchanged session then skips every output's
+    line work and every TRIM and MASK text (most of its time otherwise)."""
+    book = tools.book
+    if book is None or tools.reuse_key is None:
+        return _made_shrinks(session, options, tuning, tools, root)
+    n = session.n_slots
+    cols = session.columns
+    now = stamp(
+        (
+            session.index.version,
+            book.version,
+            n,
+            options.query,
+            options.strategy,
+            options.aggressive,
+            tuning,
+            tools.reuse_key,
+            tools.count_tokens,
+        ),
+        cols.tokens[:n],
+        cols.alive[:n],
+        cols.lines[:n],
+        cols.kind[:n],
+        cols.role[:n],
+        root[:n],
+    )
+    found = _last_shrinks.get(book, now)
+    if found is not None:
+        return found
+    made = _made_shrinks(session, options, tuning, tools, root)
+    for array in (made.tokens, made.action, made.anchored, made.lined, made.tight_tokens):
+        frozen(array)
+    frozen(made.tight_kept)
+    _last_shrinks.put(book, now, made)
+    return made
+
+
+def _made_shrinks(
     session: SessionView,
     options: OptimizeOptions,
     tuning: Tuning,

@@ -11,7 +11,9 @@ chunks in Python.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+from weakref import WeakKeyDictionary
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +24,7 @@ from ctxopt.scoring.embedding import cosine
 from ctxopt.scoring.recency import recency
 from ctxopt.scoring.structure import structure_term
 from ctxopt.session import SessionView
+from ctxopt.text.bm25 import TermIndex
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -110,6 +113,45 @@ def expanded_relevance(
     return grown / float(grown.max())
 
 
+# per index, the last query's relevance and what it was made from: a warm plan
+# of an unchanged session asks again with the same terms (the index's version
+# bumps on every change of a text, so a stale entry never matches)
+_last_relevance: WeakKeyDictionary[TermIndex, tuple[tuple[object, ...], FloatArray]] = (
+    WeakKeyDictionary()
+)
+_last_relevance_lock = threading.Lock()
+
+
+def query_relevance(
+    session: SessionView,
+    query_terms: list[str],
+    *,
+    weight: float,
+    top_docs: int,
+    added_terms: int,
+) -> FloatArray:
+    """`expanded_relevance` of the normalised BM25, read-only, reused while
+    the index and the request stay the same."""
+    index = session.index
+    key = (index.version, session.n_slots, tuple(query_terms), weight, top_docs, added_terms)
+    with _last_relevance_lock:
+        found = _last_relevance.get(index)
+    if found is not None and found[0] == key:
+        return found[1]
+    relevance = expanded_relevance(
+        session,
+        query_terms,
+        normalised_bm25(session, query_terms),
+        weight=weight,
+        top_docs=top_docs,
+        added_terms=added_terms,
+    )
+    relevance.setflags(write=False)  # later plans read it: nobody may write into it
+    with _last_relevance_lock:
+        _last_relevance[index] = (key, relevance)
+    return relevance
+
+
 def spread_to_neighbours(
     relevance: FloatArray, live: npt.NDArray[np.intp], share: float
 ) -> FloatArray:
@@ -145,10 +187,9 @@ def score_session(
     n = session.n_slots
     cols = session.columns
     alive = cols.alive[:n]
-    relevance = expanded_relevance(
+    relevance = query_relevance(
         session,
         query_terms,
-        normalised_bm25(session, query_terms),
         weight=feedback_weight,
         top_docs=feedback_docs,
         added_terms=feedback_terms,

@@ -73,6 +73,9 @@ class _TermIds(dict[str, int]):
 class TermIndex(Protocol):
     """What readers of a session's index may call (the writer is the session)."""
 
+    @property
+    def version(self) -> int: ...
+
     def document_frequency(self, term: str) -> int: ...
 
     def scores(self, query_terms: Sequence[str], n_slots: int) -> FloatArray: ...
