@@ -205,9 +205,11 @@ def _shrink_options(
     root: npt.NDArray[np.bool_],
 ) -> _Shrinks:
     """`_made_shrinks`, or the session's last plan's when nothing it reads
-    changed: the texts (their versions), the columns it reads, the query and
-    the knobs. A warm plan of an unchanged session then skips every output's
-    line work and every TRIM and MASK text (most of its time otherwise)."""
+    changed: the texts (their versions), the entries (a chunk upserted with
+    the same text keeps the index's version but may name another stash), the
+    columns it reads, the query and the knobs. A warm plan of an unchanged
+    session then skips every output's line work and every TRIM and MASK text
+    (most of its time otherwise)."""
     book = tools.book
     if book is None or tools.reuse_key is None:
         return _made_shrinks(session, options, tuning, tools, root)
@@ -218,6 +220,7 @@ def _shrink_options(
             session.index.version,
             book.version,
             n,
+            tuple(session.entries.values()),  # equal when each is the same object
             options.query,
             options.strategy,
             options.aggressive,
