@@ -5,10 +5,19 @@ plans and whatever the query."""
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
+import pytest
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.model import Chunk, ChunkKind, Plan, Role
+from ctxopt.planner import line_levels
 from ctxopt.planner.knobs import Tuning
+from ctxopt.scoring import line_value
+from ctxopt.scoring.line_facts import SessionFacts
+from ctxopt.scoring.line_value import LineWeights
+from ctxopt.text.analyzer import Analyzer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -78,3 +87,51 @@ def test_a_growing_session_plans_as_a_fresh_engine_would(
         assert shown(plan_of(growing, query)) == shown(plan_of(fresh, query)), step
         fresh.close()
     growing.close()
+
+
+def test_an_output_with_one_query_term_keeps_its_excerpt_as_the_session_grows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every append moves each query term's rarity a little; an output holding
+    one of the terms scores its lines the same, so its excerpt is not made
+    again (it was, when the key held the raw rarity)."""
+    scored: list[int] = []
+    score = line_value.line_scores
+
+    def counted(*args: Any) -> list[float]:
+        scored.append(1)
+        return score(*args)
+
+    monkeypatch.setattr(line_value, "line_scores", counted)
+    engine = Engine(Config(data_dir=":memory:"))
+    text = listing(0).replace("compute_refund", "compute_refundable")
+    engine.append(
+        "",
+        S,
+        [
+            chunk("task", "repair the pricing module", turn=0),
+            chunk("o0", text + "\n   99\trefund", kind=ChunkKind.TOOL_RESULT, turn=1),
+            *(chunk(f"n{step}", filler(40, str(step)), turn=1 + step) for step in range(1, 4)),
+        ],
+    )
+    plan_of(engine, "refund")
+    made = len(scored)
+    assert made >= 1
+    for step in range(4, 7):
+        engine.append("", S, [chunk(f"n{step}", filler(40, str(step)), turn=1 + step)])
+        plan_of(engine, "refund")
+    assert len(scored) == made
+    engine.close()
+
+
+def test_the_changed_names_are_a_small_set() -> None:
+    """The names that changed between two plans are checked against every
+    output: kept in a table of their own size, not the session's."""
+    analyzer = Analyzer()
+    weights = LineWeights(1.0, 1.0, 1.0, 1.0, 1.0)
+    many = frozenset(f"name_{i}" for i in range(3000))
+    before = SessionFacts({}, many, frozenset(), analyzer, weights)
+    after = SessionFacts({}, many | {"name_new"}, frozenset(), analyzer, weights)
+    names, _, _ = line_levels._changes(before, after)
+    assert names == {"name_new"}
+    assert sys.getsizeof(names) < sys.getsizeof(frozenset(range(100)))

@@ -16,6 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 from weakref import WeakKeyDictionary
 
 from ctxopt.planner.knobs import Tuning
@@ -26,6 +27,7 @@ from ctxopt.session import SessionView
 from ctxopt.text.lines import LineBook, text_lines
 
 TokenCount = Callable[[str], int]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +186,14 @@ def _changes(
         for term in weights_before.keys() | weights_now.keys()
         if weights_before.get(term) != weights_now.get(term)
     )
-    return before.identifiers ^ now.identifiers, before.cited ^ now.cited, terms
+    return _compact(before.identifiers ^ now.identifiers), _compact(before.cited ^ now.cited), terms
+
+
+def _compact(changed: frozenset[T]) -> frozenset[T]:
+    """`changed` in a table of its own size: the symmetric difference of two
+    large sets keeps the first one's table (thousands of names), and walking
+    it made each output's `isdisjoint` in `_touched` cost ~20 us, not ~0.3."""
+    return frozenset(list(changed))
 
 
 def _touched(
@@ -199,4 +208,7 @@ def _touched(
         lines = line_value.profile(text)
         if not names.isdisjoint(lines.all_names) or not cited.isdisjoint(lines.all_numbers):
             return True
-    return bool(terms) and bool(text_lines(text).lines_with(terms, facts.analyzer))
+    if not terms:
+        return False
+    postings = text_lines(text).term_lines(terms, facts.analyzer)
+    return any(postings[term] for term in terms)

@@ -72,5 +72,11 @@ def facts_of(
         for term, weight in facts.query_weights.items():
             for number in postings[term]:
                 relevance[number] = relevance.get(number, 0.0) + weight
-    key = (identifiers, cited, echoed, tuple(sorted(relevance.items())), facts.weights)
+    # the key holds what `line_scores` adds per line, not the raw weights: as a
+    # session grows every query term's rarity moves a little, and a text with
+    # one of the terms (or the same mix) still scores its lines the same
+    top = max(relevance.values(), default=0.0)
+    scale = facts.weights.relevance
+    added = sorted((n, scale * weight / top) for n, weight in relevance.items()) if top > 0 else []
+    key = (identifiers, cited, echoed, tuple(added), facts.weights)
     return LineFacts(relevance, identifiers, cited, echoed), key
