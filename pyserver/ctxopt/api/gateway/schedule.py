@@ -77,24 +77,31 @@ def next_growth(previous: float, *, last_size: int, size: int) -> float:
     return previous + GROWTH_WEIGHT * (grown - previous)
 
 
-def landing_that_pays(cache: CacheRules, *, size: int, trigger: int, growth: float) -> int:
+def landing_that_pays(
+    cache: CacheRules, *, size: int, trigger: int, growth: float, kept: int = 0
+) -> int:
     """The highest landing L whose rewrite is paid back by cheaper reads before
     the prompt grows back to `trigger`: the smaller root of
-    `cache_read * (size - L) * (trigger - L) / growth = cache_write * L`.
+    `cache_read * (size - L) * (trigger - L) / growth = cache_write * (L - kept)`,
+    where the first `kept` tokens stay byte-identical (the frame; for a minor
+    collection, the old generation too) and so are not written again.
 
     >>> from ctxopt.prices import ANTHROPIC_CACHE
     >>> landing_that_pays(ANTHROPIC_CACHE, size=76_000, trigger=76_000, growth=700)
     54218
+    >>> landing_that_pays(ANTHROPIC_CACHE, size=76_000, trigger=76_000, growth=700, kept=30_000)
+    59841
     >>> landing_that_pays(ANTHROPIC_CACHE, size=76_000, trigger=76_000, growth=0)
     76000
     """
     if growth <= 0:
         return size
+    kept = max(0, min(kept, size))
     a = cache.cache_read
     b = cache.cache_read * (size + trigger) + cache.cache_write * growth
-    c = cache.cache_read * size * trigger
+    c = cache.cache_read * size * trigger + cache.cache_write * growth * kept
     root = (b - math.sqrt(max(0.0, b * b - 4 * a * c))) / (2 * a)
-    return max(0, min(size, int(root)))
+    return max(kept, min(size, int(root)))
 
 
 def schedule(
@@ -106,13 +113,18 @@ def schedule(
     trigger_share: float,
     landing_share: float,
     full_landing_share: float | None = None,
+    frame: int = 0,
+    old_prefix: int = 0,
 ) -> Collection | None:
     """The collection to run before sending a prompt of `size` tokens, or None.
 
     It runs when the next call (`size + growth`) would reach `trigger_share`
     of `ceiling` (the lower of the window and the host's line); it lands at
     `landing_share` of `ceiling`, or lower where that is the most a rewrite
-    pays for (`landing_that_pays`).
+    pays for (`landing_that_pays`). A rewrite starts after the bytes it leaves
+    as they were: the `frame` (system prompt, tools) for a full collection,
+    the `old_prefix` (the frame and the old generation's turns) for a minor
+    one, which so may land higher than a full one at the same price.
 
     >>> from ctxopt.prices import ANTHROPIC_CACHE
     >>> schedule(ANTHROPIC_CACHE, size=60_000, growth=700, ceiling=76_000,
@@ -133,10 +145,13 @@ def schedule(
     if size + growth < trigger:
         return None
     wanted = int(ceiling * landing_share)
-    paid = landing_that_pays(cache, size=size, trigger=trigger, growth=growth)
+    paid = landing_that_pays(
+        cache, size=size, trigger=trigger, growth=growth, kept=max(frame, old_prefix)
+    )
+    paid_full = landing_that_pays(cache, size=size, trigger=trigger, growth=growth, kept=frame)
     crossing = f"next call crosses {trigger}"
-    full = paid if full_landing_share is None else int(ceiling * full_landing_share)
-    full = min(full, paid, wanted)
+    full = paid_full if full_landing_share is None else int(ceiling * full_landing_share)
+    full = min(full, paid_full, wanted)
     if paid < wanted:
         return Collection(paid, f"{crossing}; lands where the rewrite pays for itself", full)
     return Collection(wanted, f"{crossing}; lands at {landing_share:.0%} of the ceiling", full)
