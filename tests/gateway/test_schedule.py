@@ -56,6 +56,17 @@ def test_the_break_even_landing_is_where_rewrite_and_saved_reads_meet() -> None:
     assert landing_that_pays(OPENAI_CACHE, size=size, trigger=trigger, growth=growth) > landing
 
 
+def test_a_landing_is_a_share_of_the_room_the_frame_and_task_leave() -> None:
+    # a 40,000-token frame and task under an 80,000-token ceiling: landing at 50% keeps
+    # half of the other 40,000, not half of the ceiling (which would keep none of them)
+    due = schedule(
+        OPENAI_CACHE, size=76_000, growth=500, ceiling=80_000, trigger_share=0.95,
+        landing_share=0.5, full_landing_share=0.25, fixed=40_000,
+    )  # fmt: skip
+    assert due is not None and (due.target, due.full_target) == (60_000, 50_000)
+    assert "50% of the room" in due.reason
+
+
 def test_a_rewrite_is_priced_from_the_first_byte_it_changes() -> None:
     # growing 3,000 a call, a rewrite of the whole prompt pays only for a low landing; a
     # minor collection rewrites what follows the old generation (here 30,000 tokens with
@@ -65,8 +76,8 @@ def test_a_rewrite_is_priced_from_the_first_byte_it_changes() -> None:
         full_landing_share=0.8,
     )  # fmt: skip
     whole = schedule(ANTHROPIC_CACHE, **rules)
-    framed = schedule(ANTHROPIC_CACHE, **rules, frame=5_000)
-    minor = schedule(ANTHROPIC_CACHE, **rules, frame=5_000, old_prefix=30_000)
+    framed = schedule(ANTHROPIC_CACHE, **rules, fixed=5_000)
+    minor = schedule(ANTHROPIC_CACHE, **rules, fixed=5_000, old_prefix=30_000)
     assert whole is not None and framed is not None and minor is not None
     assert whole.target < framed.target < minor.target < 64_000
     assert framed.full_target == framed.target < minor.target

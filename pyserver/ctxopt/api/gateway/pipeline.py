@@ -46,7 +46,14 @@ from ctxopt.api.gateway.formats.conversation import (
 )
 from ctxopt.api.gateway.generations import Kind, minor_floor, old_prefix, promoted
 from ctxopt.api.gateway.prepared import Outcome, Prepared
-from ctxopt.api.gateway.projection import Call, Projection, Ref, project, tokens_as_sent
+from ctxopt.api.gateway.projection import (
+    Call,
+    Projection,
+    Ref,
+    fixed_prefix,
+    project,
+    tokens_as_sent,
+)
 from ctxopt.api.gateway.reuse import Bodies
 from ctxopt.api.gateway.schedule import Collection
 from ctxopt.api.gateway.sessions import SESSION_HEADER, namespace_of, session_of
@@ -242,7 +249,7 @@ class Pipeline:
                 trigger_share=self.config.gateway_trigger_percent / 100,
                 landing_share=self.config.gateway_landing_percent / 100,
                 full_landing_share=full_landing,
-                frame=call.frame_tokens,
+                fixed=fixed_prefix(call, projection.turns, first),
                 old_prefix=kept,
             )
             if due is not None:

@@ -113,18 +113,22 @@ def schedule(
     trigger_share: float,
     landing_share: float,
     full_landing_share: float | None = None,
-    frame: int = 0,
+    fixed: int = 0,
     old_prefix: int = 0,
 ) -> Collection | None:
     """The collection to run before sending a prompt of `size` tokens, or None.
 
     It runs when the next call (`size + growth`) would reach `trigger_share`
     of `ceiling` (the lower of the window and the host's line); it lands at
-    `landing_share` of `ceiling`, or lower where that is the most a rewrite
-    pays for (`landing_that_pays`). A rewrite starts after the bytes it leaves
-    as they were: the `frame` (system prompt, tools) for a full collection,
-    the `old_prefix` (the frame and the old generation's turns) for a minor
-    one, which so may land higher than a full one at the same price.
+    `landing_share` of the room that the `fixed` start of the prompt (the
+    frame and the task, which no collection changes) leaves under `ceiling`,
+    or lower where that is the most a rewrite pays for (`landing_that_pays`).
+    A share of the room, not of the ceiling, means the same at every scale: a
+    20,000-token frame is a tenth of a 200,000-token window and half of a
+    40,000-token one. A rewrite starts after the bytes it leaves as they were:
+    the fixed start for a full collection, the `old_prefix` (it and the old
+    generation's turns) for a minor one, which so may land higher than a full
+    one at the same price.
 
     >>> from ctxopt.prices import ANTHROPIC_CACHE
     >>> schedule(ANTHROPIC_CACHE, size=60_000, growth=700, ceiling=76_000,
@@ -132,7 +136,7 @@ def schedule(
     True
     >>> schedule(ANTHROPIC_CACHE, size=72_000, growth=700, ceiling=76_000,
     ...          trigger_share=0.95, landing_share=0.3)  # doctest: +NORMALIZE_WHITESPACE
-    Collection(target=22800, reason='next call crosses 72200; lands at 30% of the ceiling',
+    Collection(target=22800, reason='next call crosses 72200; lands at 30% of the room',
                full_target=22800)
     >>> schedule(ANTHROPIC_CACHE, size=72_000, growth=700, ceiling=76_000,
     ...          trigger_share=0.95, landing_share=0.5, full_landing_share=0.3).full_target
@@ -144,14 +148,17 @@ def schedule(
     trigger = int(ceiling * trigger_share)
     if size + growth < trigger:
         return None
-    wanted = int(ceiling * landing_share)
+    fixed = max(0, min(fixed, ceiling))
+    wanted = fixed + int((ceiling - fixed) * landing_share)
     paid = landing_that_pays(
-        cache, size=size, trigger=trigger, growth=growth, kept=max(frame, old_prefix)
+        cache, size=size, trigger=trigger, growth=growth, kept=max(fixed, old_prefix)
     )
-    paid_full = landing_that_pays(cache, size=size, trigger=trigger, growth=growth, kept=frame)
+    paid_full = landing_that_pays(cache, size=size, trigger=trigger, growth=growth, kept=fixed)
     crossing = f"next call crosses {trigger}"
-    full = paid_full if full_landing_share is None else int(ceiling * full_landing_share)
+    full = paid_full
+    if full_landing_share is not None:
+        full = fixed + int((ceiling - fixed) * full_landing_share)
     full = min(full, paid_full, wanted)
     if paid < wanted:
         return Collection(paid, f"{crossing}; lands where the rewrite pays for itself", full)
-    return Collection(wanted, f"{crossing}; lands at {landing_share:.0%} of the ceiling", full)
+    return Collection(wanted, f"{crossing}; lands at {landing_share:.0%} of the room", full)
