@@ -167,3 +167,17 @@ def test_a_minor_collection_is_priced_by_the_young_part_it_rewrites() -> None:
     minor = second.prepared
     assert minor.note.startswith("minor collection"), minor.note
     assert 0.5 * WINDOW <= minor.tokens_after <= 0.8 * WINDOW < minor.tokens_before
+
+
+def test_a_collection_lands_at_its_share_of_the_room_the_task_leaves() -> None:
+    # a task of ~2,300 tokens: a full collection at 30% keeps 30% of the other ~17,700
+    # tokens under the 20,000 window (~7,700), not 30% of the window (6,000, which
+    # leaves the outputs ~3,700 tokens: the plan cannot land there)
+    task = "task: read the logs\n" + "".join(
+        f"requirement {j}: the parser must accept form {j} and report it\n" for j in range(150)
+    )
+    messages = history(55)
+    messages[0] = {"role": "user", "content": task}
+    full = send(pipeline(), messages)
+    assert full.note == "full collection", full.note
+    assert 0.35 * WINDOW <= full.tokens_after <= 0.4 * WINDOW
