@@ -44,7 +44,13 @@ from ctxopt.api.gateway.formats.conversation import (
     first_prompt,
     latest_turns,
 )
-from ctxopt.api.gateway.generations import Kind, minor_floor, old_prefix, promoted
+from ctxopt.api.gateway.generations import (
+    Kind,
+    latest_start,
+    minor_floor,
+    old_prefix,
+    promoted,
+)
 from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.gateway.projection import (
     Call,
@@ -335,15 +341,31 @@ class Pipeline:
         starts a new old generation."""
         roots = tuple(i for t in sorted(call.protected) for i in call.ids[t] if i in state.live)
         old = state.generations.old
+        task = first_prompt(call.conversation.turns)
+
+        def latest(target: int) -> int:
+            return latest_start(
+                projection.turns,
+                after=-1 if task is None else task,
+                room=target - due.fixed,
+                share=self.config.gateway_recent_share,
+            )
+
+        def whole_from(start: int) -> tuple[str, ...]:
+            return tuple(i for row in call.ids[start:] for i in row if i in state.live)
+
         if self.config.gateway_generations and old:
             floor = minor_floor(call, projection.turns, old, recent_turns=RECENT_TURNS)
             if floor <= due.target:
                 frozen = tuple(i for i in sorted(old) if i in state.live)
-                note, projection = self._passes(call, state, projection, due.target, roots + frozen)
+                kept = roots + frozen + whole_from(latest(due.target))
+                note, projection = self._passes(call, state, projection, due.target, kept)
                 if projection.tokens_after <= due.target + MINOR_SLACK * call.ceiling:
                     return f"{Kind.MINOR.value} collection {note}".strip(), projection
-        note, projection = self._passes(call, state, projection, due.full_target, roots)
-        state.generations.promote(promoted(call, recent_turns=RECENT_TURNS))
+        start = latest(due.full_target)
+        kept = roots + whole_from(start)
+        note, projection = self._passes(call, state, projection, due.full_target, kept)
+        state.generations.promote(promoted(call, recent_turns=RECENT_TURNS, kept_from=start))
         return f"{Kind.FULL.value} collection {note}".strip(), projection
 
     def _passes(
