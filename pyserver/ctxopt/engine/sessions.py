@@ -10,22 +10,25 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ctxopt import validate
 from ctxopt.config import Config
 from ctxopt.errors import CtxoptError, NotFound
 from ctxopt.session import Registry, Session
+from ctxopt.session.columns import Entry
 from ctxopt.store import (
     Change,
     StashEntry,
     Store,
+    StoredChunk,
     StoredSession,
     entry_of,
     require_owner,
     stored_of,
 )
 from ctxopt.text.analyzer import Analyzer
+from ctxopt.text.termblob import DocTerms, TermBlobs
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,7 @@ class LiveSessions:
         self.store = store
         self.analyzer = analyzer
         self.registry = Registry(analyzer)
+        self.term_blobs = TermBlobs(analyzer)
         self.load_lock = threading.Lock()
 
     def get(self, owner: str, session_id: str, *, create: bool = False) -> Session:
@@ -102,17 +106,43 @@ class LiveSessions:
     def _hydrate(self, stored: StoredSession) -> Session:
         session = Session(stored.session_id, stored.owner, self.analyzer)
         session.collections = stored.collections
+        decode = self.term_blobs.decode
         for item in stored.chunks:
-            session.restore_entry(entry_of(item))
+            session.restore_entry(entry_of(item), decode(item.chunk.text, item.term_blob))
         return session
 
-    def commit(self, session: Session, change: Change) -> None:
-        """The one write path: the store first, then memory."""
+    def stored_with_terms(
+        self, session: Session, entries: Sequence[Entry]
+    ) -> tuple[list[StoredChunk], dict[str, DocTerms]]:
+        """`entries` as the store keeps them, a new text with its analysed terms
+        (so a restart reads them instead of analysing it again), and those
+        terms by chunk id (for `commit`, so the text is analysed once)."""
+        blobs = self.term_blobs
+        stored: list[StoredChunk] = []
+        docs: dict[str, DocTerms] = {}
+        for e in entries:
+            old = session.entries.get(e.chunk.id)
+            if old is not None and old.chunk.text == e.chunk.text:
+                stored.append(stored_of(e))  # the stored terms stay
+                continue
+            doc = docs[e.chunk.id] = blobs.analyse(e.chunk.text)
+            stored.append(stored_of(e, blobs.encode(e.chunk.text, doc)))
+        return stored, docs
+
+    def commit(
+        self, session: Session, change: Change, docs: Mapping[str, DocTerms] | None = None
+    ) -> None:
+        """The one write path: the store first, then memory (`docs`: the terms
+        of upserted texts when known, by chunk id)."""
         self.store.commit(change)
         for chunk_id in change.removals:
             session.remove(chunk_id)
+        decode = self.term_blobs.decode
         for item in change.upserts:
-            session.restore_entry(entry_of(item))
+            doc = docs.get(item.chunk.id) if docs else None
+            if doc is None:
+                doc = decode(item.chunk.text, item.term_blob)
+            session.restore_entry(entry_of(item), doc)
         if change.collections is not None:
             session.collections = change.collections
         if change.removals and session.needs_compaction():
