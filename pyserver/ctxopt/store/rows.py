@@ -131,7 +131,9 @@ CHUNK_SELECT = ", ".join(CHUNK_NAMES)
 _EMBEDDING_COLUMN = CHUNK_NAMES.index("embedding")
 
 LIVE_NAMES = ("session_id", "seq", "born", "last_touched_ms", "origin", "term_blob", *CHUNK_NAMES)
-LIVE_SELECT = f"seq, born, last_touched_ms, origin, term_blob, {CHUNK_SELECT}"
+# a damaged value of another type must not stop a session from loading: it is
+# read as bytes, which the blob's checksum then refuses
+LIVE_SELECT = f"seq, born, last_touched_ms, origin, CAST(term_blob AS BLOB), {CHUNK_SELECT}"
 STASH_NAMES = (
     "stash_id",
     "session_id",
