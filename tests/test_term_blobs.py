@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from ctxopt.config import Config
 from ctxopt.engine import Engine
-from ctxopt.model import Chunk, ChunkKind, Role
+from ctxopt.model import Chunk, ChunkKind, ChunkUpdate, Role
 from ctxopt.store import DB_FILE
 from ctxopt.text.analyzer import Analyzer
 from ctxopt.text.bm25 import BM25Index
@@ -28,8 +28,10 @@ QUERIES = ["", "pricing tax refund", "Straße config", "round the amounts"]
 TEXTS = [
     "Repair the pricing module: the tax is rounded twice.",
     "THOUGHT: the refund path rounds the amounts in parse_config, then again.",
-    "     1\tdef price(order):\n     2\t    return round(order.total * TAX, 2)\n"
-    "Traceback (most recent call last):\n  File 'app/pricing.py', line 2\nValueError: tax",
+    "".join(
+        f"{n:6d}\t    amount_{n} = round(order.line_{n} * rate_{n % 7}, 2)\n" for n in range(80)
+    )
+    + "Traceback (most recent call last):\n  File 'app/pricing.py', line 2\nValueError: tax",
     "Die Straße ist gesperrt; 日本語のテキスト and the config file " + "x" * 120,
     "the the the and of: only stopwords and a refund",
 ]
@@ -63,10 +65,18 @@ def state(engine: Engine) -> list[object]:
     return out
 
 
-def stored(data_dir: Path) -> Engine:
-    engine = Engine(Config(data_dir=str(data_dir)))
+def build(engine: Engine) -> None:
+    """Two appends, a committed plan that stashes most chunks, two brought back."""
     engine.append("", S, session_chunks()[:12])
     engine.append("", S, session_chunks()[12:])
+    target = engine.stats("", S).tokens * 5 // 10
+    engine.optimize("", S, options(target, "pricing tax", lean=True))
+    engine.restore("", S, ["c1", "c2"], budget=None, force=True)
+
+
+def stored(data_dir: Path) -> Engine:
+    engine = Engine(Config(data_dir=str(data_dir)))
+    build(engine)
     engine.close()
     return Engine(Config(data_dir=str(data_dir)))
 
@@ -78,7 +88,7 @@ def blob_count(data_dir: Path) -> int:
 
 def fresh_state() -> list[object]:
     engine = Engine(Config(data_dir=":memory:"))
-    engine.append("", S, session_chunks())
+    build(engine)
     try:
         return state(engine)
     finally:
@@ -89,20 +99,19 @@ def test_a_restart_reads_the_stored_terms_and_builds_what_analysing_builds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engine = stored(tmp_path)
-    assert blob_count(tmp_path) == len(session_chunks())
     analysed: list[str] = []
     terms = Analyzer.terms
-    texts = {c.text for c in session_chunks()}
 
     def counting(self: Analyzer, text: str) -> list[str]:
-        if text in texts:
-            analysed.append(text)
+        analysed.append(text)
         return terms(self, text)
 
     monkeypatch.setattr(Analyzer, "terms", counting)
-    engine.sessions.get("", S)
-    assert analysed == []  # every text's terms came from the store
+    session = engine.sessions.get("", S)
     monkeypatch.undo()
+    assert analysed == []  # every text's terms came from the store
+    assert {"c1", "c2"} <= session.entries.keys()  # restored chunks' terms are stored too
+    assert blob_count(tmp_path) == len(session)
     decoded = state(engine)
     engine.close()
     with sqlite3.connect(tmp_path / DB_FILE) as conn:
@@ -140,18 +149,27 @@ def test_a_store_from_before_the_column_opens_and_plans_the_same(tmp_path: Path)
     engine = Engine(Config(data_dir=str(tmp_path)))
     assert state(engine) == fresh_state()
     engine.append("", S, [chunk("late", "a refund for the late order", turn=99)])
+    live = len(engine.sessions.get("", S))
     engine.close()
     assert blob_count(tmp_path) == 1  # old rows keep none until their text changes
     engine = Engine(Config(data_dir=str(tmp_path)))
-    assert len(engine.sessions.get("", S)) == len(session_chunks()) + 1
+    assert len(engine.sessions.get("", S)) == live
     engine.close()
 
 
-def test_a_compaction_or_same_text_update_keeps_the_stored_terms(tmp_path: Path) -> None:
+def test_a_same_text_update_keeps_the_stored_terms(tmp_path: Path) -> None:
     engine = stored(tmp_path)
-    engine.append("", S, [chunk("c0", session_chunks()[0].text, pinned=True)])
+    c1 = engine.sessions.get("", S).entries["c1"].chunk
+    engine.append("", S, [chunk("c1", c1.text, pinned=True)])
+    engine.update("", S, [ChunkUpdate("c2", boost=0.5)])
     engine.close()
-    assert blob_count(tmp_path) == len(session_chunks())
+    with sqlite3.connect(tmp_path / DB_FILE) as conn:
+        assert conn.execute("SELECT count(*) FROM chunks WHERE term_blob IS NULL").fetchone() == (
+            0,
+        )
+    engine = Engine(Config(data_dir=str(tmp_path)))
+    assert engine.sessions.get("", S).entries["c1"].chunk.pinned
+    engine.close()
 
 
 @settings(max_examples=200, deadline=None)

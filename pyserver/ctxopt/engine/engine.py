@@ -121,8 +121,8 @@ class Engine:
             existed = {c.id for c in chunks if c.id in session.entries}
             staged = session.staged(chunks, tokens, _now_ms())
             if staged:
-                upserts, docs = self.sessions.stored_with_terms(session, staged)
-                self.sessions.commit(session, Change(session_id, owner, upserts=upserts), docs)
+                upserts = [stored_of(e) for e in staged]
+                self.sessions.commit(session, Change(session_id, owner, upserts=upserts))
             changed = {e.chunk.id for e in staged}
             results = [
                 ChunkTokens(c.id, session.entries[c.id].tokens, _status(c.id, changed, existed))

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import replace
 
 from ctxopt import validate
 from ctxopt.config import Config
 from ctxopt.errors import CtxoptError, NotFound
 from ctxopt.session import Registry, Session
-from ctxopt.session.columns import Entry
 from ctxopt.store import (
     Change,
     StashEntry,
@@ -111,35 +111,17 @@ class LiveSessions:
             session.restore_entry(entry_of(item), decode(item.chunk.text, item.term_blob))
         return session
 
-    def stored_with_terms(
-        self, session: Session, entries: Sequence[Entry]
-    ) -> tuple[list[StoredChunk], dict[str, DocTerms]]:
-        """`entries` as the store keeps them, a new text with its analysed terms
-        (so a restart reads them instead of analysing it again), and those
-        terms by chunk id (for `commit`, so the text is analysed once)."""
-        blobs = self.term_blobs
-        stored: list[StoredChunk] = []
-        docs: dict[str, DocTerms] = {}
-        for e in entries:
-            old = session.entries.get(e.chunk.id)
-            if old is not None and old.chunk.text == e.chunk.text:
-                stored.append(stored_of(e))  # the stored terms stay
-                continue
-            doc = docs[e.chunk.id] = blobs.analyse(e.chunk.text)
-            stored.append(stored_of(e, blobs.encode(e.chunk.text, doc)))
-        return stored, docs
-
-    def commit(
-        self, session: Session, change: Change, docs: Mapping[str, DocTerms] | None = None
-    ) -> None:
-        """The one write path: the store first, then memory (`docs`: the terms
-        of upserted texts when known, by chunk id)."""
+    def commit(self, session: Session, change: Change) -> None:
+        """The one write path: the store first, then memory. A new text is
+        analysed once, and its terms are stored with it (so a restart reads
+        them instead of analysing it again)."""
+        change, docs = self._with_terms(session, change)
         self.store.commit(change)
         for chunk_id in change.removals:
             session.remove(chunk_id)
         decode = self.term_blobs.decode
         for item in change.upserts:
-            doc = docs.get(item.chunk.id) if docs else None
+            doc = docs.get(item.chunk.id)
             if doc is None:
                 doc = decode(item.chunk.text, item.term_blob)
             session.restore_entry(entry_of(item), doc)
@@ -147,6 +129,21 @@ class LiveSessions:
             session.collections = change.collections
         if change.removals and session.needs_compaction():
             self._compact(session, change.owner)
+
+    def _with_terms(self, session: Session, change: Change) -> tuple[Change, dict[str, DocTerms]]:
+        """`change` with the terms of each upserted text the session does not hold
+        yet, and those terms by chunk id; a text it holds keeps its stored terms."""
+        blobs = self.term_blobs
+        docs: dict[str, DocTerms] = {}
+        upserts: list[StoredChunk] = []
+        for item in change.upserts:
+            c, old = item.chunk, session.entries.get(item.chunk.id)
+            if item.term_blob is None and (old is None or old.chunk.text != c.text):
+                doc = docs[c.id] = blobs.analyse(c.text)
+                blob = blobs.encode(c.text, doc)
+                item = StoredChunk(c, item.seq, item.born, item.last_touched_ms, item.origin, blob)
+            upserts.append(item)
+        return (replace(change, upserts=upserts) if docs else change), docs
 
     def _compact(self, session: Session, owner: str) -> None:
         """Renumber the live chunks densely, in the store and then in memory. The

@@ -171,7 +171,6 @@ def entry_of(item: StoredChunk) -> Entry:
     )
 
 
-def stored_of(entry: Entry, term_blob: bytes | None = None) -> StoredChunk:
-    """A session's entry as the store keeps it (with its text's terms when given)."""
-    e = entry
-    return StoredChunk(e.chunk, e.slot, e.born, e.last_touched_ms, e.origin, term_blob)
+def stored_of(entry: Entry) -> StoredChunk:
+    """A session's entry as the store keeps it."""
+    return StoredChunk(entry.chunk, entry.slot, entry.born, entry.last_touched_ms, entry.origin)
