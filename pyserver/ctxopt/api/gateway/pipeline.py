@@ -38,6 +38,7 @@ from ctxopt.api.gateway.formats.conversation import (
     Conversation,
     Edit,
     JsonObject,
+    Resume,
     WireFormat,
     chunk_id,
     digest,
@@ -46,9 +47,17 @@ from ctxopt.api.gateway.formats.conversation import (
 )
 from ctxopt.api.gateway.generations import Kind, minor_floor, promoted
 from ctxopt.api.gateway.prepared import Outcome, Prepared
-from ctxopt.api.gateway.projection import Call, Projection, Ref, project, tokens_as_sent
+from ctxopt.api.gateway.projection import (
+    Call,
+    Projection,
+    Ref,
+    project,
+    tokens_as_sent,
+    unchanged_prefix,
+)
 from ctxopt.api.gateway.reuse import Bodies
 from ctxopt.api.gateway.schedule import Collection
+from ctxopt.api.gateway.sent import Sent
 from ctxopt.api.gateway.sessions import SESSION_HEADER, namespace_of, session_of
 from ctxopt.api.gateway.state import ConversationState, ConversationStates
 from ctxopt.api.gateway.threads import Threads
@@ -77,6 +86,7 @@ class Pipeline:
         self.conversations = ConversationStates()
         self.threads = Threads()
         self.bodies = Bodies()  # the last bodies parsed, for the next call's unchanged prefix
+        self.sent = Sent()  # the last bodies sent, for the next call's unchanged prefix
 
     def prepare(
         self, fmt: WireFormat, path: str, raw: bytes, headers: Mapping[str, str], owner: str
@@ -259,8 +269,11 @@ class Pipeline:
         # step's call arguments and drop narration and signed blocks whole; no
         # call, id, role or turn goes, so the format's rules hold by
         # construction here; a truncation that drops turns is checked.
-        rendered = fmt.render(body, conversation, projection.edits, frozenset())
-        return Prepared(_dump(rendered), Outcome.OPTIMIZED, before, after, note=note)
+        stable = unchanged_prefix(conversation, projection.turns, conversation.renders.basis)
+        resume = Resume(stable, projection.turns)
+        rendered = fmt.render(body, conversation, projection.edits, frozenset(), resume)
+        sent = self.sent.dump((state.owner, state.session_id), rendered, fmt.list_key)
+        return Prepared(sent, Outcome.OPTIMIZED, before, after, note=note)
 
     def _sync(
         self, state: ConversationState, frame: list[Chunk], chunks: list[Chunk], present: set[str]

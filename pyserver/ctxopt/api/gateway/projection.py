@@ -9,6 +9,7 @@ the edits, and what the engine sees of it (its chunks after the decisions).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -137,6 +138,22 @@ def _project_turn(call: Call, decided: Decided, t: int, protected: bool) -> Turn
             entry.edits.append((block.ref, Edit(text)))
             entry.total += size + BLOCK_FRAMING_TOKENS
     return entry
+
+
+def unchanged_prefix(
+    conversation: Conversation, turns: Sequence[TurnProjection], basis: Sequence[object]
+) -> int:
+    """How many leading raw messages (or items) carry the edits they carried
+    under the projection `basis` (an earlier call's `Projection.turns`): those
+    of the leading turns whose projection is the very one of `basis` (`project`
+    hands a turn's over only while its turn, decisions and protection are
+    unchanged), up to the first raw element of any other turn."""
+    limit = min(len(turns), len(basis), conversation.reused)
+    same = 0
+    while same < limit and turns[same] is basis[same]:
+        same += 1
+    rest = (min(turn.items) for turn in conversation.turns[same:] if turn.items)
+    return min(rest, default=sys.maxsize)  # every one
 
 
 def tokens_as_sent(call: Call) -> int:
