@@ -389,7 +389,7 @@ class Pipeline:
     @staticmethod
     def _project(call: Call, state: ConversationState) -> Projection:
         projection = project(call, state, state.projection)
-        state.projected(projection.turns)
+        state.projected(projection)
         return projection
 
     def _fallback(self, call: Call, state: ConversationState, raw: bytes, reason: str) -> Prepared:

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from ctxopt.api.gateway.formats.conversation import Conversation
 from ctxopt.api.gateway.generations import Generations
 from ctxopt.api.gateway.placeholders import estimate, replacement
-from ctxopt.api.gateway.projection import TurnProjection
+from ctxopt.api.gateway.projection import Projection
 from ctxopt.api.gateway.schedule import Pace
 from ctxopt.model import Action, ChunkTokens, Decision, Plan
 
@@ -86,7 +86,7 @@ class ConversationState:
         self._version = 0
         # each rewritten chunk's text and size for its decision (made once per decision)
         self._replacements: dict[str, tuple[Decision, str, int]] = {}
-        self._projection: list[TurnProjection] = []  # the last call's per-turn projection
+        self._projection: Projection | None = None  # the last call's
         self._judged = 0  # leading turns whose answered outputs were judged (arrivals.py)
         self.pace = Pace()  # the prompt's growth per call (schedule.py)
         self.generations = Generations()  # the old generation (generations.py)
@@ -119,8 +119,8 @@ class ConversationState:
         return self._version
 
     @property
-    def projection(self) -> Sequence[TurnProjection]:
-        """The last call's projection, turn by turn."""
+    def projection(self) -> Projection | None:
+        """The last call's projection."""
         return self._projection
 
     @property
@@ -142,8 +142,8 @@ class ConversationState:
         """The next call maps every turn again (the engine may not hold them)."""
         self._conversation, self._turn_ids = None, []
 
-    def projected(self, turns: list[TurnProjection]) -> None:
-        self._projection = turns
+    def projected(self, projection: Projection) -> None:
+        self._projection = projection
 
     def removed(self, ids: Iterable[str]) -> None:
         """The engine session no longer holds `ids`."""
