@@ -64,7 +64,7 @@ from ctxopt.api.gateway.threads import Threads
 from ctxopt.api.gateway.truncation import truncate
 from ctxopt.config import Config
 from ctxopt.engine import Engine
-from ctxopt.model import Action, Budget, Chunk, OptimizeOptions, Role, Roots, Strategy
+from ctxopt.model import Budget, Chunk, OptimizeOptions, Role, Roots, Strategy
 from ctxopt.prices import price_of
 
 log = logging.getLogger("ctxopt.gateway")
@@ -296,7 +296,7 @@ class Pipeline:
         """Decisions on chunks the engine session holds whole again (brought back
         through MCP, gRPC or the command line) stop sticking: the host's next
         request carries the original instead of the placeholder or excerpt."""
-        decided = [i for i, d in state.decisions.items() if d.action != Action.DELETE]
+        decided = state.returnable
         if decided:
             state.restored(self.engine.held_whole(state.owner, state.session_id, decided))
 

@@ -84,6 +84,7 @@ class ConversationState:
         self._tokens: dict[str, int] = {}  # chunk id -> the engine's count as sent
         self._decisions: dict[str, Decision] = {}
         self._version = 0
+        self._returnable: tuple[int, list[str]] = (-1, [])  # `returnable`, with its version
         # each rewritten chunk's text and size for its decision (made once per decision)
         self._replacements: dict[str, tuple[Decision, str, int]] = {}
         self._projection: Projection | None = None  # the last call's
@@ -112,6 +113,15 @@ class ConversationState:
     def decisions(self) -> Mapping[str, Decision]:
         """The decisions that stick, by chunk id (none is KEEP)."""
         return self._decisions
+
+    @property
+    def returnable(self) -> list[str]:
+        """The decided chunks that can come back whole (every decision but a
+        deletion), made once per version: the pipeline asks on every call."""
+        if self._returnable[0] != self._version:
+            ids = [i for i, d in self._decisions.items() if d.action != Action.DELETE]
+            self._returnable = (self._version, ids)
+        return self._returnable[1]
 
     @property
     def version(self) -> int:

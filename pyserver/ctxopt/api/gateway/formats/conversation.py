@@ -177,6 +177,17 @@ def edited_parts(
     return edited
 
 
+@dataclass(frozen=True, slots=True)
+class HostMarks:
+    """What a host's own messages mark among the first `upto` turns (aider.py):
+    the first that closes its canned examples (-1: none) and the ones that open
+    its working set; carried from call to call, so that only new turns are read."""
+
+    upto: int = 0
+    examples_end: int = -1
+    working: tuple[int, ...] = ()
+
+
 @dataclass(slots=True)
 class Conversation:
     model: str
@@ -188,6 +199,7 @@ class Conversation:
     frame_raw: list[tuple[ChunkKind, Any]] = field(default_factory=list)
     reused: int = 0
     renders: Renders = field(default_factory=Renders)  # carried from call to call
+    marks: HostMarks = HostMarks()  # the last call's, valid for its first `reused` turns
 
 
 def build(
@@ -216,7 +228,8 @@ def build(
     old = previous.turns[:same] if previous is not None else []
     turns = old + [make_turn(i, raw_turns[i]) for i in range(same, len(raw_turns))]
     renders = previous.renders if previous is not None else Renders()
-    return Conversation(model, frame, turns, raw_turns, frame_raw, same, renders)
+    marks = previous.marks if previous is not None else HostMarks()
+    return Conversation(model, frame, turns, raw_turns, frame_raw, same, renders, marks)
 
 
 def _same(value: Any, before: Any) -> bool:
