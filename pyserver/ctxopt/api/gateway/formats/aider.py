@@ -127,7 +127,7 @@ def annotate(conversation: Conversation) -> Conversation:
     """aider's preamble as frame, its files messages as working set, the files being
     edited pinned; a conversation of another host is returned as it is."""
     turns = conversation.turns
-    marks = _marks(conversation)
+    marks = host_marks(conversation)
     conversation.marks = marks
     end = marks.examples_end
     working = [i for i in marks.working if i > end]
@@ -157,7 +157,7 @@ def annotate(conversation: Conversation) -> Conversation:
     return dataclasses.replace(conversation, turns=result, reused=min(conversation.reused, first))
 
 
-def _marks(conversation: Conversation) -> HostMarks:
+def host_marks(conversation: Conversation) -> HostMarks:
     """The marks of every turn: the last call's for the turns it shares with this
     one (the same turns, so the same heads), the rest read."""
     known = conversation.marks
