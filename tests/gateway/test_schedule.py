@@ -56,6 +56,54 @@ def test_the_break_even_landing_is_where_rewrite_and_saved_reads_meet() -> None:
     assert landing_that_pays(OPENAI_CACHE, size=size, trigger=trigger, growth=growth) > landing
 
 
+def test_a_landing_is_a_share_of_the_room_the_frame_and_task_leave() -> None:
+    # a 40,000-token frame and task under an 80,000-token ceiling: landing at 50% keeps
+    # half of the other 40,000, not half of the ceiling (which would keep none of them)
+    due = schedule(
+        OPENAI_CACHE, size=76_000, growth=500, ceiling=80_000, trigger_share=0.95,
+        landing_share=0.5, full_landing_share=0.25, fixed=40_000,
+    )  # fmt: skip
+    assert due is not None and (due.target, due.full_target) == (60_000, 50_000)
+    assert "50% of the room" in due.reason
+
+
+def test_a_rewrite_is_priced_from_the_first_byte_it_changes() -> None:
+    # growing 3,000 a call, a rewrite of the whole prompt pays only for a low landing; a
+    # minor collection rewrites what follows the old generation (here 30,000 tokens with
+    # the frame) and the frame alone (5,000) is never rewritten: each lands higher
+    rules: dict[str, Any] = dict(
+        size=76_000, growth=3_000, ceiling=80_000, trigger_share=0.95, landing_share=0.8,
+        full_landing_share=0.8,
+    )  # fmt: skip
+    whole = schedule(ANTHROPIC_CACHE, **rules)
+    framed = schedule(ANTHROPIC_CACHE, **rules, fixed=5_000)
+    minor = schedule(ANTHROPIC_CACHE, **rules, fixed=5_000, old_prefix=30_000)
+    assert whole is not None and framed is not None and minor is not None
+    assert whole.target < framed.target < minor.target < 64_000
+    assert framed.full_target == framed.target < minor.target
+    assert minor.full_target == framed.target  # a full one still rewrites after the frame
+    assert minor.target == landing_that_pays(
+        ANTHROPIC_CACHE, size=76_000, trigger=76_000, growth=3_000, kept=30_000
+    )
+
+
+def test_the_break_even_with_a_kept_prefix_charges_only_what_is_written() -> None:
+    size, trigger, growth, kept = 90_000, 90_000, 2_000, 40_000
+    landing = landing_that_pays(
+        ANTHROPIC_CACHE, size=size, trigger=trigger, growth=growth, kept=kept
+    )
+
+    def pays(at: int) -> bool:
+        saved = ANTHROPIC_CACHE.cache_read * (size - at) * (trigger - at) / growth
+        return saved >= ANTHROPIC_CACHE.cache_write * (at - kept)
+
+    assert pays(landing) and not pays(landing + 1)
+    assert (
+        landing_that_pays(ANTHROPIC_CACHE, size=size, trigger=trigger, growth=growth, kept=size)
+        == size
+    )
+
+
 def test_growth_is_a_running_mean_that_a_shrinking_call_leaves_alone() -> None:
     growth = next_growth(0.0, last_size=10_000, size=11_000)
     assert growth == 1_000

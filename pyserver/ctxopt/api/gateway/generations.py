@@ -71,3 +71,17 @@ def minor_floor(
         for t, entry in enumerate(turns)
         if t >= first_recent or entry.protected or any(i in old for i in call.ids[t])
     )
+
+
+def old_prefix(call: Call, turns: Sequence[TurnProjection], old: Set[str]) -> int:
+    """The tokens a minor collection leaves byte-identical: the frame and, as
+    they are sent now, the turns before the first one holding a young chunk
+    (0 before the first full collection: nothing is old)."""
+    if not old:
+        return 0
+    kept = call.frame_tokens
+    for t, entry in enumerate(turns):
+        if any(i not in old for i in call.ids[t]):
+            break
+        kept += entry.total
+    return kept

@@ -45,12 +45,13 @@ from ctxopt.api.gateway.formats.conversation import (
     first_prompt,
     latest_turns,
 )
-from ctxopt.api.gateway.generations import Kind, minor_floor, promoted
+from ctxopt.api.gateway.generations import Kind, minor_floor, old_prefix, promoted
 from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.gateway.projection import (
     Call,
     Projection,
     Ref,
+    fixed_prefix,
     project,
     tokens_as_sent,
     unchanged_prefix,
@@ -238,11 +239,12 @@ class Pipeline:
         projection = self._project(call, state)
         note = ""
         try:
-            full_landing = None
-            if self.config.gateway_generations:
-                full_landing = self.config.gateway_full_landing_percent / 100
+            full_landing, kept = None, 0
             if self._shrink_arrivals(call, state, projection):
                 projection = self._project(call, state)
+            if self.config.gateway_generations:
+                full_landing = self.config.gateway_full_landing_percent / 100
+                kept = old_prefix(call, projection.turns, state.generations.old)
             due = schedule.schedule(
                 price_of(conversation.model, fmt.name.partition("-")[0]).cache,
                 size=projection.tokens_after,
@@ -251,6 +253,8 @@ class Pipeline:
                 trigger_share=self.config.gateway_trigger_percent / 100,
                 landing_share=self.config.gateway_landing_percent / 100,
                 full_landing_share=full_landing,
+                fixed=fixed_prefix(call, projection.turns, first),
+                old_prefix=kept,
             )
             if due is not None:
                 note, projection = self._collect(call, state, projection, due)

@@ -189,3 +189,12 @@ def tokens_as_sent(call: Call) -> int:
         for t in range(len(turns))
         for cid in call.ids[t]
     )
+
+
+def fixed_prefix(call: Call, turns: Sequence[TurnProjection], first: int | None) -> int:
+    """The tokens at the prompt's start that no collection changes: the frame
+    and the turns up to the task (`first`, the first prompt: a root of every
+    plan; the turns before it are the host's canned, locked ones)."""
+    if first is None:
+        return call.frame_tokens
+    return call.frame_tokens + sum(entry.total for entry in turns[: first + 1])

@@ -77,24 +77,31 @@ def next_growth(previous: float, *, last_size: int, size: int) -> float:
     return previous + GROWTH_WEIGHT * (grown - previous)
 
 
-def landing_that_pays(cache: CacheRules, *, size: int, trigger: int, growth: float) -> int:
+def landing_that_pays(
+    cache: CacheRules, *, size: int, trigger: int, growth: float, kept: int = 0
+) -> int:
     """The highest landing L whose rewrite is paid back by cheaper reads before
     the prompt grows back to `trigger`: the smaller root of
-    `cache_read * (size - L) * (trigger - L) / growth = cache_write * L`.
+    `cache_read * (size - L) * (trigger - L) / growth = cache_write * (L - kept)`,
+    where the first `kept` tokens stay byte-identical (the frame; for a minor
+    collection, the old generation too) and so are not written again.
 
     >>> from ctxopt.prices import ANTHROPIC_CACHE
     >>> landing_that_pays(ANTHROPIC_CACHE, size=76_000, trigger=76_000, growth=700)
     54218
+    >>> landing_that_pays(ANTHROPIC_CACHE, size=76_000, trigger=76_000, growth=700, kept=30_000)
+    59841
     >>> landing_that_pays(ANTHROPIC_CACHE, size=76_000, trigger=76_000, growth=0)
     76000
     """
     if growth <= 0:
         return size
+    kept = max(0, min(kept, size))
     a = cache.cache_read
     b = cache.cache_read * (size + trigger) + cache.cache_write * growth
-    c = cache.cache_read * size * trigger
+    c = cache.cache_read * size * trigger + cache.cache_write * growth * kept
     root = (b - math.sqrt(max(0.0, b * b - 4 * a * c))) / (2 * a)
-    return max(0, min(size, int(root)))
+    return max(kept, min(size, int(root)))
 
 
 def schedule(
@@ -106,13 +113,22 @@ def schedule(
     trigger_share: float,
     landing_share: float,
     full_landing_share: float | None = None,
+    fixed: int = 0,
+    old_prefix: int = 0,
 ) -> Collection | None:
     """The collection to run before sending a prompt of `size` tokens, or None.
 
     It runs when the next call (`size + growth`) would reach `trigger_share`
     of `ceiling` (the lower of the window and the host's line); it lands at
-    `landing_share` of `ceiling`, or lower where that is the most a rewrite
-    pays for (`landing_that_pays`).
+    `landing_share` of the room that the `fixed` start of the prompt (the
+    frame and the task, which no collection changes) leaves under `ceiling`,
+    or lower where that is the most a rewrite pays for (`landing_that_pays`).
+    A share of the room, not of the ceiling, means the same at every scale: a
+    20,000-token frame is a tenth of a 200,000-token window and half of a
+    40,000-token one. A rewrite starts after the bytes it leaves as they were:
+    the fixed start for a full collection, the `old_prefix` (it and the old
+    generation's turns) for a minor one, which so may land higher than a full
+    one at the same price.
 
     >>> from ctxopt.prices import ANTHROPIC_CACHE
     >>> schedule(ANTHROPIC_CACHE, size=60_000, growth=700, ceiling=76_000,
@@ -120,7 +136,7 @@ def schedule(
     True
     >>> schedule(ANTHROPIC_CACHE, size=72_000, growth=700, ceiling=76_000,
     ...          trigger_share=0.95, landing_share=0.3)  # doctest: +NORMALIZE_WHITESPACE
-    Collection(target=22800, reason='next call crosses 72200; lands at 30% of the ceiling',
+    Collection(target=22800, reason='next call crosses 72200; lands at 30% of the room',
                full_target=22800)
     >>> schedule(ANTHROPIC_CACHE, size=72_000, growth=700, ceiling=76_000,
     ...          trigger_share=0.95, landing_share=0.5, full_landing_share=0.3).full_target
@@ -132,11 +148,17 @@ def schedule(
     trigger = int(ceiling * trigger_share)
     if size + growth < trigger:
         return None
-    wanted = int(ceiling * landing_share)
-    paid = landing_that_pays(cache, size=size, trigger=trigger, growth=growth)
+    fixed = max(0, min(fixed, ceiling))
+    wanted = fixed + int((ceiling - fixed) * landing_share)
+    paid = landing_that_pays(
+        cache, size=size, trigger=trigger, growth=growth, kept=max(fixed, old_prefix)
+    )
+    paid_full = landing_that_pays(cache, size=size, trigger=trigger, growth=growth, kept=fixed)
     crossing = f"next call crosses {trigger}"
-    full = paid if full_landing_share is None else int(ceiling * full_landing_share)
-    full = min(full, paid, wanted)
+    full = paid_full
+    if full_landing_share is not None:
+        full = fixed + int((ceiling - fixed) * full_landing_share)
+    full = min(full, paid_full, wanted)
     if paid < wanted:
         return Collection(paid, f"{crossing}; lands where the rewrite pays for itself", full)
-    return Collection(wanted, f"{crossing}; lands at {landing_share:.0%} of the ceiling", full)
+    return Collection(wanted, f"{crossing}; lands at {landing_share:.0%} of the room", full)
