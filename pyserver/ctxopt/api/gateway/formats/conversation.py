@@ -326,11 +326,11 @@ def latest_turns(turns: Sequence[Turn]) -> list[int]:
     """The latest turn as the API needs it whole: the newest user message, or
     the newest tool results with the model turn that made the calls (its
     thinking or reasoning included)."""
-    talk = [i for i, turn in enumerate(turns) if not turn.locked]
-    if not talk:
+    # from the end: the history before the newest unlocked turn is not read
+    last = next((i for i in range(len(turns) - 1, -1, -1) if not turns[i].locked), None)
+    if last is None:
         return []
     # instructions after it (locked turns) stay with it: they are never changed anyway
-    last = talk[-1]
     answers = any(b.answers for b in turns[last].blocks)
     if turns[last].role == Role.MODEL or answers:
         start = last
