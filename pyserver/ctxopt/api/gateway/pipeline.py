@@ -38,6 +38,7 @@ from ctxopt.api.gateway.formats.conversation import (
     Conversation,
     Edit,
     JsonObject,
+    Resume,
     WireFormat,
     chunk_id,
     digest,
@@ -59,16 +60,18 @@ from ctxopt.api.gateway.projection import (
     fixed_prefix,
     project,
     tokens_as_sent,
+    unchanged_prefix,
 )
 from ctxopt.api.gateway.reuse import Bodies
 from ctxopt.api.gateway.schedule import Collection
+from ctxopt.api.gateway.sent import Sent
 from ctxopt.api.gateway.sessions import SESSION_HEADER, namespace_of, session_of
 from ctxopt.api.gateway.state import ConversationState, ConversationStates
 from ctxopt.api.gateway.threads import Threads
 from ctxopt.api.gateway.truncation import truncate
 from ctxopt.config import Config
 from ctxopt.engine import Engine
-from ctxopt.model import Action, Budget, Chunk, OptimizeOptions, Role, Roots, Strategy
+from ctxopt.model import Budget, Chunk, OptimizeOptions, Role, Roots, Strategy
 from ctxopt.prices import price_of
 
 log = logging.getLogger("ctxopt.gateway")
@@ -90,6 +93,7 @@ class Pipeline:
         self.conversations = ConversationStates()
         self.threads = Threads()
         self.bodies = Bodies()  # the last bodies parsed, for the next call's unchanged prefix
+        self.sent = Sent()  # the last bodies sent, for the next call's unchanged prefix
 
     def prepare(
         self, fmt: WireFormat, path: str, raw: bytes, headers: Mapping[str, str], owner: str
@@ -275,8 +279,11 @@ class Pipeline:
         # step's call arguments and drop narration and signed blocks whole; no
         # call, id, role or turn goes, so the format's rules hold by
         # construction here; a truncation that drops turns is checked.
-        rendered = fmt.render(body, conversation, projection.edits, frozenset())
-        return Prepared(_dump(rendered), Outcome.OPTIMIZED, before, after, note=note)
+        stable = unchanged_prefix(conversation, projection.turns, conversation.renders.basis)
+        resume = Resume(stable, projection.turns)
+        rendered = fmt.render(body, conversation, projection.edits, frozenset(), resume)
+        sent = self.sent.dump((state.owner, state.session_id), rendered, fmt.list_key)
+        return Prepared(sent, Outcome.OPTIMIZED, before, after, note=note)
 
     def _sync(
         self, state: ConversationState, frame: list[Chunk], chunks: list[Chunk], present: set[str]
@@ -299,7 +306,7 @@ class Pipeline:
         """Decisions on chunks the engine session holds whole again (brought back
         through MCP, gRPC or the command line) stop sticking: the host's next
         request carries the original instead of the placeholder or excerpt."""
-        decided = [i for i, d in state.decisions.items() if d.action != Action.DELETE]
+        decided = state.returnable
         if decided:
             state.restored(self.engine.held_whole(state.owner, state.session_id, decided))
 
@@ -408,7 +415,7 @@ class Pipeline:
     @staticmethod
     def _project(call: Call, state: ConversationState) -> Projection:
         projection = project(call, state, state.projection)
-        state.projected(projection.turns)
+        state.projected(projection)
         return projection
 
     def _fallback(self, call: Call, state: ConversationState, raw: bytes, reason: str) -> Prepared:
