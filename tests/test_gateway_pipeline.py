@@ -124,7 +124,9 @@ def test_a_projection_under_an_older_version_is_not_reused() -> None:
         6000,
         state.tokens,
     )
-    blank = [replace(turn, edits=[]) for turn in state.projection]
+    assert state.projection is not None
+    turns_blank = [replace(turn, edits=[]) for turn in state.projection.turns]
+    blank = replace(state.projection, edits={}, turns=turns_blank)
     assert project(call, state, blank).edits == {}  # same version: the turns are reused
     one = next(iter(state.decisions))
     state.not_sent(set(state.tokens) - {one})  # one decision goes, the version moves

@@ -2,6 +2,7 @@
 
     python -m benchmarks.gateway [--smoke] [--out PATH] [--data PATH] [--limit N]
                                  [--calls N] [--part all|latency|billing] [--against REF]
+                                 [--gateway-mode on|shadow|off]
 
 A real `ctxopt serve --gateway-addr` process forwards to a fake provider on
 loopback (tests/gateway/upstream.py). Part one (latency.py): what the gateway
@@ -13,7 +14,8 @@ Anthropic context editing. Prints tables; writes JSON and a PNG beside it.
 With `--against REF` (a git ref of this repository) a second server runs the
 tree of REF (exported with `git archive`, on PYTHONPATH) beside this one, and
 every latency call goes through both in turn: before and after, side by side
-under the same load.
+under the same load. `--gateway-mode off` measures the relay alone (no
+parsing at all): the floor of what a call through the gateway adds.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from ctxopt.config import GATEWAY_MODES
 
 from benchmarks.gateway import billing, latency
 from benchmarks.gateway.histories import DEFAULT_SWE, FORMATS, Trajectory, load
@@ -50,7 +53,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         contextlib.ExitStack() as stack,
         httpx.Client(timeout=120) as client,
     ):
-        env = upstream_env(upstream)
+        env = {**upstream_env(upstream), "CTXOPT_GATEWAY_MODE": args.gateway_mode}
         for name in ("this", "against"):
             (Path(tmp) / name).mkdir()
         this = stack.enter_context(
@@ -69,6 +72,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             results["latency"] = _latency(args, client, gateways, upstream, trajectories)
         if args.part in ("all", "billing"):
             results["billing"] = _billing(args, client, this.gateway_url, upstream, trajectories)
+    results["gateway_mode"] = args.gateway_mode
     results["trajectories"] = len(trajectories)
     results["window_share"] = billing.WINDOW_SHARE
     return results
@@ -135,7 +139,11 @@ def _billing(
 
 
 def report(results: dict[str, Any]) -> None:
-    print("added latency (ms): gateway minus direct call to the fake provider; cold = first call")
+    mode = results.get("gateway_mode", "on")
+    print(
+        f"added latency (ms), gateway mode {mode}: gateway minus direct call to the fake"
+        " provider; cold = first call"
+    )
     print(
         f"{'tree':10} {'format':17} {'msgs':>5} {'regime':13} {'p50':>7} {'p99':>7} "
         f"{'ttfb p50':>9} {'cold':>7}"
@@ -237,6 +245,9 @@ def main() -> None:
     parser.add_argument("--part", choices=("all", "latency", "billing"), default="all")
     parser.add_argument(
         "--against", default="", help="a git ref whose tree runs beside this one (latency)"
+    )
+    parser.add_argument(
+        "--gateway-mode", choices=GATEWAY_MODES, default="on", help="off: the relay alone"
     )
     parser.add_argument("--out", type=Path, help="default: results/gateway[_PART].json")
     args = parser.parse_args()

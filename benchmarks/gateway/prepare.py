@@ -4,7 +4,8 @@
 
 The sessions of latency.py (each format, 100 and 1,000 messages, the model's
 window and half the history; one exchange more per call), without HTTP: the
-time from a request's bytes to the bytes that go upstream. Each round runs
+time from a request's bytes to the bytes that go upstream, the engine's
+database on disk as a server's. Each round runs
 every case in a fresh process; with `--against REF` the tree of REF (exported
 with `git archive`, on PYTHONPATH) runs the same rounds, alternating with this
 tree's, so both see the same load. Prints a table; writes JSON.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -58,7 +60,9 @@ def worker(sizes: tuple[int, ...], calls: int) -> dict[str, list[float]]:
         for size in sizes:
             session = latency.synthetic(trajectories, size // 2 + calls + 1)
             for regime in REGIMES:
-                pipeline = Pipeline(Engine(Config(data_dir=":memory:")), Config())
+                # on disk, as a server's: the engine's append commits to its database
+                data = tempfile.mkdtemp()
+                pipeline = Pipeline(Engine(Config(data_dir=data)), Config())
                 base = request(fmt_name, session, size // 2)
                 headers = {"x-ctxopt-session": "bench"}
                 if regime == "half-window":
@@ -74,6 +78,8 @@ def worker(sizes: tuple[int, ...], calls: int) -> dict[str, list[float]]:
                     pipeline.prepare(fmt, path, raw, headers, "")
                     times.append((time.perf_counter() - started) * 1000)
                 out[f"{fmt_name}/{size}/{regime}"] = times
+                pipeline.engine.close()
+                shutil.rmtree(data)
     return out
 
 

@@ -6,8 +6,10 @@ CTXOPT_GATEWAY_LANDING_PERCENT, ctxopt/api/gateway/schedule.py; the server's
 defaults when unset). A third number turns generational collections on
 (CTXOPT_GATEWAY_GENERATIONS, ctxopt/api/gateway/generations.py): minor
 collections land at the target, full ones at `full_percent`; two numbers
-turn them off. The Pareto curve of the benchmark is ctxopt over several
-settings. A new schedule knob (one that decides when and how deep to collect
+turn them off; a last `+R` keeps the latest turns whole up to R% of the room
+a landing leaves (CTXOPT_GATEWAY_RECENT_SHARE, generations.py `latest_start`;
+without it: the server's default). The Pareto curve of the benchmark is ctxopt
+over several settings. A new schedule knob (one that decides when and how deep to collect
 from the provider's prices) joins as a field here, its variable in `env`, and
 its spelling in `parse`.
 
@@ -16,6 +18,10 @@ its spelling in `parse`.
  'CTXOPT_GATEWAY_GENERATIONS': 'off'}
 >>> Schedule.parse("80/50/30").env()["CTXOPT_GATEWAY_FULL_LANDING_PERCENT"]
 '30'
+>>> Schedule.parse("95/50/30+70").env()["CTXOPT_GATEWAY_RECENT_SHARE"]
+'0.7'
+>>> Schedule.parse("95/50/30+70").label
+'95/50/30+70'
 >>> Schedule().label
 'default'
 """
@@ -30,14 +36,17 @@ class Schedule:
     threshold_percent: float | None = None  # None: the server's default
     target_percent: float | None = None
     full_percent: float | None = None  # generations on, full collections land here
+    recent_percent: float | None = None  # None: the server's default
 
     @classmethod
     def parse(cls, text: str) -> Schedule:
-        """`THRESHOLD/TARGET[/FULL]` in percent of the ceiling, e.g. 95/35 or 80/50/30."""
+        """`THRESHOLD/TARGET[/FULL][+RECENT]` in percent, e.g. 95/35, 80/50/30 or 95/50/30+70."""
+        shares, _, recent_text = text.partition("+")
         try:
-            numbers = [float(part) for part in text.split("/")]
+            numbers = [float(part) for part in shares.split("/")]
+            recent = float(recent_text) if recent_text else None
         except ValueError:
-            numbers = []
+            numbers, recent = [], None
         if len(numbers) not in (2, 3):
             raise ValueError(
                 f"schedule {text!r}: expected THRESHOLD/TARGET[/FULL], e.g. 95/35 or 80/50/30"
@@ -48,14 +57,18 @@ class Schedule:
             raise ValueError(f"schedule {text!r}: expected 0 < target < threshold <= 100")
         if full is not None and not 0 < full <= target:
             raise ValueError(f"schedule {text!r}: expected 0 < full <= target")
-        return cls(threshold, target, full)
+        if recent is not None and not 0 <= recent <= 100:
+            raise ValueError(f"schedule {text!r}: expected 0 <= recent <= 100")
+        return cls(threshold, target, full, recent)
 
     @property
     def label(self) -> str:
         if self.threshold_percent is None or self.target_percent is None:
             return "default"
         label = f"{self.threshold_percent:g}/{self.target_percent:g}"
-        return label if self.full_percent is None else f"{label}/{self.full_percent:g}"
+        if self.full_percent is not None:
+            label += f"/{self.full_percent:g}"
+        return label if self.recent_percent is None else f"{label}+{self.recent_percent:g}"
 
     def env(self) -> dict[str, str]:
         """The server's environment for this setting (empty: its defaults)."""
@@ -68,4 +81,6 @@ class Schedule:
         }
         if self.full_percent is not None:
             env["CTXOPT_GATEWAY_FULL_LANDING_PERCENT"] = f"{self.full_percent:g}"
+        if self.recent_percent is not None:
+            env["CTXOPT_GATEWAY_RECENT_SHARE"] = f"{self.recent_percent / 100:g}"
         return env

@@ -75,6 +75,9 @@ class Config:
     # one, when that cannot land, goes down to `gateway_full_landing_percent`
     gateway_generations: bool = True
     gateway_full_landing_percent: float = 30.0
+    # Either collection keeps the latest turns whole up to this share of the room its
+    # landing leaves above the frame and the task (generations.py `latest_roots`)
+    gateway_recent_share: float = 0.7
     # How long a request waits for the engine (sync, plan) before it goes up as the
     # original, or locally truncated when that does not fit; 0 waits as long as it
     # takes. Far above a plan's p99 under load (0.7 s on 2 shared cores, docs/gateway.md)

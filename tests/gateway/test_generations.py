@@ -56,6 +56,7 @@ def pipeline(**config: Any) -> Pipeline:
         "gateway_trigger_percent": 95.0,
         "gateway_landing_percent": 60.0,
         "gateway_full_landing_percent": 30.0,
+        "gateway_recent_share": 0.0,  # the latest turns' share: its own tests
         **config,
     }
     return Pipeline(Engine(replace(Config(data_dir=":memory:"), **settings)), Config(**settings))

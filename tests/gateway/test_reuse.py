@@ -1,6 +1,7 @@
-"""Parsing and rendering only what changed (reuse.py, `Renders`): the cached
-path gives what a fresh parse and a full render give, whatever the host does
-to its history between calls (in process, no server)."""
+"""Parsing, projecting, rendering and serialising only what changed (reuse.py,
+`Renders`, `project`, sent.py): the cached path gives what a fresh parse, a
+full walk, a full render and a whole serialisation give, whatever the host
+does to its history between calls (in process, no server)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,17 @@ from unittest.mock import patch
 
 import orjson
 from ctxopt.api.gateway.app import wire_format
+from ctxopt.api.gateway.formats.aider import host_marks
 from ctxopt.api.gateway.formats.anthropic import AnthropicMessages
-from ctxopt.api.gateway.formats.conversation import Edit, Renders
+from ctxopt.api.gateway.formats.conversation import Conversation, Edit, HostMarks, Renders
 from ctxopt.api.gateway.pipeline import Pipeline
+from ctxopt.api.gateway.projection import Call, Projection, project
 from ctxopt.api.gateway.reuse import Bodies
+from ctxopt.api.gateway.sent import Sent
+from ctxopt.api.gateway.state import ConversationState
 from ctxopt.config import Config
 from ctxopt.engine import Engine
+from ctxopt.model import Action
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -149,14 +155,32 @@ def test_a_message_rendering_is_reused_only_for_the_same_message_under_equal_edi
 
 @contextmanager
 def uncached() -> Iterator[None]:
-    """Every body parsed whole and every message rendered again."""
+    """Every body parsed whole, every turn projected and marked, every message
+    rendered and serialised again."""
 
     def whole(_self: Bodies, raw: bytes, key: str, slot: tuple[str, ...]) -> Any:
         return orjson.loads(raw)
 
+    def dumped(_self: Sent, _conversation: Any, body: dict[str, Any], _key: str) -> bytes:
+        return orjson.dumps(body)
+
+    def walked(call: Call, decided: Any, _previous: Any) -> Projection:
+        return project(call, decided, None)
+
+    def read(conversation: Conversation) -> HostMarks:
+        return host_marks(replace(conversation, marks=HostMarks()))
+
+    def returnable(state: ConversationState) -> list[str]:
+        return [i for i, d in state.decisions.items() if d.action != Action.DELETE]
+
     with (
         patch.object(Bodies, "parse", whole),
         patch.object(Renders, "get", lambda *_args: None),
+        patch.object(Renders, "resumed", lambda *_args: ([], [], 0)),
+        patch.object(Sent, "dump", dumped),
+        patch("ctxopt.api.gateway.pipeline.project", walked),
+        patch("ctxopt.api.gateway.formats.aider.host_marks", read),
+        patch.object(ConversationState, "returnable", property(returnable)),
     ):
         yield
 

@@ -84,6 +84,13 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "(CTXOPT_GATEWAY_FULL_LANDING_PERCENT, default 30)",
     )
     serve.add_argument(
+        "--gateway-recent-share",
+        type=float,
+        help="a collection keeps the latest turns whole up to this share (0-1) of the room "
+        "its landing leaves above the frame and the task (CTXOPT_GATEWAY_RECENT_SHARE, "
+        "default 0.7)",
+    )
+    serve.add_argument(
         "--gateway-engine-deadline-ms",
         type=int,
         help="how long a gateway request waits for the engine before it goes up unpruned, "

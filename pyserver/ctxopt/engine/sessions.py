@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 
 from ctxopt import validate
 from ctxopt.config import Config
@@ -20,12 +21,14 @@ from ctxopt.store import (
     Change,
     StashEntry,
     Store,
+    StoredChunk,
     StoredSession,
     entry_of,
     require_owner,
     stored_of,
 )
 from ctxopt.text.analyzer import Analyzer
+from ctxopt.text.termblob import DocTerms, TermBlobs
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,7 @@ class LiveSessions:
         self.store = store
         self.analyzer = analyzer
         self.registry = Registry(analyzer)
+        self.term_blobs = TermBlobs(analyzer)
         self.load_lock = threading.Lock()
 
     def get(self, owner: str, session_id: str, *, create: bool = False) -> Session:
@@ -102,21 +106,44 @@ class LiveSessions:
     def _hydrate(self, stored: StoredSession) -> Session:
         session = Session(stored.session_id, stored.owner, self.analyzer)
         session.collections = stored.collections
+        decode = self.term_blobs.decode
         for item in stored.chunks:
-            session.restore_entry(entry_of(item))
+            session.restore_entry(entry_of(item), decode(item.chunk.text, item.term_blob))
         return session
 
     def commit(self, session: Session, change: Change) -> None:
-        """The one write path: the store first, then memory."""
+        """The one write path: the store first, then memory. A new text is
+        analysed once, and its terms are stored with it (so a restart reads
+        them instead of analysing it again)."""
+        change, docs = self._with_terms(session, change)
         self.store.commit(change)
         for chunk_id in change.removals:
             session.remove(chunk_id)
+        decode = self.term_blobs.decode
         for item in change.upserts:
-            session.restore_entry(entry_of(item))
+            doc = docs.get(item.chunk.id)
+            if doc is None:
+                doc = decode(item.chunk.text, item.term_blob)
+            session.restore_entry(entry_of(item), doc)
         if change.collections is not None:
             session.collections = change.collections
         if change.removals and session.needs_compaction():
             self._compact(session, change.owner)
+
+    def _with_terms(self, session: Session, change: Change) -> tuple[Change, dict[str, DocTerms]]:
+        """`change` with the terms of each upserted text the session does not hold
+        yet, and those terms by chunk id; a text it holds keeps its stored terms."""
+        blobs = self.term_blobs
+        docs: dict[str, DocTerms] = {}
+        upserts: list[StoredChunk] = []
+        for item in change.upserts:
+            c, old = item.chunk, session.entries.get(item.chunk.id)
+            if item.term_blob is None and (old is None or old.chunk.text != c.text):
+                doc = docs[c.id] = blobs.analyse(c.text)
+                blob = blobs.encode(c.text, doc)
+                item = StoredChunk(c, item.seq, item.born, item.last_touched_ms, item.origin, blob)
+            upserts.append(item)
+        return (replace(change, upserts=upserts) if docs else change), docs
 
     def _compact(self, session: Session, owner: str) -> None:
         """Renumber the live chunks densely, in the store and then in memory. The

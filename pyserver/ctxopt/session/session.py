@@ -30,6 +30,7 @@ from ctxopt.session.view import SessionView
 from ctxopt.text.analyzer import Analyzer
 from ctxopt.text.bm25 import BM25Index
 from ctxopt.text.lines import LineBook
+from ctxopt.text.termblob import DocTerms
 
 # Below this many dead slots, their memory costs less than rebuilding the indexes.
 COMPACT_MIN_DEAD_SLOTS = 4096
@@ -159,14 +160,16 @@ class Session:
             slots[chunk_id] = known
         return slots
 
-    def restore_entry(self, entry: Entry) -> None:
-        """Put back a chunk with its bookkeeping (restart, restore, a committed change)."""
+    def restore_entry(self, entry: Entry, doc: DocTerms | None = None) -> None:
+        """Put back a chunk with its bookkeeping (restart, restore, a committed
+        change); `doc`, when given, is its text's terms (not analysed again)."""
         old = self.entries.get(entry.chunk.id)
         if old is not None:
-            self._relink(old, replace(entry, slot=old.slot) if entry.slot != old.slot else entry)
+            new = replace(entry, slot=old.slot) if entry.slot != old.slot else entry
+            self._relink(old, new, doc)
             return
         slot = self._slot_for(entry.chunk.id, wanted=entry.slot)
-        self._link(replace(entry, slot=slot) if slot != entry.slot else entry, index_text=True)
+        self._link(replace(entry, slot=slot) if slot != entry.slot else entry, True, doc)
 
     def remove(self, chunk_id: str) -> Entry | None:
         entry = self.entries.get(chunk_id)
@@ -216,16 +219,16 @@ class Session:
         self.columns.ensure(self.n_slots)
         return slot
 
-    def _relink(self, old: Entry, new: Entry) -> None:
+    def _relink(self, old: Entry, new: Entry, doc: DocTerms | None = None) -> None:
         """Replace a chunk at its slot; the same text keeps its indexed terms
         (a changed flag, tag or touch time is not worth a re-analysis)."""
         same_text = old.chunk.text == new.chunk.text
         self._unlink(old, keep_text=same_text)
-        self._link(new, index_text=not same_text)
+        self._link(new, not same_text, doc)
 
-    def _link(self, entry: Entry, *, index_text: bool) -> None:
+    def _link(self, entry: Entry, index_text: bool, doc: DocTerms | None = None) -> None:
         """Hold `entry` at its slot; `index_text` False when the slot's document
-        in the index already is this text."""
+        in the index already is this text, `doc` its terms when known."""
         chunk, slot, cols = entry.chunk, entry.slot, self.columns
         self.entries[chunk.id] = entry
         cols.alive[slot] = True
@@ -240,7 +243,9 @@ class Session:
         cols.born[slot] = entry.born
         cols.refcount[slot] = len(self.in_edges.get(chunk.id, ()))
         self.tokens_total += entry.tokens
-        if index_text:
+        if index_text and doc is not None:
+            self.index.set_doc_counts(slot, doc.terms, doc.counts)
+        elif index_text:
             self.index.set_doc(slot, self.analyzer.terms(chunk.text))
         self.hubs.add(chunk, slot)
         if chunk.embedding:

@@ -29,6 +29,9 @@ class StoredChunk:
     # placeholder ("" when the text is the original): that entry is never dropped
     # while this chunk lives, and a restore brings it back.
     origin: str = ""
+    # The text's analysed terms (text/termblob.py), None when not computed: a
+    # write keeps the stored ones then (they name the text they were made from).
+    term_blob: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +130,10 @@ CHUNK_NAMES = tuple(name for name, _ in CHUNK_COLUMNS)
 CHUNK_SELECT = ", ".join(CHUNK_NAMES)
 _EMBEDDING_COLUMN = CHUNK_NAMES.index("embedding")
 
-LIVE_NAMES = ("session_id", "seq", "born", "last_touched_ms", "origin", *CHUNK_NAMES)
-LIVE_SELECT = f"seq, born, last_touched_ms, origin, {CHUNK_SELECT}"
+LIVE_NAMES = ("session_id", "seq", "born", "last_touched_ms", "origin", "term_blob", *CHUNK_NAMES)
+# a damaged value of another type must not stop a session from loading: it is
+# read as bytes, which the blob's checksum then refuses
+LIVE_SELECT = f"seq, born, last_touched_ms, origin, CAST(term_blob AS BLOB), {CHUNK_SELECT}"
 STASH_NAMES = (
     "stash_id",
     "session_id",
@@ -154,6 +159,14 @@ def upsert_sql(table: str, names: Sequence[str], keys: Sequence[str]) -> str:
         f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))}) "
         f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}"
     )
+
+
+# A live chunk written without its terms keeps the stored ones (a compaction
+# renumbers, a restore or import brings none); a changed text makes them stale,
+# which their text digest tells when they are read.
+LIVE_UPSERT = upsert_sql("chunks", LIVE_NAMES, ("session_id", "chunk_id")).replace(
+    "term_blob = excluded.term_blob", "term_blob = coalesce(excluded.term_blob, term_blob)"
+)
 
 
 def _encode_strings(values: Sequence[str]) -> str | None:
@@ -254,12 +267,13 @@ def chunk_from(row: Sequence[Any], start: int) -> Chunk:
 
 
 def live_values(session_id: str, c: StoredChunk) -> tuple[object, ...]:
-    return (session_id, c.seq, c.born, c.last_touched_ms, c.origin, *chunk_values(c.chunk))
+    head = (session_id, c.seq, c.born, c.last_touched_ms, c.origin, c.term_blob)
+    return (*head, *chunk_values(c.chunk))
 
 
 def live_from(row: Sequence[Any]) -> StoredChunk:
     """A row selected with `LIVE_SELECT`."""
-    return StoredChunk(chunk_from(row, 4), row[0], row[1], row[2], row[3])
+    return StoredChunk(chunk_from(row, 5), row[0], row[1], row[2], row[3], row[4])
 
 
 def entry_values(e: StashEntry, terms: str) -> tuple[object, ...]:

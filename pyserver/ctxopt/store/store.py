@@ -64,8 +64,8 @@ from ctxopt.store.owners import owners_of, require_owner
 from ctxopt.store.ranking import VOCABULARY_DDL, ranked_page
 from ctxopt.store.rows import (
     LIST_SESSIONS_SQL,
-    LIVE_NAMES,
     LIVE_SELECT,
+    LIVE_UPSERT,
     STASH_NAMES,
     STASH_SELECT,
     Restash,
@@ -98,7 +98,6 @@ logger = logging.getLogger(__name__)
 
 Fsync = Literal["full", "normal"]
 
-_UPSERT_LIVE = upsert_sql("chunks", LIVE_NAMES, ("session_id", "chunk_id"))
 _UPSERT_STASH = upsert_sql("stash", STASH_NAMES, ("session_id", "stash_id"))
 
 
@@ -269,7 +268,7 @@ class Store:
                 "DELETE FROM chunks WHERE session_id = ? AND chunk_id = ?",
                 [(session_id, chunk_id) for chunk_id in change.removals],
             )
-            cur.executemany(_UPSERT_LIVE, [live_values(session_id, c) for c in change.upserts])
+            cur.executemany(LIVE_UPSERT, [live_values(session_id, c) for c in change.upserts])
             cur.executemany(_UPSERT_STASH, stash_rows)
             cur.executemany(
                 "UPDATE stash SET action = ?, reasons = ?, score = ?, stashed_at_ms = ?, "
@@ -452,7 +451,7 @@ class Store:
             cur.execute(
                 "INSERT INTO sessions VALUES (?, ?, ?)", (session_id, owner, session.collections)
             )
-            cur.executemany(_UPSERT_LIVE, [live_values(session_id, c) for c in session.chunks])
+            cur.executemany(LIVE_UPSERT, [live_values(session_id, c) for c in session.chunks])
             cur.executemany(_UPSERT_STASH, stash_rows)
             dropped = self._enforce_caps(cur, session_id, set())
         log_dropped(session_id, dropped)

@@ -98,7 +98,7 @@ class _TokenAnalyzer:
     def __call__(self, raw: bytes) -> tuple[str, ...]:
         text = raw.decode("utf-8", "surrogatepass")
         if text.isascii():
-            return self._run_terms(text)
+            return self._run_terms(text) if self.split_identifiers else self._word(text)
         run = _IDENTIFIER_RUN if self.split_identifiers else _WORD_RUN
         return tuple(t for piece in run.findall(text) for t in self._run_terms(piece))
 
@@ -129,6 +129,17 @@ class _TokenAnalyzer:
         if segment.isascii() and not segment.islower() and not segment.isupper():
             return _CAMEL_PART.findall(segment)
         return [segment]
+
+    def _word(self, word: str) -> tuple[str, ...]:
+        """`_words([word])` with less interpreter work: a new text's distinct
+        words (most raw tokens are one ASCII word) each come through here once."""
+        lowered = word.lower()[:MAX_TERM_CHARS]
+        if self.stopwords and lowered in STOPWORDS:
+            return ()
+        if self._stemmer is None:
+            return (lowered,)
+        with self._stem_lock:
+            return (self._stemmer.stemWord(lowered),)
 
     def _words(self, words: list[str]) -> tuple[str, ...]:
         lowered = [w.lower()[:MAX_TERM_CHARS] for w in words]

@@ -140,20 +140,26 @@ class BM25Index:
 
     def set_doc(self, slot: int, terms: Sequence[str]) -> None:
         """Index `terms` as the document at `slot`, replacing any document there."""
+        counted = Counter(terms)
+        self.set_doc_counts(slot, list(counted), list(counted.values()))
+
+    def set_doc_counts(self, slot: int, terms: Sequence[str], counts: Sequence[int]) -> None:
+        """`set_doc` of a document whose distinct `terms`, in first-occurrence
+        order, occur `counts` times (a restart reads them from the store)."""
         if not 0 <= slot <= _MAX_SLOT:
             raise ValueError(f"slot: must be in [0, {_MAX_SLOT}] (got {slot!r})")
         if slot < len(self._slot_uid) and self._slot_uid[slot] >= 0:
             self.remove_doc(slot)
         if self._next_uid >= _UID_LIMIT:
             self._compact()
-        counts = Counter(terms)
-        tids = list(map(self._term_ids.__getitem__, counts))
+        tids = list(map(self._term_ids.__getitem__, terms))
         uid = self._next_uid
         self._next_uid += 1
         key = uid << _TF_BITS
         postings = self._postings
-        for tid, tf in zip(tids, counts.values(), strict=True):
+        for tid, tf in zip(tids, counts, strict=True):
             postings[tid].append(key | tf)
+        length = sum(counts)
 
         self._version += 1
         self._ensure_capacity(slot, uid)
@@ -162,10 +168,10 @@ class BM25Index:
         self._term_changed[tid_array] = self._version
         self._slot_uid[slot] = uid
         self._uid_slot[uid] = slot
-        self._doc_len[slot] = len(terms)
+        self._doc_len[slot] = length
         self._doc_terms[slot] = tid_array.astype(np.uint32).tobytes()
         self._docs += 1
-        self._total_len += len(terms)
+        self._total_len += length
         self._end = max(self._end, slot + 1)
         self._live_postings += len(tids)
 

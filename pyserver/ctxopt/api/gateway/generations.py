@@ -8,13 +8,14 @@ billed again almost whole. The turns the host sent since the last full
 collection are the *young* generation, everything it sent up to then the
 *old* one: a *minor* collection prunes only the young generation (the old
 one's chunks are roots of its plan, its decisions stick), so every byte
-before the first young chunk stays as the provider cached it and the
-rewrite costs only the young part. A minor collection cannot land when the
-old generation and the turns no plan may prune (the first prompt, the latest
-turns) already pass its target; then a full collection runs and what the
-host sent up to it becomes the new old generation, but for the latest turns:
-they were roots of that plan (kept whole) and are the next minor
-collection's to prune.
+before the first young chunk stays as the provider cached it and the rewrite
+costs only the young part. Either kind keeps the latest turns whole up to a
+share of the room its landing leaves (`latest_roots`). A minor collection
+cannot land when the old generation and the turns no plan may prune (the
+first prompt, the latest turns) already pass its target; then a full
+collection runs and what the host sent up to it becomes the new old
+generation, but for the latest turns: they were roots of that plan (kept
+whole) and are the next minor collection's to prune.
 """
 
 from __future__ import annotations
@@ -50,12 +51,13 @@ class Generations:
         self._old = frozenset(ids)
 
 
-def promoted(call: Call, *, recent_turns: int) -> list[str]:
+def promoted(call: Call, *, recent_turns: int, kept_from: int) -> list[str]:
     """What a full collection over `call` makes old: every chunk before the
-    latest `recent_turns` turns and the latest turn the API needs whole (the
-    plan kept those as roots, not on their merit)."""
+    latest `recent_turns` turns, the latest turn the API needs whole and the
+    turns from `kept_from` on (`latest_start`): the plan kept those as roots,
+    not on their merit."""
     turns = call.conversation.turns
-    young = min(len(turns) - recent_turns, *latest_turns(turns), len(turns))
+    young = min(len(turns) - recent_turns, *latest_turns(turns), len(turns), kept_from)
     return [i for row in call.ids[: max(0, young)] for i in row]
 
 
@@ -85,3 +87,21 @@ def old_prefix(call: Call, turns: Sequence[TurnProjection], old: Set[str]) -> in
             break
         kept += entry.total
     return kept
+
+
+def latest_start(turns: Sequence[TurnProjection], *, after: int, room: int, share: float) -> int:
+    """The first of the latest turns (those after turn `after`, the task) that
+    together fill at most `share` of `room` (what a landing leaves above the
+    prompt's fixed start) as they are sent now: a collection keeps them whole.
+    The lines an agent quotes next (the code it edits, the error it fixes) are
+    mostly in its latest outputs, which a host alone keeps whole until it
+    summarises; a plan ranking them by value per token would cut a long one
+    first."""
+    budget, used = max(0.0, min(1.0, share)) * room, 0
+    start = len(turns)
+    for t in range(len(turns) - 1, after, -1):
+        used += turns[t].total
+        if used > budget:
+            break
+        start = t
+    return start

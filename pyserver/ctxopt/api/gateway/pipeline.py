@@ -38,13 +38,20 @@ from ctxopt.api.gateway.formats.conversation import (
     Conversation,
     Edit,
     JsonObject,
+    Resume,
     WireFormat,
     chunk_id,
     digest,
     first_prompt,
     latest_turns,
 )
-from ctxopt.api.gateway.generations import Kind, minor_floor, old_prefix, promoted
+from ctxopt.api.gateway.generations import (
+    Kind,
+    latest_start,
+    minor_floor,
+    old_prefix,
+    promoted,
+)
 from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.gateway.projection import (
     Call,
@@ -53,16 +60,18 @@ from ctxopt.api.gateway.projection import (
     fixed_prefix,
     project,
     tokens_as_sent,
+    unchanged_prefix,
 )
 from ctxopt.api.gateway.reuse import Bodies
 from ctxopt.api.gateway.schedule import Collection
+from ctxopt.api.gateway.sent import Sent
 from ctxopt.api.gateway.sessions import SESSION_HEADER, namespace_of, session_of
 from ctxopt.api.gateway.state import ConversationState, ConversationStates
 from ctxopt.api.gateway.threads import Threads
 from ctxopt.api.gateway.truncation import truncate
 from ctxopt.config import Config
 from ctxopt.engine import Engine
-from ctxopt.model import Action, Budget, Chunk, OptimizeOptions, Role, Roots, Strategy
+from ctxopt.model import Budget, Chunk, OptimizeOptions, Role, Roots, Strategy
 from ctxopt.prices import price_of
 
 log = logging.getLogger("ctxopt.gateway")
@@ -84,6 +93,7 @@ class Pipeline:
         self.conversations = ConversationStates()
         self.threads = Threads()
         self.bodies = Bodies()  # the last bodies parsed, for the next call's unchanged prefix
+        self.sent = Sent()  # the last bodies sent, for the next call's unchanged prefix
 
     def prepare(
         self, fmt: WireFormat, path: str, raw: bytes, headers: Mapping[str, str], owner: str
@@ -269,8 +279,11 @@ class Pipeline:
         # step's call arguments and drop narration and signed blocks whole; no
         # call, id, role or turn goes, so the format's rules hold by
         # construction here; a truncation that drops turns is checked.
-        rendered = fmt.render(body, conversation, projection.edits, frozenset())
-        return Prepared(_dump(rendered), Outcome.OPTIMIZED, before, after, note=note)
+        stable = unchanged_prefix(conversation, projection.turns, conversation.renders.basis)
+        resume = Resume(stable, projection.turns)
+        rendered = fmt.render(body, conversation, projection.edits, frozenset(), resume)
+        sent = self.sent.dump((state.owner, state.session_id), rendered, fmt.list_key)
+        return Prepared(sent, Outcome.OPTIMIZED, before, after, note=note)
 
     def _sync(
         self, state: ConversationState, frame: list[Chunk], chunks: list[Chunk], present: set[str]
@@ -293,7 +306,7 @@ class Pipeline:
         """Decisions on chunks the engine session holds whole again (brought back
         through MCP, gRPC or the command line) stop sticking: the host's next
         request carries the original instead of the placeholder or excerpt."""
-        decided = [i for i, d in state.decisions.items() if d.action != Action.DELETE]
+        decided = state.returnable
         if decided:
             state.restored(self.engine.held_whole(state.owner, state.session_id, decided))
 
@@ -335,15 +348,31 @@ class Pipeline:
         starts a new old generation."""
         roots = tuple(i for t in sorted(call.protected) for i in call.ids[t] if i in state.live)
         old = state.generations.old
+        task = first_prompt(call.conversation.turns)
+
+        def latest(target: int) -> int:
+            return latest_start(
+                projection.turns,
+                after=-1 if task is None else task,
+                room=target - due.fixed,
+                share=self.config.gateway_recent_share,
+            )
+
+        def whole_from(start: int) -> tuple[str, ...]:
+            return tuple(i for row in call.ids[start:] for i in row if i in state.live)
+
         if self.config.gateway_generations and old:
             floor = minor_floor(call, projection.turns, old, recent_turns=RECENT_TURNS)
             if floor <= due.target:
                 frozen = tuple(i for i in sorted(old) if i in state.live)
-                note, projection = self._passes(call, state, projection, due.target, roots + frozen)
+                kept = roots + frozen + whole_from(latest(due.target))
+                note, projection = self._passes(call, state, projection, due.target, kept)
                 if projection.tokens_after <= due.target + MINOR_SLACK * call.ceiling:
                     return f"{Kind.MINOR.value} collection {note}".strip(), projection
-        note, projection = self._passes(call, state, projection, due.full_target, roots)
-        state.generations.promote(promoted(call, recent_turns=RECENT_TURNS))
+        start = latest(due.full_target)
+        kept = roots + whole_from(start)
+        note, projection = self._passes(call, state, projection, due.full_target, kept)
+        state.generations.promote(promoted(call, recent_turns=RECENT_TURNS, kept_from=start))
         return f"{Kind.FULL.value} collection {note}".strip(), projection
 
     def _passes(
@@ -386,7 +415,7 @@ class Pipeline:
     @staticmethod
     def _project(call: Call, state: ConversationState) -> Projection:
         projection = project(call, state, state.projection)
-        state.projected(projection.turns)
+        state.projected(projection)
         return projection
 
     def _fallback(self, call: Call, state: ConversationState, raw: bytes, reason: str) -> Prepared:

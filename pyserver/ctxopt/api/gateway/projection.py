@@ -9,6 +9,8 @@ the edits, and what the engine sees of it (its chunks after the decisions).
 
 from __future__ import annotations
 
+import itertools
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -73,11 +75,15 @@ class TurnProjection:
 class Projection:
     """The request with the decisions that stuck applied."""
 
-    edits: dict[Ref, Edit]
+    edits: dict[Ref, Edit]  # in turn order
     tokens_after: int  # the prompt's size with the edits
     engine_tokens: int  # the engine's view of it: its chunks after the decisions
     tokens_before: int  # the prompt as the host sent it
     turns: list[TurnProjection]  # turn by turn, for the next call to reuse
+    # after each turn, the frame left out: the three sizes so far and len(edits)
+    marks: list[tuple[int, int, int, int]] = field(default_factory=list)
+    version: int = -1  # the decisions' version it was made under
+    protected: frozenset[int] = frozenset()  # the call's protected turns
 
     @property
     def overhead(self) -> int:
@@ -86,17 +92,36 @@ class Projection:
         return max(0, self.tokens_after - self.engine_tokens)
 
 
-def project(call: Call, decided: Decided, previous: Sequence[TurnProjection]) -> Projection:
+def project(call: Call, decided: Decided, previous: Projection | None) -> Projection:
     """The decisions that stuck as edits, with the three sizes. A turn unchanged
     since `previous` (reused from the last call, under the same version and
-    protection) is not walked again."""
-    edits: dict[Ref, Edit] = {}
-    total = seen = before = call.frame_tokens
-    turns: list[TurnProjection] = []
+    protection) is not walked again; the leading run of such turns is not even
+    visited: its edits and sizes are `previous`'s up to there."""
+    frame = call.frame_tokens
+    turns_now = call.conversation.turns
     reused = call.conversation.reused
-    for t, turn in enumerate(call.conversation.turns):
-        protected = turn.locked or t in call.protected
-        entry = previous[t] if t < reused and t < len(previous) else None
+    earlier = previous.turns if previous is not None else []
+    start = 0
+    if previous is not None and previous.version == decided.version:
+        # every turn of `previous` was projected under this version: a reused turn's
+        # projection holds unless its protection moved (the latest turns, the task)
+        start = min(reused, len(earlier))
+        for t in previous.protected ^ call.protected:
+            if t < start and not turns_now[t].locked:
+                start = t
+    edits: dict[Ref, Edit] = {}
+    marks: list[tuple[int, int, int, int]] = []
+    total = seen = before = frame
+    if start:
+        assert previous is not None
+        marks = previous.marks[:start]
+        sums = marks[-1]
+        total, seen, before = frame + sums[0], frame + sums[1], frame + sums[2]
+        edits = dict(itertools.islice(previous.edits.items(), sums[3]))
+    turns = earlier[:start]
+    for t in range(start, len(turns_now)):
+        protected = turns_now[t].locked or t in call.protected
+        entry = earlier[t] if t < reused and t < len(earlier) else None
         if entry is None or entry.version != decided.version or entry.protected != protected:
             entry = _project_turn(call, decided, t, protected)
         turns.append(entry)
@@ -104,7 +129,8 @@ def project(call: Call, decided: Decided, previous: Sequence[TurnProjection]) ->
         total += entry.total
         seen += entry.seen
         before += entry.before
-    return Projection(edits, total, seen, before, turns)
+        marks.append((total - frame, seen - frame, before - frame, len(edits)))
+    return Projection(edits, total, seen, before, turns, marks, decided.version, call.protected)
 
 
 def _project_turn(call: Call, decided: Decided, t: int, protected: bool) -> TurnProjection:
@@ -137,6 +163,22 @@ def _project_turn(call: Call, decided: Decided, t: int, protected: bool) -> Turn
             entry.edits.append((block.ref, Edit(text)))
             entry.total += size + BLOCK_FRAMING_TOKENS
     return entry
+
+
+def unchanged_prefix(
+    conversation: Conversation, turns: Sequence[TurnProjection], basis: Sequence[object]
+) -> int:
+    """How many leading raw messages (or items) carry the edits they carried
+    under the projection `basis` (an earlier call's `Projection.turns`): those
+    of the leading turns whose projection is the very one of `basis` (`project`
+    hands a turn's over only while its turn, decisions and protection are
+    unchanged), up to the first raw element of any other turn."""
+    limit = min(len(turns), len(basis), conversation.reused)
+    same = 0
+    while same < limit and turns[same] is basis[same]:
+        same += 1
+    rest = (min(turn.items) for turn in conversation.turns[same:] if turn.items)
+    return min(rest, default=sys.maxsize)  # every one
 
 
 def tokens_as_sent(call: Call) -> int:

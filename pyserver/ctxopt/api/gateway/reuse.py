@@ -179,6 +179,13 @@ def _spliced(raw: bytes, previous: Parsed, shared: int) -> Parsed | None:
     return Parsed(raw, body, previous.key, previous.opened, (*previous.ends[:shared], *scanned[1]))
 
 
+def list_opening(raw: bytes, key: str) -> int | None:
+    """The offset just past the `[` of the top-level list `key` in `raw` (a JSON
+    object), None when there is none or the scan cannot tell (see `_scan`)."""
+    found = _scan(raw, key, until_open=True)
+    return found[0] if found is not None else None
+
+
 def _scan(
     raw: bytes, key: str, *, resume: int = -1, until_open: bool = False
 ) -> tuple[int, list[int]] | None:

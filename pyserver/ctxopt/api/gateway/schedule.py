@@ -40,6 +40,7 @@ class Collection:
     target: int
     reason: str  # "next call crosses <trigger>", with the landing's rule
     full_target: int  # where a full collection lands (with generations off: `target`)
+    fixed: int = 0  # the prompt's start no collection changes (the landings' room is above it)
 
 
 class Pace:
@@ -137,7 +138,7 @@ def schedule(
     >>> schedule(ANTHROPIC_CACHE, size=72_000, growth=700, ceiling=76_000,
     ...          trigger_share=0.95, landing_share=0.3)  # doctest: +NORMALIZE_WHITESPACE
     Collection(target=22800, reason='next call crosses 72200; lands at 30% of the room',
-               full_target=22800)
+               full_target=22800, fixed=0)
     >>> schedule(ANTHROPIC_CACHE, size=72_000, growth=700, ceiling=76_000,
     ...          trigger_share=0.95, landing_share=0.5, full_landing_share=0.3).full_target
     22800
@@ -160,5 +161,5 @@ def schedule(
         full = fixed + int((ceiling - fixed) * full_landing_share)
     full = min(full, paid_full, wanted)
     if paid < wanted:
-        return Collection(paid, f"{crossing}; lands where the rewrite pays for itself", full)
-    return Collection(wanted, f"{crossing}; lands at {landing_share:.0%} of the room", full)
+        return Collection(paid, f"{crossing}; lands where the rewrite pays for itself", full, fixed)
+    return Collection(wanted, f"{crossing}; lands at {landing_share:.0%} of the room", full, fixed)

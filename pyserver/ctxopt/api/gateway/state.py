@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from ctxopt.api.gateway.formats.conversation import Conversation
 from ctxopt.api.gateway.generations import Generations
 from ctxopt.api.gateway.placeholders import estimate, replacement
-from ctxopt.api.gateway.projection import TurnProjection
+from ctxopt.api.gateway.projection import Projection
 from ctxopt.api.gateway.schedule import Pace
 from ctxopt.model import Action, ChunkTokens, Decision, Plan
 
@@ -84,9 +84,10 @@ class ConversationState:
         self._tokens: dict[str, int] = {}  # chunk id -> the engine's count as sent
         self._decisions: dict[str, Decision] = {}
         self._version = 0
+        self._returnable: tuple[int, list[str]] = (-1, [])  # `returnable`, with its version
         # each rewritten chunk's text and size for its decision (made once per decision)
         self._replacements: dict[str, tuple[Decision, str, int]] = {}
-        self._projection: list[TurnProjection] = []  # the last call's per-turn projection
+        self._projection: Projection | None = None  # the last call's
         self._judged = 0  # leading turns whose answered outputs were judged (arrivals.py)
         self.pace = Pace()  # the prompt's growth per call (schedule.py)
         self.generations = Generations()  # the old generation (generations.py)
@@ -114,13 +115,22 @@ class ConversationState:
         return self._decisions
 
     @property
+    def returnable(self) -> list[str]:
+        """The decided chunks that can come back whole (every decision but a
+        deletion), made once per version: the pipeline asks on every call."""
+        if self._returnable[0] != self._version:
+            ids = [i for i, d in self._decisions.items() if d.action != Action.DELETE]
+            self._returnable = (self._version, ids)
+        return self._returnable[1]
+
+    @property
     def version(self) -> int:
         """Moves with every change of `decisions`."""
         return self._version
 
     @property
-    def projection(self) -> Sequence[TurnProjection]:
-        """The last call's projection, turn by turn."""
+    def projection(self) -> Projection | None:
+        """The last call's projection."""
         return self._projection
 
     @property
@@ -142,8 +152,8 @@ class ConversationState:
         """The next call maps every turn again (the engine may not hold them)."""
         self._conversation, self._turn_ids = None, []
 
-    def projected(self, turns: list[TurnProjection]) -> None:
-        self._projection = turns
+    def projected(self, projection: Projection) -> None:
+        self._projection = projection
 
     def removed(self, ids: Iterable[str]) -> None:
         """The engine session no longer holds `ids`."""

@@ -23,7 +23,13 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from ctxopt.api.gateway.formats.conversation import Block, Conversation, Rewrite, Turn
+from ctxopt.api.gateway.formats.conversation import (
+    Block,
+    Conversation,
+    HostMarks,
+    Rewrite,
+    Turn,
+)
 from ctxopt.model import ChunkKind, Role
 
 EXAMPLES_END = (
@@ -121,11 +127,13 @@ def annotate(conversation: Conversation) -> Conversation:
     """aider's preamble as frame, its files messages as working set, the files being
     edited pinned; a conversation of another host is returned as it is."""
     turns = conversation.turns
-    heads = [t.blocks[0].text if t.blocks else "" for t in turns]
-    end = next((i for i, head in enumerate(heads) if head == EXAMPLES_END), -1)
-    working = [i for i, head in enumerate(heads) if i > end and is_working_set(head)]
+    marks = host_marks(conversation)
+    conversation.marks = marks
+    end = marks.examples_end
+    working = [i for i in marks.working if i > end]
     if end < 0 and not working:
         return conversation
+    heads = [t.blocks[0].text if t.blocks else "" for t in turns]
     replies = {i + 1 for i in working if i + 1 < len(turns) and turns[i + 1].role == Role.MODEL}
     edited = _edited_files(turns, heads, working)
     result: list[Turn] = []
@@ -147,6 +155,23 @@ def annotate(conversation: Conversation) -> Conversation:
     # the pins follow the current exchange, so the working set is mapped again on every call
     first = min(working, default=len(turns))
     return dataclasses.replace(conversation, turns=result, reused=min(conversation.reused, first))
+
+
+def host_marks(conversation: Conversation) -> HostMarks:
+    """The marks of every turn: the last call's for the turns it shares with this
+    one (the same turns, so the same heads), the rest read."""
+    known = conversation.marks
+    upto = min(known.upto, conversation.reused)
+    end = known.examples_end if known.examples_end < upto else -1
+    working = [i for i in known.working if i < upto]
+    for i in range(upto, len(conversation.turns)):
+        blocks = conversation.turns[i].blocks
+        head = blocks[0].text if blocks else ""
+        if end < 0 and head == EXAMPLES_END:
+            end = i
+        if is_working_set(head):
+            working.append(i)
+    return HostMarks(len(conversation.turns), end, tuple(working))
 
 
 def _edited_files(turns: list[Turn], heads: list[str], working: list[int]) -> set[str]:

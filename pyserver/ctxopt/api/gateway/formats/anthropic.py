@@ -24,6 +24,7 @@ from ctxopt.api.gateway.formats.conversation import (
     Conversation,
     Edit,
     JsonObject,
+    Resume,
     Rewrite,
     Turn,
     build,
@@ -42,6 +43,7 @@ _ROLES = {"user": Role.USER, "assistant": Role.MODEL}
 _SYSTEM_ROLE = "system"
 _SIGNED = ("thinking", "redacted_thinking")
 # a block: output messages, message, block, and whether that content list is ours
+_UNCHANGED = 1 << 62  # `_move_marker` changed no earlier message
 _Slot = tuple[list[JsonObject], int, int, bool]
 
 
@@ -68,11 +70,17 @@ class AnthropicMessages:
         conversation: Conversation,
         edits: Mapping[tuple[int, int], Edit],
         dropped: frozenset[int],
+        resume: Resume | None = None,
     ) -> JsonObject:
-        messages: list[JsonObject] = []
-        grouped = edits_by_message(edits)
-        last_kept: _Slot | None = None  # where a removed block's cache marker moves to
-        for index, message in enumerate(body["messages"]):
+        read = body["messages"]
+        resume = None if dropped else resume
+        messages, before, start = conversation.renders.resumed(read, resume)
+        grouped = edits_by_message(edits, start)
+        last_kept = _last_kept(messages)  # where a removed block's cache marker moves to
+        clean = len(read)  # the first message a later one moved a marker into
+        for index in range(start, len(read)):
+            message = read[index]
+            before.append(len(messages))
             content = message.get("content")
             mine = grouped.get(index)
             if mine is None and index not in dropped:
@@ -83,7 +91,7 @@ class AnthropicMessages:
                 continue
             if index in dropped:
                 for block in content if isinstance(content, list) else []:
-                    _move_marker(block, last_kept)
+                    clean = min(clean, _move_marker(block, last_kept))
                 continue
             if isinstance(content, str):
                 edit = edits.get((index, -1))
@@ -103,7 +111,7 @@ class AnthropicMessages:
                     edit = edits.get((index, position))
                     if edit is not None and edit.text is None:
                         moves = moves or (isinstance(block, dict) and "cache_control" in block)
-                        _move_marker(block, last_kept)
+                        clean = min(clean, _move_marker(block, last_kept))
                         continue
                     blocks.append(block if edit is None else _rewritten(block, edit.text or ""))
                     last_kept = (messages, len(messages) - 1, len(blocks) - 1, True)
@@ -112,6 +120,8 @@ class AnthropicMessages:
             kept = messages[-1]["content"]
             if kept:  # shared with the next call from now on: later markers copy it
                 last_kept = (messages, len(messages) - 1, len(kept) - 1, False)
+        before.append(len(messages))
+        conversation.renders.record(resume, read, messages, before, clean)
         return {**body, "messages": messages}
 
     def violations(self, body: JsonObject) -> list[str]:
@@ -240,12 +250,25 @@ def _rewritten(block: JsonObject, text: str) -> JsonObject:
     return out
 
 
-def _move_marker(removed: Any, last_kept: _Slot | None) -> None:
+def _last_kept(messages: list[JsonObject]) -> _Slot | None:
+    """Where a marker moves to after `messages` (rendered before, shared): the
+    last block of the last message with blocks, not a system message's (as
+    `render` tracks it message by message)."""
+    for index in range(len(messages) - 1, -1, -1):
+        content = messages[index].get("content")
+        if isinstance(content, list) and content and messages[index].get("role") != _SYSTEM_ROLE:
+            return (messages, index, len(content) - 1, False)
+    return None
+
+
+def _move_marker(removed: Any, last_kept: _Slot | None) -> int:
     """A removed block's cache breakpoint goes to the nearest kept block before it
     (the prefix up to there is what was cached); the input is never mutated: the
-    message and block that get it are copies."""
+    message and block that get it are copies. The earlier message it changed
+    (a render resumed after it must not take it as last written), else a
+    number past any."""
     if not isinstance(removed, dict) or "cache_control" not in removed or last_kept is None:
-        return
+        return _UNCHANGED
     messages, index, position, owned = last_kept
     content = messages[index]["content"] if owned else list(messages[index]["content"])
     target = content[position]
@@ -253,6 +276,8 @@ def _move_marker(removed: Any, last_kept: _Slot | None) -> None:
         content[position] = {**target, "cache_control": removed["cache_control"]}
         if not owned:
             messages[index] = {**messages[index], "content": content}
+            return index
+    return _UNCHANGED
 
 
 def _ids(message: Any, kind: str, key: str) -> set[str]:

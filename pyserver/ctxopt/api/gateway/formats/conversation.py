@@ -66,15 +66,41 @@ class Edit:
 MessageEdits = tuple[tuple[tuple[int, int], Edit], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Leave to a render to start where the last one asked the same way left
+    off: its first `stable` raw messages (or items) carry the edits they carried
+    then (the caller's word; the render checks they are the same objects).
+    `basis` is kept with the record, for the caller's next comparison."""
+
+    stable: int
+    basis: Sequence[object] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    read: list[Any]  # the raw list rendered
+    wrote: list[Any]  # the list it rendered to
+    before: tuple[int, ...]  # before[i]: elements written before raw element i (and at the end)
+    clean: int  # elements of `wrote` below this one no later element changed
+    basis: Sequence[object]
+
+
 class Renders:
     """Each raw message as the last call rendered it, for the next call to reuse:
     an entry holds only for the same message object (reuse.py hands the
     unchanged prefix over as the same objects) under equal edits, so a host that
     edited a message or a decision that changed renders it again. Rendered
-    messages are shared between calls: nothing may mutate them."""
+    messages are shared between calls: nothing may mutate them.
+
+    And the last render asked with a `Resume`, whole: the next one so asked
+    takes the rendered list's leading elements as they are, for the raw
+    elements that are the same objects under the same edits, and renders the
+    rest. At 1,000 messages that is the few new ones instead of all."""
 
     def __init__(self) -> None:
         self._entries: dict[int, tuple[Any, MessageEdits, Any]] = {}
+        self._last: _Record | None = None
 
     def get(self, index: int, message: Any, edits: MessageEdits) -> Any | None:
         entry = self._entries.get(index)
@@ -85,12 +111,50 @@ class Renders:
     def put(self, index: int, message: Any, edits: MessageEdits, rendered: Any) -> None:
         self._entries[index] = (message, edits, rendered)
 
+    @property
+    def basis(self) -> Sequence[object]:
+        """The `Resume.basis` of the last render asked with one."""
+        return self._last.basis if self._last is not None else ()
 
-def edits_by_message(edits: Mapping[tuple[int, int], Edit]) -> dict[int, MessageEdits]:
-    """The edits of each raw message (by `Block.ref`'s first index), in order."""
+    def resumed(self, read: list[Any], resume: Resume | None) -> tuple[list[Any], list[int], int]:
+        """Where a render of `read` starts: the elements it takes as written last
+        time, their `before` counts, and the first raw element it renders."""
+        last = self._last
+        if resume is None or last is None:
+            return [], [], 0
+        limit = min(resume.stable, len(read), len(last.read))
+        start = 0
+        while start < limit and read[start] is last.read[start]:
+            start += 1
+        while start and last.before[start] > last.clean:
+            start -= 1
+        return last.wrote[: last.before[start]], list(last.before[:start]), start
+
+    def record(
+        self,
+        resume: Resume | None,
+        read: list[Any],
+        wrote: list[Any],
+        before: list[int],
+        clean: int | None = None,
+    ) -> None:
+        """A render asked with `resume` (None: nothing kept) read `read` and wrote
+        `wrote`; `before` has one count per raw element and the total; elements of
+        `wrote` from `clean` on were changed by a later raw element."""
+        if resume is not None:
+            limit = len(wrote) if clean is None else clean
+            self._last = _Record(read, wrote, tuple(before), limit, resume.basis)
+
+
+def edits_by_message(
+    edits: Mapping[tuple[int, int], Edit], start: int = 0
+) -> dict[int, MessageEdits]:
+    """The edits of each raw message from `start` on (by `Block.ref`'s first
+    index), in order."""
     grouped: dict[int, list[tuple[tuple[int, int], Edit]]] = {}
     for ref, edit in edits.items():
-        grouped.setdefault(ref[0], []).append((ref, edit))
+        if ref[0] >= start:
+            grouped.setdefault(ref[0], []).append((ref, edit))
     return {index: tuple(pairs) for index, pairs in grouped.items()}
 
 
@@ -113,6 +177,17 @@ def edited_parts(
     return edited
 
 
+@dataclass(frozen=True, slots=True)
+class HostMarks:
+    """What a host's own messages mark among the first `upto` turns (aider.py):
+    the first that closes its canned examples (-1: none) and the ones that open
+    its working set; carried from call to call, so that only new turns are read."""
+
+    upto: int = 0
+    examples_end: int = -1
+    working: tuple[int, ...] = ()
+
+
 @dataclass(slots=True)
 class Conversation:
     model: str
@@ -124,6 +199,7 @@ class Conversation:
     frame_raw: list[tuple[ChunkKind, Any]] = field(default_factory=list)
     reused: int = 0
     renders: Renders = field(default_factory=Renders)  # carried from call to call
+    marks: HostMarks = HostMarks()  # the last call's, valid for its first `reused` turns
 
 
 def build(
@@ -152,7 +228,8 @@ def build(
     old = previous.turns[:same] if previous is not None else []
     turns = old + [make_turn(i, raw_turns[i]) for i in range(same, len(raw_turns))]
     renders = previous.renders if previous is not None else Renders()
-    return Conversation(model, frame, turns, raw_turns, frame_raw, same, renders)
+    marks = previous.marks if previous is not None else HostMarks()
+    return Conversation(model, frame, turns, raw_turns, frame_raw, same, renders, marks)
 
 
 def _same(value: Any, before: Any) -> bool:
@@ -186,9 +263,12 @@ class WireFormat(Protocol):
         conversation: Conversation,
         edits: Mapping[tuple[int, int], Edit],
         dropped: frozenset[int],
+        resume: Resume | None = None,
     ) -> JsonObject:
         """A copy of `body` with block edits (by `Block.ref`) and the raw messages
-        (or items) `dropped` left out; the input is untouched."""
+        (or items) `dropped` left out; the input is untouched. With `resume` (no
+        message dropped), the leading messages as the last render so asked
+        wrote them (see `Renders`)."""
         ...
 
     def violations(self, body: JsonObject) -> list[str]:
@@ -246,11 +326,11 @@ def latest_turns(turns: Sequence[Turn]) -> list[int]:
     """The latest turn as the API needs it whole: the newest user message, or
     the newest tool results with the model turn that made the calls (its
     thinking or reasoning included)."""
-    talk = [i for i, turn in enumerate(turns) if not turn.locked]
-    if not talk:
+    # from the end: the history before the newest unlocked turn is not read
+    last = next((i for i in range(len(turns) - 1, -1, -1) if not turns[i].locked), None)
+    if last is None:
         return []
     # instructions after it (locked turns) stay with it: they are never changed anyway
-    last = talk[-1]
     answers = any(b.answers for b in turns[last].blocks)
     if turns[last].role == Role.MODEL or answers:
         start = last

@@ -20,6 +20,7 @@ from ctxopt.api.gateway.formats.conversation import (
     Conversation,
     Edit,
     JsonObject,
+    Resume,
     Rewrite,
     Turn,
     build,
@@ -58,10 +59,15 @@ class GeminiContents:
         conversation: Conversation,
         edits: Mapping[tuple[int, int], Edit],
         dropped: frozenset[int],
+        resume: Resume | None = None,
     ) -> JsonObject:
-        contents: list[Any] = []
-        grouped = edits_by_message(edits)
-        for index, content in enumerate(body["contents"]):
+        read = body["contents"]
+        resume = None if dropped else resume
+        contents, before, start = conversation.renders.resumed(read, resume)
+        grouped = edits_by_message(edits, start)
+        for index in range(start, len(read)):
+            content = read[index]
+            before.append(len(contents))
             mine = grouped.get(index)
             if index in dropped:
                 continue
@@ -75,6 +81,8 @@ class GeminiContents:
                 out = {**content, "parts": rewritten or [{"text": "[ctxopt: removed]"}]}
                 conversation.renders.put(index, content, mine, out)
             contents.append(out)
+        before.append(len(contents))
+        conversation.renders.record(resume, read, contents, before)
         return {**body, "contents": contents}
 
     def violations(self, body: JsonObject) -> list[str]:

@@ -18,6 +18,7 @@ from ctxopt.api.gateway.formats.conversation import (
     Edit,
     JsonObject,
     MessageEdits,
+    Resume,
     Rewrite,
     Turn,
     build,
@@ -61,10 +62,15 @@ class OpenAIChat:
         conversation: Conversation,
         edits: Mapping[tuple[int, int], Edit],
         dropped: frozenset[int],
+        resume: Resume | None = None,
     ) -> JsonObject:
-        messages: list[Any] = []
-        grouped = edits_by_message(edits)
-        for index, message in enumerate(body["messages"]):
+        read = body["messages"]
+        resume = None if dropped else resume
+        messages, before, start = conversation.renders.resumed(read, resume)
+        grouped = edits_by_message(edits, start)
+        for index in range(start, len(read)):
+            message = read[index]
+            before.append(len(messages))
             mine = grouped.get(index)
             if index in dropped:
                 continue
@@ -76,6 +82,8 @@ class OpenAIChat:
                 out = _edited(index, message, edits, mine)
                 conversation.renders.put(index, message, mine, out)
             messages.append(out)
+        before.append(len(messages))
+        conversation.renders.record(resume, read, messages, before)
         return {**body, "messages": messages}
 
     def violations(self, body: JsonObject) -> list[str]:

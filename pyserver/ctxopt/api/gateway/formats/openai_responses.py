@@ -23,6 +23,7 @@ from ctxopt.api.gateway.formats.conversation import (
     Conversation,
     Edit,
     JsonObject,
+    Resume,
     Rewrite,
     Turn,
     build,
@@ -72,10 +73,15 @@ class OpenAIResponses:
         conversation: Conversation,
         edits: Mapping[tuple[int, int], Edit],
         dropped: frozenset[int],
+        resume: Resume | None = None,
     ) -> JsonObject:
-        items: list[Any] = []
-        grouped = edits_by_message(edits)
-        for index, item in enumerate(body["input"]):
+        read = body["input"]
+        resume = None if dropped else resume
+        items, before, start = conversation.renders.resumed(read, resume)
+        grouped = edits_by_message(edits, start)
+        for index in range(start, len(read)):
+            item = read[index]
+            before.append(len(items))
             mine = grouped.get(index)
             if index in dropped:
                 continue
@@ -90,6 +96,8 @@ class OpenAIResponses:
                 if own:
                     conversation.renders.put(index, item, mine, out)
             items.append(out)
+        before.append(len(items))
+        conversation.renders.record(resume, read, items, before)
         return {**body, "input": items}
 
     def violations(self, body: JsonObject) -> list[str]:
