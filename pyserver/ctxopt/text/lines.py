@@ -139,6 +139,8 @@ class LineBook:
         self._excerpt_text: dict[int, str] = {}
         self._owns: npt.NDArray[np.int8] = np.zeros(0, dtype=np.int8)  # -1 unknown, 0, 1
         self._repeated_all: tuple[int, FloatArray] | None = None
+        # slots whose repeated share may differ from `_repeated_all`'s
+        self._repeat_stale: set[int] = set()
         self.version = 0  # bumps on every change
         self._synced_index = -1  # the session index version last synced with
 
@@ -154,18 +156,31 @@ class LineBook:
         for slot in [s for s in self.text if s not in live]:
             touched |= self._drop(slot)
         changed = [(slot, c) for slot, c in live.items() if self.text.get(slot) is not c.text]
+        # a line's new holder above all its holders (an append) stales only its
+        # previous latest holder's anchors and repeat (each other holder had a
+        # later holder already), and, when the model wrote it, each holder's
+        # quoted lines: an append then re-checks a few slots, not every holder
+        # of every line it repeats
+        was_latest: set[int] = set()
+        quoting: set[str] = set()
         # in slot order, so a model chunk finds the earlier chunks it quotes
         for slot, chunk in sorted(changed, key=lambda pair: pair[0]):
             if slot in self.text:
                 touched |= self._drop(slot)
-            keys = self._add(slot, chunk.text)
-            if chunk.role == Role.MODEL:
+            by_model = chunk.role == Role.MODEL
+            keys, above = self._add(slot, chunk.text, was_latest)
+            if by_model:
                 self._by_model.add(slot)
                 self._mark_quoted(slot, keys)
-            touched |= keys
+                quoting |= above
+            touched |= keys - above
         # once per sync, not per chunk: a line many chunks hold would make a
         # first sync quadratic
         self._touch(touched)
+        for slot in was_latest:
+            self._forget_placement(slot)
+        for slot in set().union(*(self.holders[key] for key in quoting if key in self.holders)):
+            self._quoted_lines.pop(slot, None)
 
     def _touch(self, keys: set[str]) -> None:
         """Cached answers of every slot sharing these keys are stale."""
@@ -173,10 +188,16 @@ class LineBook:
         holders = self.holders
         # each slot once: a line held by many slots would visit each per line
         for slot in set().union(*(holders[key] for key in keys if key in holders)):
-            self._anchors.pop(slot, None)
             self._quoted_lines.pop(slot, None)
-            self._repeated.pop(slot, None)
-            self._forget_excerpt(slot)
+            self._forget_placement(slot)
+
+    def _forget_placement(self, slot: int) -> None:
+        """The slot's answers that depend on which holder of a line is the
+        latest (its anchors, repeat, excerpt) are stale."""
+        self._anchors.pop(slot, None)
+        self._repeated.pop(slot, None)
+        self._repeat_stale.add(slot)
+        self._forget_excerpt(slot)
 
     def _forget_excerpt(self, slot: int) -> None:
         if slot < len(self._excerpt_tokens):
@@ -228,23 +249,36 @@ class LineBook:
     def excerpt_text(self, slot: int) -> str:
         return self._excerpt_text[slot]
 
-    def _add(self, slot: int, text: str) -> frozenset[str]:
-        """Hold the slot's lines; returns them (their holders' answers are stale)."""
+    def _add(
+        self, slot: int, text: str, was_latest: set[int]
+    ) -> tuple[frozenset[str], frozenset[str]]:
+        """Hold the slot's lines; returns them, and those of them it holds
+        above every other holder (their previous latest holders are added to
+        `was_latest`; every holder of the other lines has stale answers)."""
         self.version += 1
         self.text[slot] = text
         keys = text_lines(text).distinct
         self._anchors.pop(slot, None)  # answered while the slot was empty or held another text
         self._quoted_lines.pop(slot, None)
         self._repeated.pop(slot, None)
+        self._repeat_stale.add(slot)
         self._forget_excerpt(slot)
         latest, holders, shared = self._latest, self.holders, self._shared
+        above: list[str] = []
         for key in keys:
             held = holders[key]
+            if held:
+                before = self._latest_holder(key)
+                if before < slot:
+                    above.append(key)
+                    was_latest.add(before)
+                    latest[key] = slot
+                else:
+                    latest.pop(key, None)
             held.add(slot)
-            latest.pop(key, None)
             if len(held) == 2:
                 shared.add(key)
-        return keys
+        return keys, frozenset(above)
 
     def _mark_quoted(self, slot: int, keys: frozenset[str]) -> None:
         by_model = self._by_model
@@ -272,8 +306,7 @@ class LineBook:
                 del self.holders[key]
         self._anchors.pop(slot, None)
         self._quoted_lines.pop(slot, None)
-        self._repeated.pop(slot, None)
-        self._forget_excerpt(slot)
+        self._forget_placement(slot)
         return keys
 
     def anchors(self, slot: int) -> tuple[int, ...]:
@@ -322,13 +355,23 @@ class LineBook:
         return share
 
     def repeated(self, n_slots: int) -> FloatArray:
-        """`repeated_share` of every slot (0 for dead ones)."""
+        """`repeated_share` of every slot (0 for dead ones): the last array
+        with the slots whose share may have changed since made again (a copy:
+        the last one may be held by a plan)."""
         cached = self._repeated_all
         if cached is not None and cached[0] == self.version and len(cached[1]) == n_slots:
             return cached[1]
         out = np.zeros(n_slots, dtype=np.float64)
-        for slot in self.text:
-            out[slot] = self.repeated_share(slot)
+        todo: Iterable[int] = self.text
+        if cached is not None:
+            # every slot held since was added through `_add`, so is stale
+            size = min(n_slots, len(cached[1]))
+            out[:size] = cached[1][:size]
+            todo = self._repeat_stale
+        text = self.text
+        for slot in todo:
+            out[slot] = self.repeated_share(slot) if slot in text else 0.0
+        self._repeat_stale = set()
         self._repeated_all = (self.version, out)
         return out
 
