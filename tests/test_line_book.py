@@ -5,10 +5,12 @@ definitions over every line of every live chunk give, or plans would change."""
 
 from __future__ import annotations
 
+import pytest
 from ctxopt.model import Role
 from ctxopt.session import Session
+from ctxopt.text import lines
 from ctxopt.text.analyzer import Analyzer
-from ctxopt.text.lines import ECHO_MIN_CHARS, text_lines
+from ctxopt.text.lines import ECHO_MIN_CHARS, LineBook, TextLines, text_lines
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,3 +57,82 @@ def test_the_books_answers_are_the_plain_definitions(steps: list[tuple[int, str 
             assert book.anchors(slot) == anchors
             assert book.quoted_lines(slot) == quoted
             assert book.repeated_share(slot) == (later / total if total else 0.0)
+
+
+# (chunk number, its text or None to remove it, whether the book is asked after)
+KEPT_STEPS = st.lists(
+    st.tuples(st.integers(0, 7), st.none() | TEXTS, st.booleans()), min_size=1, max_size=16
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(KEPT_STEPS)
+def test_a_book_kept_across_appends_answers_as_a_fresh_one(
+    steps: list[tuple[int, str | None, bool]],
+) -> None:
+    """The answers a book keeps across syncs (asked only now and then, so some
+    stay cached through several appends, removals and model quotes) and its
+    whole-session arrays equal those of a book made from the live chunks."""
+    session = Session("s", "", Analyzer())
+    for turn, (number, text, ask) in enumerate(steps):
+        if text is None:
+            session.remove(f"c{number}")
+        else:
+            role = Role.MODEL if number % 2 else Role.USER
+            session.upsert(chunk(f"c{number}", text, role=role, turn=turn), 10, 0)
+        if not ask:
+            continue
+        kept = session.line_book()
+        fresh = LineBook()
+        fresh.sync(0, session.entries.values())
+        n = session.n_slots
+        for slot in session.live_slots().tolist():
+            assert kept.anchors(slot) == fresh.anchors(slot)
+            assert kept.quoted_lines(slot) == fresh.quoted_lines(slot)
+        assert kept.repeated(n).tolist() == fresh.repeated(n).tolist()
+        assert kept.owns_anchors(n).tolist() == fresh.owns_anchors(n).tolist()
+
+
+def test_an_append_reads_again_only_the_previous_latest_holder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A chunk repeating a line that four older chunks hold changes the
+    anchors and repeat of its previous latest holder only (the others had a
+    later holder already); by the model, the quoted lines of each holder."""
+    shared = LONG[0]
+    session = Session("s", "", Analyzer())
+    for number in range(4):
+        session.upsert(chunk(f"c{number}", f"{shared}\n{LONG[1]} #{number}", turn=number), 10, 0)
+    book = session.line_book()
+
+    def ask_all() -> None:
+        for slot in session.live_slots().tolist():
+            book.anchors(slot)
+            book.quoted_lines(slot)
+        book.repeated(session.n_slots)
+
+    ask_all()
+    read: list[str] = []
+    split = lines.text_lines
+
+    def counted(text: str) -> TextLines:
+        read.append(text)
+        return split(text)
+
+    monkeypatch.setattr(lines, "text_lines", counted)
+    session.upsert(chunk("c4", f"{shared}\n{LONG[2]}", turn=4), 10, 0)
+    book = session.line_book()
+    read.clear()
+    ask_all()
+    assert set(read) == {f"{shared}\n{LONG[1]} #3", f"{shared}\n{LONG[2]}"}
+    session.upsert(chunk("c5", shared, role=Role.MODEL, turn=5), 10, 0)
+    book = session.line_book()
+    read.clear()
+    ask_all()
+    # c4 loses its anchor (and gains a repeat); every holder's quoted lines
+    # are read again: the model now quotes the line
+    assert set(read) == {
+        *(f"{shared}\n{LONG[1]} #{number}" for number in range(4)),
+        f"{shared}\n{LONG[2]}",
+        shared,
+    }

@@ -135,3 +135,75 @@ def test_the_changed_names_are_a_small_set() -> None:
     names, _, _ = line_levels._changes(before, after)
     assert names == {"name_new"}
     assert sys.getsizeof(names) < sys.getsizeof(frozenset(range(100)))
+
+
+def test_an_output_whose_echo_lines_are_made_again_equal_keeps_its_sizes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A second model chunk quoting the line an earlier one quoted makes the
+    book answer the output's quoted lines again (a new, equal set): its
+    sizes are kept, not made again."""
+    quote = f"THOUGHT: wrong:\n{19:6d}\t    # amounts round after the tax in pass 0 part 1"
+    made: list[int] = []
+    levels_of = line_levels.levels_of
+
+    def counted(*args: Any) -> tuple[line_levels.LineLevel, ...]:
+        made.append(args[2])
+        return levels_of(*args)
+
+    monkeypatch.setattr(line_levels, "levels_of", counted)
+    engine = Engine(Config(data_dir=":memory:"))
+    engine.append(
+        "",
+        S,
+        [
+            chunk("task", "repair the pricing module", turn=0),
+            chunk("o0", listing(0), kind=ChunkKind.TOOL_RESULT, turn=1),
+            chunk("m0", quote, role=Role.MODEL, turn=2),
+            *(chunk(f"n{step}", filler(40, str(step)), turn=2 + step) for step in range(1, 4)),
+        ],
+    )
+    plan_of(engine, "")
+    assert made == [1]  # the output's sizes, made by the first plan
+    engine.append("", S, [chunk("m1", quote, role=Role.MODEL, turn=6)])
+    plan_of(engine, "")
+    assert made == [1]
+    engine.close()
+
+
+MODEL_TEXTS = [
+    *(f"THOUGHT: the bug is in {name}" for name in FUNCTIONS),
+    "THOUGHT: run sed -n '12,30p' pricing/tax_rules.py",
+    "THOUGHT: see line 7 of a/b_c.py",
+    "THOUGHT: " + filler(20, "t"),
+]
+_sessions = iter(range(10**9))  # each example's texts new to the process-wide pools
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.sampled_from(MODEL_TEXTS), max_size=12), st.data())
+def test_pooled_model_facts_of_a_grown_session_are_its_texts_pooled(
+    texts: list[str], data: st.DataObject
+) -> None:
+    """A session's model texts pooled onto an earlier pool of a prefix of them
+    give what pooling them all gives, and read only the texts past it."""
+    session = next(_sessions)
+    held = tuple(f"{text} s{session}m{i}" for i, text in enumerate(texts))
+    cut = data.draw(st.integers(0, len(held)))
+    line_value.model_facts(held[:cut])
+    read: list[str] = []
+    names = line_value.names
+
+    def counted(text: str) -> frozenset[str]:
+        read.append(text)
+        return names(text)
+
+    line_value.names = counted  # type: ignore[assignment]
+    try:
+        pooled = line_value.model_facts(held)
+    finally:
+        line_value.names = names  # type: ignore[assignment]
+    expected_names = frozenset().union(*map(line_value.names, held))
+    expected_cited = frozenset().union(*map(line_value.cited_numbers, held))
+    assert pooled == (expected_names, expected_cited)
+    assert read == list(held[cut:])
