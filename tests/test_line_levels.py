@@ -202,7 +202,7 @@ def test_pooled_model_facts_of_a_grown_session_are_its_texts_pooled(
     try:
         pooled = line_value.model_facts(held)
     finally:
-        line_value.names = names  # type: ignore[assignment]
+        line_value.names = names
     expected_names = frozenset().union(*map(line_value.names, held))
     expected_cited = frozenset().union(*map(line_value.cited_numbers, held))
     assert pooled == (expected_names, expected_cited)
