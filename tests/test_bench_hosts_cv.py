@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.hosts.cv import Figures, Table, choose, cross_validate
+from benchmarks.hosts.cv import Figures, Table, choose, cross_validate, table_of
 
 HOSTS = ("Claude Code", "Codex CLI", "Gemini CLI")
 SESSIONS = ("s0", "s1")
@@ -88,3 +88,19 @@ def test_a_setting_measured_on_one_host_competes_for_that_host_only() -> None:
             s: Figures(50, 9.0, 10) for s in sessions
         }
     assert _choices(table) == ("ctxopt a", ("ctxopt a", "ctxopt a", "ctxopt b gemini 0.9"))
+
+
+def test_a_run_at_the_chosen_gemini_threshold_gives_the_settings_own_gemini_cells() -> None:
+    row = {"host": "Gemini CLI", "by_session": {"a": [10, 1.0, 2]}}
+    run = {
+        "gemini_threshold": 0.9,
+        "rows": [{**row, "method": "host"}],
+        "frontier": [{**row, "schedule": "95/50/30+70"}],
+        "long": {"trajectories_per_session": 1, "rows": [], "frontier": []},
+    }
+    tagged, _ = table_of(run)
+    assert ("short", "Gemini CLI", "ctxopt 95/50/30+70 gemini 0.9") in tagged
+    own, _ = table_of(run, gemini_threshold=0.9)
+    assert ("short", "Gemini CLI", "ctxopt 95/50/30+70") in own
+    other, _ = table_of(run, gemini_threshold=0.7)
+    assert ("short", "Gemini CLI", "ctxopt 95/50/30+70 gemini 0.9") in other

@@ -67,10 +67,15 @@ class Figures:
 Table = dict[tuple[str, str, str], dict[str, Figures]]  # (length, host, method) -> session
 
 
-def table_of(results: dict[str, Any], default: str = CTXOPT) -> tuple[Table, dict[str, int]]:
+def table_of(
+    results: dict[str, Any], default: str = CTXOPT, gemini_threshold: float | None = None
+) -> tuple[Table, dict[str, int]]:
     """Every row's and sweep point's per-session figures (the server's default
     named `default`), and each session's fold: long session k, and the
-    trajectories k*K to k*K+K-1 it is made of (prompts.long_cases).
+    trajectories k*K to k*K+K-1 it is made of (prompts.long_cases). A run
+    with Gemini CLI's threshold raised is other candidates (named with it),
+    but at `gemini_threshold`: then it is the same settings' Gemini CLI cells
+    (the threshold `ctxopt run gemini` sets).
 
     >>> row = {"host": "Codex CLI", "by_session": {"a": [10, 1.0, 2], "b": [5, 0.0, 0]}}
     >>> run = {"rows": [{**row, "method": "host"}, {**row, "method": "ctxopt"}],
@@ -87,7 +92,7 @@ def table_of(results: dict[str, Any], default: str = CTXOPT) -> tuple[Table, dic
     per_long = results["long"]["trajectories_per_session"]
     # a run with Gemini CLI's threshold raised (`--gemini-threshold`) is other candidates
     threshold = results.get("gemini_threshold")
-    tag = "" if threshold is None else f" gemini {threshold:g}"
+    tag = "" if threshold in (None, gemini_threshold) else f" gemini {threshold:g}"
     for length, section in (("short", results), ("long", results["long"])):
         named = [
             (default + tag if r["method"] == CTXOPT else r["method"], r) for r in section["rows"]
@@ -258,13 +263,20 @@ def main() -> None:
     parser.add_argument(
         "--per-host", action="store_true", help="choose a setting per host, each on its own bars"
     )
+    parser.add_argument(
+        "--gemini-threshold",
+        type=float,
+        default=None,
+        help="read runs at this Gemini CLI threshold as the settings' own Gemini CLI cells "
+        "(0.9: as `ctxopt run gemini` sets it)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "hosts_cv.json")
     args = parser.parse_args()
     table: Table = {}
     folds: dict[str, int] = {}
     for index, run in enumerate(args.runs):
         default = CTXOPT if index == 0 else f"{CTXOPT} default@{run.stem}"
-        more, more_folds = table_of(json.loads(run.read_text()), default)
+        more, more_folds = table_of(json.loads(run.read_text()), default, args.gemini_threshold)
         table |= more
         folds |= more_folds
     cv = cross_validate(table, folds, args.before, per_host=args.per_host)

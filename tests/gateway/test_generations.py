@@ -182,3 +182,29 @@ def test_a_collection_lands_at_its_share_of_the_room_the_task_leaves() -> None:
     full = send(pipeline(), messages)
     assert full.note == "full collection", full.note
     assert 0.35 * WINDOW <= full.tokens_after <= 0.4 * WINDOW
+
+
+def unchanged_suffix(sent_messages: list[Any], original: list[dict[str, Any]]) -> int:
+    same = 0
+    for a, b in zip(reversed(sent_messages), reversed(original), strict=True):
+        if a != b:
+            break
+        same += 1
+    return same
+
+
+def test_a_collection_keeps_the_latest_turns_whole_up_to_its_share_of_the_room() -> None:
+    # a long listing four messages from the end costs many tokens for its value: ranked by
+    # value per token alone, the turns before it are cut and it is kept; with the latest
+    # turns as roots up to 60% of the room, every one of them is sent as it was
+    messages = history(START)
+    messages[-3]["content"][0]["content"] = "".join(
+        f"vendor/pkg/module_{j}.py: unchanged, 0 issues, 412 bytes\n" for j in range(150)
+    )
+    kept = {}
+    for share in (0.0, 0.6):
+        gateway = pipeline(gateway_recent_share=share, gateway_full_landing_percent=40.0)
+        prepared = send(gateway, messages)
+        assert prepared.note.startswith("full collection"), prepared.note
+        kept[share] = unchanged_suffix(sent(prepared), messages)
+    assert kept[0.6] >= kept[0.0] + 4  # two more exchanges at least

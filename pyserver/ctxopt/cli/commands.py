@@ -80,8 +80,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     serve.add_argument(
         "--gateway-full-landing-percent",
         type=float,
-        help="where a full collection lands with generations on, percent of the ceiling "
-        "(CTXOPT_GATEWAY_FULL_LANDING_PERCENT, default 30)",
+        help="where a full collection lands with generations on, percent of the room the "
+        "frame and the task leave under the ceiling (CTXOPT_GATEWAY_FULL_LANDING_PERCENT, "
+        "default 30)",
     )
     serve.add_argument(
         "--gateway-recent-share",
