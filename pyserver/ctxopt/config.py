@@ -62,19 +62,19 @@ class Config:
     # (or lower where only that pays for the rewrite at the provider's cache prices);
     # answered tool outputs shrink once to at most `gateway_arrival_share` of their
     # size (api/gateway/arrivals.py; 0: off)
-    # 95/50 with generations (full collections at 30): chosen by `python -m
-    # benchmarks.hosts.cv` over 95/20, 95/30, 95/70 and 95/85 without them, on all 5 folds
-    # of 30 development trajectories and 5 long sessions together and on 3 folds of 5
-    # alone (docs/agents.md)
+    # 95/40 with generations (full collections at 20), the latest turns whole up to 0.7 of
+    # the room: chosen by `python -m benchmarks.hosts.cv --gemini-threshold 0.9` over 13
+    # settings (landings 20-70, shares 0-1, triggers 90-95) on all 5 folds of 30
+    # development trajectories and 5 long sessions together (docs/agents.md)
     gateway_trigger_percent: float = 95.0
-    gateway_landing_percent: float = 50.0
+    gateway_landing_percent: float = 40.0
     gateway_arrival_share: float = 0.0
     # Generational collections (api/gateway/generations.py): a collection first prunes
     # only the turns since the last full one, landing at `gateway_landing_percent`, and
     # leaves the older prefix (and the provider's cache of it) byte-identical; a full
     # one, when that cannot land, goes down to `gateway_full_landing_percent`
     gateway_generations: bool = True
-    gateway_full_landing_percent: float = 30.0
+    gateway_full_landing_percent: float = 20.0
     # Either collection keeps the latest turns whole up to this share of the room its
     # landing leaves above the frame and the task (generations.py `latest_roots`)
     gateway_recent_share: float = 0.7

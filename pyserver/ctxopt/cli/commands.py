@@ -82,7 +82,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         type=float,
         help="where a full collection lands with generations on, percent of the room the "
         "frame and the task leave under the ceiling (CTXOPT_GATEWAY_FULL_LANDING_PERCENT, "
-        "default 30)",
+        "default 20)",
     )
     serve.add_argument(
         "--gateway-recent-share",
