@@ -370,7 +370,8 @@ class LineBook:
             todo = self._repeat_stale
         text = self.text
         for slot in todo:
-            out[slot] = self.repeated_share(slot) if slot in text else 0.0
+            if slot < n_slots:  # a slot removed past a compacted session's end is gone
+                out[slot] = self.repeated_share(slot) if slot in text else 0.0
         self._repeat_stale = set()
         self._repeated_all = (self.version, out)
         return out
