@@ -179,7 +179,9 @@ def table(rows: list[dict[str, Any]]) -> None:
 
 
 def frontier(points: list[dict[str, Any]]) -> None:
-    print("ctxopt over its schedule (threshold/target % of the ceiling):")
+    print(
+        "ctxopt over its schedule (T/L[/F][+R]: trigger % of the ceiling, landings % of the room):"
+    )
     for p in points:
         print(
             f"  {p['host']:12} {p['schedule']:8} billed {p['billed_vs_host']:.3f} x host, "

@@ -50,7 +50,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
                 [p["billed_vs_host"] for p in points],
                 [p["needed_later_recall"] for p in points],
                 "o-",
-                label="ctxopt (threshold/target)",
+                label="ctxopt (T/L/F+R)",
             )
             for p in points:
                 axis.annotate(
