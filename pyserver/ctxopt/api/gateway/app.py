@@ -119,30 +119,51 @@ def build_app(
                 return _error(
                     400, f"{windows.WINDOW_HEADER}: not a positive whole number: {header[:40]!r}"
                 )
-        try:
-            body = await _body(request, config.max_message_bytes)
-        except _TooLarge:
-            return _error(413, f"request body over {config.max_message_bytes} bytes")
-        except ClientDisconnect:
-            return Response(status_code=400)
         path = request.path_params["path"]
         fmt = wire_format(prefix, path) if request.method == "POST" else None
         headers = {k.lower(): v for k, v in request.headers.items()}
-        prepared = Prepared(body, Outcome.PASS_THROUGH)
-        if fmt is not None:
-            try:
-                prepared = await prepare_within(pipeline, config, fmt, path, body, headers, owner)
-            except Exception:  # never worse: a gateway bug still forwards the request
-                log.exception("gateway: %s request forwarded unchanged after an error", fmt.name)
         forwarded = upstream_headers(request.headers.items())
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > config.max_message_bytes:
+            return _error(413, f"request body over {config.max_message_bytes} bytes")
+        content: bytes | AsyncIterator[bytes]
         strip_usage = False
-        if fmt is _FORMATS["chat"] and config.gateway_mode == "on":
-            asked = ask_for_usage(prepared.body)  # for calibration (stream_usage.py)
-            if asked is not None:
-                prepared.body, strip_usage = asked, True
-                # the extra chunk is taken out of the bytes as they pass: no compression
-                forwarded = [(k, v) for k, v in forwarded if k.lower() != "accept-encoding"]
-                forwarded.append(("accept-encoding", "identity"))
+        if (fmt is None or config.gateway_mode == "off") and declared.isdigit() and int(declared):
+            # nothing reads or changes this body: it goes up as it arrives, framed as
+            # httpx frames a body it holds (h11 ends it at the declared length)
+            content = request.stream()
+            forwarded.append(("Content-Length", str(int(declared))))
+            prepared = (
+                Prepared(b"", Outcome.PASS_THROUGH) if fmt is None else pipeline.passed_through(fmt)
+            )
+        else:
+            try:
+                body = await _body(request, config.max_message_bytes)
+            except _TooLarge:
+                return _error(413, f"request body over {config.max_message_bytes} bytes")
+            except ClientDisconnect:
+                return Response(status_code=400)
+            prepared = Prepared(body, Outcome.PASS_THROUGH)
+            if fmt is not None and config.gateway_mode == "off":
+                prepared = pipeline.passed_through(fmt, body)  # no worker thread for nothing
+            elif fmt is not None:
+                try:
+                    prepared = await prepare_within(
+                        pipeline, config, fmt, path, body, headers, owner
+                    )
+                except Exception:  # never worse: a gateway bug still forwards the request
+                    log.exception(
+                        "gateway: %s request forwarded unchanged after an error", fmt.name
+                    )
+            if fmt is _FORMATS["chat"] and config.gateway_mode == "on":
+                # for calibration (stream_usage.py)
+                asked = ask_for_usage(prepared.body, prepared.fields)
+                if asked is not None:
+                    prepared.body, strip_usage = asked, True
+                    # the extra chunk is taken out of the bytes as they pass: no compression
+                    forwarded = [(k, v) for k, v in forwarded if k.lower() != "accept-encoding"]
+                    forwarded.append(("accept-encoding", "identity"))
+            content = prepared.body
         url = f"{upstreams[prefix]}/{path}"
         if request.url.query:
             url = f"{url}?{request.url.query}"
@@ -177,7 +198,7 @@ def build_app(
             request.method,
             url,
             forwarded,
-            prepared.body,
+            content,
             extra,
             fmt,
             done,
@@ -205,12 +226,15 @@ async def _body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise _TooLarge
-    body = bytearray()
+    # joined once: growing a buffer copies the body at every step (1 MB at 1,000 messages)
+    chunks: list[bytes] = []
+    size = 0
     async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
             raise _TooLarge
-    return bytes(body)
+    return b"".join(chunks)
 
 
 def _error(status: int, message: str) -> JSONResponse:

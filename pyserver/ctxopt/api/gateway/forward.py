@@ -14,6 +14,7 @@ import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
 
 import httpx
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ctxopt.api.gateway.formats.conversation import WireFormat
@@ -122,20 +123,24 @@ async def relay(
     method: str,
     url: str,
     headers: list[tuple[str, str]],
-    content: bytes,
+    content: bytes | AsyncIterator[bytes],
     extra_headers: list[tuple[str, str]],
     fmt: WireFormat | None,
     done: Callable[[int, Reported], None],
     *,
     strip_usage: bool = False,
 ) -> Response:
-    """Send upstream and stream the answer back unchanged (plus `extra_headers`);
-    `done(status, reported usage)` runs once the last byte has gone out. With
+    """Send upstream (`content` as it arrives, when not held whole) and stream the
+    answer back unchanged (plus `extra_headers`); `done(status, reported usage)`
+    runs once the last byte has gone out (not when the client leaves before its
+    body is read: 400, nothing sent on, nothing recorded). With
     `strip_usage`, an uncompressed event stream loses its usage-only chunks (the
     gateway asked for them; stream_usage.py)."""
     request = client.build_request(method, url, headers=headers, content=content)
     try:
         upstream = await client.send(request, stream=True)
+    except ClientDisconnect:  # mid-body: the upstream connection is closed unfinished
+        return Response(status_code=400)
     except httpx.HTTPError as e:
         done(502, Reported())
         where = f"{request.url.scheme}://{request.url.netloc.decode()}"
