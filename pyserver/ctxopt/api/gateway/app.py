@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -31,12 +32,11 @@ from ctxopt.api.gateway.formats.conversation import WireFormat
 from ctxopt.api.gateway.formats.gemini import GeminiContents
 from ctxopt.api.gateway.formats.openai_chat import OpenAIChat
 from ctxopt.api.gateway.formats.openai_responses import OpenAIResponses
-from ctxopt.api.gateway.forward import relay, upstream_headers
+from ctxopt.api.gateway.forward import Relayed, relay, upstream_headers
 from ctxopt.api.gateway.observe import call_row
 from ctxopt.api.gateway.pipeline import Pipeline
 from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.gateway.stream_usage import ask_for_usage
-from ctxopt.api.gateway.usage import Reported
 from ctxopt.config import Config
 from ctxopt.usage.log import UsageLog
 
@@ -100,6 +100,7 @@ def build_app(
             yield
 
     async def gateway(request: Request) -> Response:
+        arrived = time.perf_counter()
         prefix = request.path_params["prefix"]
         if prefix not in upstreams:
             return await not_found(request)
@@ -128,6 +129,7 @@ def build_app(
             return _error(413, f"request body over {config.max_message_bytes} bytes")
         content: bytes | AsyncIterator[bytes]
         strip_usage = False
+        read_ms = 0.0  # a streamed body is read while it goes up
         if (fmt is None or config.gateway_mode == "off") and declared.isdigit() and int(declared):
             # nothing reads or changes this body: it goes up as it arrives, framed as
             # httpx frames a body it holds (h11 ends it at the declared length)
@@ -143,6 +145,7 @@ def build_app(
                 return _error(413, f"request body over {config.max_message_bytes} bytes")
             except ClientDisconnect:
                 return Response(status_code=400)
+            read_ms = (time.perf_counter() - arrived) * 1000
             prepared = Prepared(body, Outcome.PASS_THROUGH)
             if fmt is not None and config.gateway_mode == "off":
                 prepared = pipeline.passed_through(fmt, body)  # no worker thread for nothing
@@ -173,12 +176,21 @@ def build_app(
             ("x-ctxopt-tokens-after", str(prepared.tokens_after)),
         ]
 
-        def done(status: int, reported: Reported) -> None:
+        def done(relayed: Relayed) -> None:
+            status, reported = relayed.status, relayed.reported
             prompt_tokens = reported.prompt
             if prepared.state is not None and prompt_tokens is not None and status < 400:
                 pipeline.report_usage(prepared.state, prompt_tokens)
             if fmt is not None:
-                line = {**prepared.log, "status": status, "provider_prompt_tokens": prompt_tokens}
+                line = {
+                    **prepared.log,
+                    "status": status,
+                    "provider_prompt_tokens": prompt_tokens,
+                    # where a call's time went: `ms` is the pipeline's share
+                    "read_ms": round(read_ms, 2),
+                    "upstream_ms": round(relayed.upstream_ms, 2),
+                    "relay_ms": round(relayed.relay_ms, 2),
+                }
                 log.info("gateway call", extra={"fields": {"gateway": line}})
             if fmt is not None and usage is not None:
                 agent = headers.get("user-agent", "")

@@ -10,8 +10,10 @@ copy as they pass, for the pipeline's calibration.
 from __future__ import annotations
 
 import json
+import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
 
 import httpx
 from starlette.requests import ClientDisconnect
@@ -39,6 +41,18 @@ NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length"}
 CTXOPT_PREFIX = "x-ctxopt-"
 USAGE_MARKERS = (b"usage", b"input_tokens", b"prompt_tokens", b"promptTokenCount")
 MAX_SNIFFED_BYTES = 16 * 1024 * 1024  # a unary body larger than this is not read for usage
+
+
+@dataclass(frozen=True, slots=True)
+class Relayed:
+    """How a relay went: the provider's status and reported usage, the ms from
+    sending to the provider's response head (the upload and the provider's own
+    time) and from that head to the last byte relayed."""
+
+    status: int
+    reported: Reported
+    upstream_ms: float = 0.0
+    relay_ms: float = 0.0
 
 
 def upstream_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -126,23 +140,24 @@ async def relay(
     content: bytes | AsyncIterator[bytes],
     extra_headers: list[tuple[str, str]],
     fmt: WireFormat | None,
-    done: Callable[[int, Reported], None],
+    done: Callable[[Relayed], None],
     *,
     strip_usage: bool = False,
 ) -> Response:
     """Send upstream (`content` as it arrives, when not held whole) and stream the
-    answer back unchanged (plus `extra_headers`); `done(status, reported usage)`
-    runs once the last byte has gone out (not when the client leaves before its
+    answer back unchanged (plus `extra_headers`); `done(...)` runs once the last
+    byte has gone out (not when the client leaves before its
     body is read: 400, nothing sent on, nothing recorded). With
     `strip_usage`, an uncompressed event stream loses its usage-only chunks (the
     gateway asked for them; stream_usage.py)."""
+    sending = time.perf_counter()
     request = client.build_request(method, url, headers=headers, content=content)
     try:
         upstream = await client.send(request, stream=True)
     except ClientDisconnect:  # mid-body: the upstream connection is closed unfinished
         return Response(status_code=400)
     except httpx.HTTPError as e:
-        done(502, Reported())
+        done(Relayed(502, Reported()))
         where = f"{request.url.scheme}://{request.url.netloc.decode()}"
         message = f"ctxopt gateway: upstream {where} unreachable ({type(e).__name__})"
         return JSONResponse(
@@ -150,6 +165,7 @@ async def relay(
             status_code=502,
             headers=dict(extra_headers),
         )
+    answered = time.perf_counter()
     sniffer = UsageSniffer(
         fmt,
         upstream.headers.get("content-type", ""),
@@ -172,7 +188,9 @@ async def relay(
                 yield rest
         finally:
             await upstream.aclose()
-            done(upstream.status_code, sniffer.finish())
+            upstream_ms = (answered - sending) * 1000
+            relay_ms = (time.perf_counter() - answered) * 1000
+            done(Relayed(upstream.status_code, sniffer.finish(), upstream_ms, relay_ms))
 
     response = StreamingResponse(body(), status_code=upstream.status_code)
     dropped = HOP_BY_HOP if stripper is None else HOP_BY_HOP | {"content-length"}
