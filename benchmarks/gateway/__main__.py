@@ -35,7 +35,7 @@ from benchmarks.gateway.histories import DEFAULT_SWE, FORMATS, Trajectory, load
 from benchmarks.gateway.prepare import export_tree
 from tests.gateway.conftest import upstream_env
 from tests.gateway.upstream import FakeUpstream, fake_upstream
-from tests.serverproc import serving
+from tests.serverproc import ServerProcess, serving
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "benchmarks" / "results"
@@ -69,10 +69,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             gateways = {args.against: other.gateway_url, **gateways}
             results["against"] = args.against
         if args.part in ("all", "latency"):
-            logs = {"this": this.log}
-            if args.against:
-                logs[args.against] = other.log
-            results["latency"] = _latency(args, client, gateways, logs, upstream, trajectories)
+            servers = {"this": this, **({args.against: other} if args.against else {})}
+            results["latency"] = _latency(args, client, gateways, servers, upstream, trajectories)
         if args.part in ("all", "billing"):
             results["billing"] = _billing(args, client, this.gateway_url, upstream, trajectories)
     results["gateway_mode"] = args.gateway_mode
@@ -85,7 +83,7 @@ def _latency(
     args: argparse.Namespace,
     client: httpx.Client,
     gateways: dict[str, str],
-    logs: dict[str, Path],
+    servers: dict[str, ServerProcess],
     upstream: FakeUpstream,
     trajectories: list[Trajectory],
 ) -> list[dict[str, Any]]:
@@ -97,9 +95,12 @@ def _latency(
             session = latency.synthetic(trajectories, size // 2 + calls + 1)
             for regime in REGIMES:
                 case = latency.Case(fmt, size, regime)
-                measured = latency.measure(client, gateways, upstream.url, case, session, calls)
+                pids = {tree: server.process.pid for tree, server in servers.items()}
+                measured = latency.measure(
+                    client, gateways, upstream.url, case, session, calls, pids
+                )
                 for tree, row in measured.items():
-                    stages = latency.stages(logs[tree].read_text(), case)
+                    stages = latency.stages(servers[tree].log_text(), case)
                     rows.append(
                         {
                             "tree": tree,
@@ -154,18 +155,20 @@ def report(results: dict[str, Any]) -> None:
     mode = results.get("gateway_mode", "on")
     print(
         f"added latency (ms), gateway mode {mode}: gateway minus direct call to the fake"
-        " provider; cold = first call"
+        " provider; paired = median of each call's own difference; cold = first call;"
+        " cpu/call = the gateway process's CPU ms per call"
     )
     print(
         f"{'tree':10} {'format':17} {'msgs':>5} {'regime':13} {'p50':>7} {'paired':>7} "
-        f"{'p99':>7} {'ttfb p50':>9} {'cold':>7}"
+        f"{'p99':>7} {'ttfb p50':>9} {'cold':>7} {'cpu/call':>8}"
     )
     for row in results["latency"]:
         print(
             f"{row['tree']:10} {row['format']:17} {row['messages']:>5} {row['regime']:13} "
             f"{row['added_p50_ms']:7.2f} {row.get('added_paired_p50_ms', 0.0):7.2f} "
             f"{row['added_p99_ms']:7.2f} "
-            f"{row['ttfb_added_p50_ms']:9.2f} {row['cold_ms']:7.1f}"
+            f"{row['ttfb_added_p50_ms']:9.2f} {row['cold_ms']:7.1f} "
+            f"{row.get('server_cpu_ms_per_call', 0.0):8.2f}"
         )
     staged = [r for r in results["latency"] if "stage_ms_p50" in r]
     if staged:

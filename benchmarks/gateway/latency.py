@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.bench_grpc import server_cpu_seconds
 from benchmarks.gateway.histories import Trajectory, request
 from tests.gateway.checks import tokens_of
 
@@ -79,10 +80,13 @@ def measure(
     case: Case,
     session: Trajectory,
     calls: int,
+    pids: dict[str, int],
 ) -> dict[str, dict[str, float]]:
     """Per gateway (label -> URL), what it adds; `session` must hold
     `case.messages // 2 + calls` steps. Each call goes straight to the fake and
-    through every gateway in turn, so a noisy machine weighs on all alike."""
+    through every gateway in turn, so a noisy machine weighs on all alike; the
+    CPU each gateway's process (`pids`) spends per call does not wait on the
+    machine's other jobs."""
     exchanges = case.messages // 2
     prefix, path = PATHS[case.fmt]
     direct_url = upstream + path
@@ -101,6 +105,7 @@ def measure(
     first_direct: list[float] = []
     through: dict[str, list[float]] = {label: [] for label in gateways}
     first_through: dict[str, list[float]] = {label: [] for label in gateways}
+    cpu = {label: -server_cpu_seconds(pids[label]) for label in gateways}
     for call in range(1, calls + 1):
         body = request(case.fmt, session, exchanges + call)
         direct.append(_post(client, direct_url, body, {})[0])
@@ -111,6 +116,8 @@ def measure(
             through[label].append(_post(client, gateway_url, body, headers)[0])
             stream_through, streamed = _streamed(case.fmt, gateway_url, body)
             first_through[label].append(_post(client, stream_through, streamed, headers)[1])
+    for label in gateways:
+        cpu[label] += server_cpu_seconds(pids[label])
     return {
         label: {
             "cold_ms": cold[label] * 1000,
@@ -128,6 +135,7 @@ def measure(
             "ttfb_direct_p50_ms": _pct(first_direct, 50),
             "ttfb_gateway_p50_ms": _pct(first_through[label], 50),
             "ttfb_added_p50_ms": _pct(first_through[label], 50) - _pct(first_direct, 50),
+            "server_cpu_ms_per_call": cpu[label] * 1000 / (2 * calls),
         }
         for label in gateways
     }
