@@ -39,6 +39,7 @@ class Wire:
     body: bytes = ANSWER
     arrived: threading.Event = field(default_factory=threading.Event)  # a request, whole or cut
     began: threading.Event = field(default_factory=threading.Event)  # a request's head
+    cut: bool = False  # answer with a longer length than the body, then close
 
     def serve(self, listener: socket.socket) -> None:
         while True:
@@ -75,11 +76,14 @@ class Wire:
                 buffered = buffered[length:]
                 self.arrived.set()
                 reason = b"OK" if self.status == 200 else b"Error"
+                declared = len(self.body) + (1000 if self.cut else 0)
                 conn.sendall(
                     b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
                     b"content-length: %d\r\nx-provider: wire\r\n\r\n%s"
-                    % (self.status, reason, len(self.body), self.body)
+                    % (self.status, reason, declared, self.body)
                 )
+                if self.cut:
+                    return
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +98,7 @@ def wire() -> Iterator[Wire]:
 @pytest.fixture(autouse=True)
 def fresh_wire(wire: Wire) -> None:
     wire.requests.clear()
-    wire.status, wire.body = 200, ANSWER
+    wire.status, wire.body, wire.cut = 200, ANSWER, False
     wire.arrived.clear()
     wire.began.clear()
 
@@ -224,3 +228,13 @@ def test_a_client_that_leaves_mid_body_costs_nothing_but_its_request(
     assert len(cut) < 1_000_000 and whole.endswith(raw)
     calls = gateway_log_lines(streaming, lambda line: line.get("status") == 200)
     assert calls and "Traceback" not in streaming.log_text()
+
+
+def test_an_answer_the_provider_cuts_short_reaches_the_client_broken(
+    buffering: ServerProcess, wire: Wire
+) -> None:
+    wire.cut = True
+    with pytest.raises(httpx.RemoteProtocolError):
+        _post(buffering, _body(1_000)).read()
+    wire.cut = False
+    assert _post(buffering, _body(1_000)).content == ANSWER
