@@ -16,6 +16,7 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import httpx
 from starlette.applications import Starlette
@@ -123,21 +124,11 @@ def build_app(
         path = request.path_params["path"]
         fmt = wire_format(prefix, path) if request.method == "POST" else None
         headers = {k.lower(): v for k, v in request.headers.items()}
-        forwarded = upstream_headers(request.headers.items())
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > config.max_message_bytes:
             return _error(413, f"request body over {config.max_message_bytes} bytes")
-        content: bytes | AsyncIterator[bytes]
-        strip_usage = False
-        read_ms = 0.0  # a streamed body is read while it goes up
         if (fmt is None or config.gateway_mode == "off") and declared.isdigit() and int(declared):
-            # nothing reads or changes this body: it goes up as it arrives, framed as
-            # httpx frames a body it holds (h11 ends it at the declared length)
-            content = request.stream()
-            forwarded.append(("Content-Length", str(int(declared))))
-            prepared = (
-                Prepared(b"", Outcome.PASS_THROUGH) if fmt is None else pipeline.passed_through(fmt)
-            )
+            going = streamed_up(request, int(declared), fmt)
         else:
             try:
                 body = await _body(request, config.max_message_bytes)
@@ -146,27 +137,8 @@ def build_app(
             except ClientDisconnect:
                 return Response(status_code=400)
             read_ms = (time.perf_counter() - arrived) * 1000
-            prepared = Prepared(body, Outcome.PASS_THROUGH)
-            if fmt is not None and config.gateway_mode == "off":
-                prepared = pipeline.passed_through(fmt, body)  # no worker thread for nothing
-            elif fmt is not None:
-                try:
-                    prepared = await prepare_within(
-                        pipeline, config, fmt, path, body, headers, owner
-                    )
-                except Exception:  # never worse: a gateway bug still forwards the request
-                    log.exception(
-                        "gateway: %s request forwarded unchanged after an error", fmt.name
-                    )
-            if fmt is _FORMATS["chat"] and config.gateway_mode == "on":
-                # for calibration (stream_usage.py)
-                asked = ask_for_usage(prepared.body, prepared.fields)
-                if asked is not None:
-                    prepared.body, strip_usage = asked, True
-                    # the extra chunk is taken out of the bytes as they pass: no compression
-                    forwarded = [(k, v) for k, v in forwarded if k.lower() != "accept-encoding"]
-                    forwarded.append(("accept-encoding", "identity"))
-            content = prepared.body
+            going = await prepared_up(request, body, fmt, path, headers, owner, read_ms)
+        prepared = going.prepared
         url = f"{upstreams[prefix]}/{path}"
         if request.url.query:
             url = f"{url}?{request.url.query}"
@@ -187,7 +159,7 @@ def build_app(
                     "status": status,
                     "provider_prompt_tokens": prompt_tokens,
                     # where a call's time went: `ms` is the pipeline's share
-                    "read_ms": round(read_ms, 2),
+                    "read_ms": round(going.read_ms, 2),
                     "upstream_ms": round(relayed.upstream_ms, 2),
                     "relay_ms": round(relayed.relay_ms, 2),
                 }
@@ -209,13 +181,52 @@ def build_app(
             holder["client"],
             request.method,
             url,
-            forwarded,
-            content,
+            going.headers,
+            going.content,
             extra,
             fmt,
             done,
-            strip_usage=strip_usage,
+            strip_usage=going.strip_usage,
         )
+
+    def streamed_up(request: Request, length: int, fmt: WireFormat | None) -> _Outgoing:
+        """A body nothing reads or changes: it goes up as it arrives, framed as httpx
+        frames a body it holds (h11 ends it at the declared length)."""
+        forwarded = upstream_headers(request.headers.items())
+        forwarded.append(("Content-Length", str(length)))
+        prepared = Prepared(b"", Outcome.PASS_THROUGH)
+        if fmt is not None:
+            prepared = pipeline.passed_through(fmt)
+        return _Outgoing(prepared, request.stream(), forwarded)
+
+    async def prepared_up(
+        request: Request,
+        body: bytes,
+        fmt: WireFormat | None,
+        path: str,
+        headers: dict[str, str],
+        owner: str,
+        read_ms: float,
+    ) -> _Outgoing:
+        """A body read whole: pruned when it is a message call (mode on or shadow)."""
+        forwarded = upstream_headers(request.headers.items())
+        prepared = Prepared(body, Outcome.PASS_THROUGH)
+        if fmt is not None and config.gateway_mode == "off":
+            prepared = pipeline.passed_through(fmt, body)  # no worker thread for nothing
+        elif fmt is not None:
+            try:
+                prepared = await prepare_within(pipeline, config, fmt, path, body, headers, owner)
+            except Exception:  # never worse: a gateway bug still forwards the request
+                log.exception("gateway: %s request forwarded unchanged after an error", fmt.name)
+        strip_usage = False
+        if fmt is _FORMATS["chat"] and config.gateway_mode == "on":
+            asked = ask_for_usage(prepared.body, prepared.fields)  # for calibration
+            if asked is not None:
+                prepared.body, strip_usage = asked, True
+                # the extra chunk is taken out of the bytes as they pass: no compression
+                forwarded = [(k, v) for k, v in forwarded if k.lower() != "accept-encoding"]
+                forwarded.append(("accept-encoding", "identity"))
+        return _Outgoing(prepared, prepared.body, forwarded, strip_usage, read_ms)
 
     async def not_found(request: Request) -> Response:
         names = ", ".join(f"/{p}" for p in PREFIXES)
@@ -228,6 +239,17 @@ def build_app(
         Route("/{path:path}", not_found, methods=methods),
     ]
     return Starlette(routes=routes, lifespan=lifespan)
+
+
+@dataclass(slots=True)
+class _Outgoing:
+    """What goes upstream for one request, and how long reading its body took."""
+
+    prepared: Prepared
+    content: bytes | AsyncIterator[bytes]  # an iterator: the body as it arrives
+    headers: list[tuple[str, str]]
+    strip_usage: bool = False  # the gateway asked a Chat stream for usage (stream_usage.py)
+    read_ms: float = 0.0  # 0 for a body that streams up
 
 
 class _TooLarge(Exception):
