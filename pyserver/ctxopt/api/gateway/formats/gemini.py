@@ -65,7 +65,7 @@ class GeminiContents:
         def rewrite(index: int, content: Any, _: MessageEdits, __: list[Any]) -> tuple[Any, bool]:
             parts = content.get("parts") or []
             if not any((index, p) in edits for p in range(len(parts))):
-                return content, False  # edits of its calls only: the content goes as sent
+                return content, False  # no edit on any of its parts: it goes as sent
             rewritten = edited_parts(index, parts, edits, _rewritten)
             return {**content, "parts": rewritten or [{"text": "[ctxopt: removed]"}]}, True
 
