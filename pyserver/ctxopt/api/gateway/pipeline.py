@@ -366,7 +366,9 @@ class Pipeline:
             return tuple(i for row in call.ids[start:] for i in row if i in state.live)
 
         if self.config.gateway_generations and old:
-            floor = minor_floor(call, projection.turns, old, recent_turns=self.config.gateway_recent_turns)
+            floor = minor_floor(
+                call, projection.turns, old, recent_turns=self.config.gateway_recent_turns
+            )
             if floor <= due.target:
                 frozen = tuple(i for i in sorted(old) if i in state.live)
                 kept = roots + frozen + whole_from(latest(due.target))
@@ -376,7 +378,9 @@ class Pipeline:
         start = latest(due.full_target)
         kept = roots + whole_from(start)
         note, projection = self._passes(call, state, projection, due.full_target, kept)
-        state.generations.promote(promoted(call, recent_turns=self.config.gateway_recent_turns, kept_from=start))
+        state.generations.promote(
+            promoted(call, recent_turns=self.config.gateway_recent_turns, kept_from=start)
+        )
         return f"{Kind.FULL.value} collection {note}".strip(), projection
 
     def _passes(
