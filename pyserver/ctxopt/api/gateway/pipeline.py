@@ -260,25 +260,30 @@ class Pipeline:
         projection = self._project(call, state)
         note = ""
         try:
-            full_landing, kept = None, 0
             if self._shrink_arrivals(call, state, projection):
                 projection = self._project(call, state)
-            if self.config.gateway_generations:
-                full_landing = self.config.gateway_full_landing_percent / 100
-                kept = old_prefix(call, projection.turns, state.generations.old)
-            due = schedule.schedule(
-                price_of(conversation.model, fmt.name.partition("-")[0]).cache,
-                size=projection.tokens_after,
-                growth=state.pace.observe(projection.tokens_after),
-                ceiling=scaled,
-                trigger_share=self.config.gateway_trigger_percent / 100,
-                landing_share=self.config.gateway_landing_percent / 100,
-                full_landing_share=full_landing,
-                fixed=fixed_prefix(call, projection.turns, first),
-                old_prefix=kept,
-            )
-            if due is not None:
-                note, projection = self._collect(call, state, projection, due)
+            size = projection.tokens_after
+            growth = state.pace.observe(size)
+            trigger = self.config.gateway_trigger_percent / 100
+            # the prefixes are scans of every turn: only a call that is due needs them
+            if schedule.crosses(size=size, growth=growth, ceiling=scaled, trigger_share=trigger):
+                full_landing, kept = None, 0
+                if self.config.gateway_generations:
+                    full_landing = self.config.gateway_full_landing_percent / 100
+                    kept = old_prefix(call, projection.turns, state.generations.old)
+                due = schedule.schedule(
+                    price_of(conversation.model, fmt.name.partition("-")[0]).cache,
+                    size=size,
+                    growth=growth,
+                    ceiling=scaled,
+                    trigger_share=trigger,
+                    landing_share=self.config.gateway_landing_percent / 100,
+                    full_landing_share=full_landing,
+                    fixed=fixed_prefix(call, projection.turns, first),
+                    old_prefix=kept,
+                )
+                if due is not None:
+                    note, projection = self._collect(call, state, projection, due)
         except Exception as e:  # never worse, as above
             log.warning("gateway: plan failed for %s: %s", state.session_id, e)
             return self._fallback(call, state, raw, f"engine: {e}"[:200])
