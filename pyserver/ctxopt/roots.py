@@ -42,7 +42,7 @@ def recent_turn_mask(session: SessionView, recent_turns: int) -> BoolArray:
         return mask
     turns = cols.turn[live]
     if np.all(turns[1:] >= turns[:-1]):  # the usual prompt order: no sort needed
-        distinct = turns[np.flatnonzero(np.diff(turns, prepend=turns[0] - 1))]
+        distinct = np.concatenate((turns[:1], turns[1:][turns[1:] != turns[:-1]]))
     else:
         distinct = np.unique(turns)
     if len(distinct) > 1:
@@ -98,7 +98,8 @@ def root_mask(session: SessionView, roots: Roots) -> BoolArray:
         now = int(cols.created_ms[:n][alive].max())
         mask |= decisions & (cols.created_ms[:n] >= now - DECISION_ROOT_WINDOW_MS)
     mask |= recent_turn_mask(session, roots.recent_turns)
-    mask |= latest_turn_mask(session)
+    if roots.recent_turns < 1:  # else the recent turns hold the latest
+        mask |= latest_turn_mask(session)
     mask |= pending_call_mask(session)
     root: BoolArray = mask & alive
     return root

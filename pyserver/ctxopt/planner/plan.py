@@ -120,6 +120,7 @@ def plan_session(
     repairs = make_coherent(sel, steps, target=float(target), pressure=pressure)
     return collected_result(
         sel,
+        book=tools.book,
         tokens_before=int(tokens[live].sum()),
         target=target,
         mandatory_tokens=int(tokens[live][scores.marks.root[live]].sum()),
