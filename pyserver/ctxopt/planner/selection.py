@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from ctxopt.model import OptimizeOptions
 from ctxopt.planner.values import ChunkValues
+from ctxopt.roots import grouped_slots
 from ctxopt.scoring.hybrid import Scores
 from ctxopt.session import SessionView
 
@@ -58,10 +59,10 @@ class Selection:
         self.tokens = cols.tokens[:n]
         # units: singletons, merged by group
         unit_of = np.arange(n, dtype=np.intp)
-        for members in session.hubs.by_group.values():
-            if len(members) > 1:
-                idx = np.fromiter(members, dtype=np.intp, count=len(members))
-                unit_of[idx] = idx.min()
+        slots, sizes = grouped_slots(session)  # each group's lowest slot leads it
+        if len(sizes):
+            starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+            unit_of[slots] = np.repeat(np.minimum.reduceat(slots, starts), sizes)
         self.unit_of = unit_of
         live_units = unit_of[self.live]
         self.unit_size = np.bincount(live_units, minlength=n)  # members per unit
