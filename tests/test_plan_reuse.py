@@ -1,5 +1,5 @@
 """A warm plan reuses the session's last shrunk texts, query relevance and
-slot names (planner/reuse.py, scoring/hybrid.py, planner/result.py) only
+slot facts (planner/reuse.py, scoring/hybrid.py, planner/slot_facts.py) only
 while nothing they read changed: after any change of a chunk, a committed
 plan, a removal, a pin, other roots or a new query a session must get exactly
 the plan a fresh engine makes after the same writes."""
@@ -14,7 +14,7 @@ import pytest
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.model import Chunk, ChunkKind, ChunkUpdate, Plan, Role
-from ctxopt.planner import result, values
+from ctxopt.planner import slot_facts, values
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -161,17 +161,17 @@ def test_reused_columns_are_read_only() -> None:
     engine.close()
 
 
-def test_slot_names_are_made_again_only_when_an_entry_changes(
+def test_slot_facts_are_made_again_only_when_an_entry_changes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     made: list[int] = []
-    make = result.SlotNames
+    make = slot_facts.SlotFacts
 
-    def counted(*args: object) -> result.SlotNames:
+    def counted(*args: object) -> slot_facts.SlotFacts:
         made.append(1)
         return make(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(result, "SlotNames", counted)
+    monkeypatch.setattr(slot_facts, "SlotFacts", counted)
     engine = Engine(Config(data_dir=":memory:"))
     engine.append("", S, initial())
     first = plan_of(engine, "refund", 2)

@@ -3,7 +3,6 @@ columns, texts, reasons and totals."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
@@ -19,13 +18,10 @@ from ctxopt.model import (
     Repair,
     Strategy,
 )
-from ctxopt.planner.reuse import LastResult, Stamp
 from ctxopt.planner.selection import OUT, SHRUNK, TIGHT, Selection
-from ctxopt.session import SessionView
-from ctxopt.text.lines import LineBook
+from ctxopt.planner.slot_facts import ObjectArray
 
 IntArray = npt.NDArray[np.intp]
-ObjectArray = npt.NDArray[np.object_]
 _ACTION_BY_CODE = {int(a): a for a in Action}
 _ACTIONS: ObjectArray = np.array(  # indexed by code: a whole column at once
     [_ACTION_BY_CODE.get(code) for code in range(max(_ACTION_BY_CODE) + 1)], dtype=object
@@ -54,42 +50,9 @@ def idle_result(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class SlotNames:
-    """Per slot, its chunk's id and the stash id of its text ("" for a dead
-    slot), as arrays a plan indexes with its slot columns."""
-
-    chunk_ids: ObjectArray
-    stash_ids: ObjectArray
-
-
-_last_names: LastResult[SlotNames] = LastResult()
-
-
-def slot_names(session: SessionView, book: LineBook | None) -> SlotNames:
-    """The session's `SlotNames`, the last plan's while its slots and entries
-    are the same objects (a text, an origin or an id changes by replacing the
-    entry or the slots' tuple); `book` keys them per session (None: made
-    fresh)."""
-    entries = tuple(session.entries.values())
-    now = Stamp((session.slot_ids, entries), ())
-    found = None if book is None else _last_names.get(book, now)
-    if found is not None:
-        return found
-    stash_ids = np.full(session.n_slots, "", dtype=object)
-    stash_ids[[entry.slot for entry in entries]] = [entry.stash_id() for entry in entries]
-    made = SlotNames(np.array(session.slot_ids, dtype=object), stash_ids)
-    made.chunk_ids.setflags(write=False)
-    made.stash_ids.setflags(write=False)
-    if book is not None:
-        _last_names.put(book, now, made)
-    return made
-
-
 def collected_result(
     sel: Selection,
     *,
-    book: LineBook | None,
     tokens_before: int,
     target: int,
     mandatory_tokens: int,
@@ -107,7 +70,7 @@ def collected_result(
     kept = live_state != OUT
     shrunk_state = (live_state == SHRUNK) | (live_state == TIGHT)
     changed = ~kept | (shrunk_state & (shrink_action[live] != _KEEP))
-    names = slot_names(session, book)
+    names = sel.facts
     kept_ids = names.chunk_ids[live[kept]].tolist()
     tokens_after = int(session.columns.tokens[live[kept & ~changed]].sum())
     changed_slots = live[changed]
@@ -138,7 +101,9 @@ def collected_result(
         tokens_after=afters,
         scores=scores.total[changed_slots].tolist(),
         breakdowns=None,  # set below unless the plan is lean
-        reasons=_decision_reasons(sel, codes, changed_slots, values.covered_by_summary, requested),
+        reasons=_decision_reasons(
+            sel, codes, changed_slots, values.covered_by_summary, requested, names.chunk_ids
+        ),
         replacement_texts=texts,
         stash_ids=stash_ids,
     )
@@ -191,6 +156,7 @@ def _decision_reasons(
     slots: IntArray,
     covered_by_summary: npt.NDArray[np.bool_],
     requested: npt.NDArray[np.bool_],
+    chunk_ids: ObjectArray,
 ) -> list[tuple[str, ...]]:
     """Each decision's reason codes. They depend on the action, delete
     requested, policy, reachable, summarised and the group's leader, so
@@ -204,9 +170,9 @@ def _decision_reasons(
     made = {k: _reasons_of_key(strategy, k) for k in np.flatnonzero(np.bincount(key)).tolist()}
     reasons = list(map(made.__getitem__, key.tolist()))
     units = sel.unit_of[slots]
-    ids = sel.session.slot_ids
-    for i in np.flatnonzero(sel.unit_size[units] > 1).tolist():
-        reasons[i] = (*reasons[i], f"group_with:{ids[int(units[i])]}")
+    grouped = np.flatnonzero(sel.unit_size[units] > 1)
+    for i, leader in zip(grouped.tolist(), chunk_ids[units[grouped]].tolist(), strict=True):
+        reasons[i] = (*reasons[i], "group_with:" + leader)
     return reasons
 
 

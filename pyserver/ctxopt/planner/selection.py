@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctxopt.model import OptimizeOptions
+from ctxopt.planner.slot_facts import SlotFacts
 from ctxopt.planner.values import ChunkValues
 from ctxopt.roots import grouped_slots
 from ctxopt.scoring.hybrid import Scores
@@ -48,6 +49,7 @@ class Selection:
         options: OptimizeOptions,
         scores: Scores,
         values: ChunkValues,
+        facts: SlotFacts,
     ) -> None:
         n = session.n_slots
         cols = session.columns
@@ -55,6 +57,7 @@ class Selection:
         self.options = options
         self.scores = scores
         self.values = values
+        self.facts = facts
         self.live = session.live
         self.tokens = cols.tokens[:n]
         # units: singletons, merged by group
@@ -72,7 +75,7 @@ class Selection:
         self.state = np.full(n, FULL, dtype=np.int8)  # per unit leader slot
         self.unit_mandatory = self.unit_max(scores.marks.root)  # when any member is
         self.protected = self.unit_mandatory.copy()  # grows with coherence repairs
-        self.child_slots, self.parent_slots = session.parent_pairs()
+        self.child_slots, self.parent_slots = facts.child_slots, facts.parent_slots
         # per unit leader: tokens kept whole, and kept as excerpts or placeholders
         self.unit_tokens: FloatArray = np.bincount(
             live_units, weights=self.tokens[self.live], minlength=n
