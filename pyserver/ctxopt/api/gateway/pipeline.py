@@ -71,14 +71,14 @@ from ctxopt.api.gateway.threads import Threads
 from ctxopt.api.gateway.truncation import truncate
 from ctxopt.config import Config
 from ctxopt.engine import Engine
+from ctxopt.errors import InvalidArgument
 from ctxopt.model import Budget, Chunk, OptimizeOptions, Role, Roots, Strategy
 from ctxopt.prices import price_of
 
 log = logging.getLogger("ctxopt.gateway")
 
-# As the TS adapter, the latest exchange stays as roots; the budget order (tiers, what the
-# model quoted, age) kept more than the service's default on the per-host replay.
-RECENT_TURNS = 2
+# The budget order (tiers, what the model quoted, age) kept more than the service's default
+# on the per-host replay.
 STRATEGY = Strategy.BUDGET
 MAX_PASSES = 3  # plans per collection at most (see `_passes`)
 # A minor collection this share of the ceiling over its target counts as landed: a
@@ -88,6 +88,10 @@ MINOR_SLACK = 0.05
 
 class Pipeline:
     def __init__(self, engine: Engine, config: Config) -> None:
+        if config.gateway_recent_turns < 0:
+            raise InvalidArgument(
+                "CTXOPT_GATEWAY_RECENT_TURNS", config.gateway_recent_turns, "must not be negative"
+            )
         self.engine = engine
         self.config = config
         self.conversations = ConversationStates()
@@ -362,7 +366,9 @@ class Pipeline:
             return tuple(i for row in call.ids[start:] for i in row if i in state.live)
 
         if self.config.gateway_generations and old:
-            floor = minor_floor(call, projection.turns, old, recent_turns=RECENT_TURNS)
+            floor = minor_floor(
+                call, projection.turns, old, recent_turns=self.config.gateway_recent_turns
+            )
             if floor <= due.target:
                 frozen = tuple(i for i in sorted(old) if i in state.live)
                 kept = roots + frozen + whole_from(latest(due.target))
@@ -372,7 +378,9 @@ class Pipeline:
         start = latest(due.full_target)
         kept = roots + whole_from(start)
         note, projection = self._passes(call, state, projection, due.full_target, kept)
-        state.generations.promote(promoted(call, recent_turns=RECENT_TURNS, kept_from=start))
+        state.generations.promote(
+            promoted(call, recent_turns=self.config.gateway_recent_turns, kept_from=start)
+        )
         return f"{Kind.FULL.value} collection {note}".strip(), projection
 
     def _passes(
@@ -399,7 +407,7 @@ class Pipeline:
                     target_tokens=max(1, target - projection.overhead),
                 ),
                 query=query_of(call.conversation.turns),
-                roots=Roots(recent_turns=RECENT_TURNS, root_ids=roots),
+                roots=Roots(recent_turns=self.config.gateway_recent_turns, root_ids=roots),
                 strategy=STRATEGY,
                 force=True,  # the schedule decided (on the next call's size)
                 lean=True,
