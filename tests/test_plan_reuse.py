@@ -129,23 +129,40 @@ def test_a_warm_session_plans_as_a_fresh_engine_would(steps: list[tuple[str, int
     warm.close()
 
 
-def test_an_unchanged_session_reuses_its_shrunk_texts(monkeypatch: pytest.MonkeyPatch) -> None:
+def counted_calls(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[int]:
+    """A list that grows by one each time `module.name` is called."""
     made: list[int] = []
-    make = values._made_shrinks
+    make = getattr(module, name)
 
-    def counted(*args: object, **kwargs: object) -> values._Shrinks:
+    def counted(*args: object, **kwargs: object) -> object:
         made.append(1)
-        return make(*args, **kwargs)  # type: ignore[arg-type]
+        return make(*args, **kwargs)
 
-    monkeypatch.setattr(values, "_made_shrinks", counted)
+    monkeypatch.setattr(module, name, counted)
+    return made
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "change"),
+    [
+        # the shrunk texts: a new chunk makes them again
+        (values, "_made_shrinks", chunk("late", filler(30), turn=99)),
+        # the slot facts: a changed text (its stash id with it) makes them again
+        (slot_facts, "SlotFacts", replace(initial()[2], text=output(2) + "\nedited")),
+    ],
+)
+def test_an_unchanged_session_reuses_and_a_changed_one_makes_again(
+    monkeypatch: pytest.MonkeyPatch, module: object, name: str, change: Chunk
+) -> None:
+    made = counted_calls(monkeypatch, module, name)
     engine = Engine(Config(data_dir=":memory:"))
     engine.append("", S, initial())
     first = plan_of(engine, "refund", 2)
     assert shown(plan_of(engine, "refund", 2)) == shown(first)
     assert len(made) == 1
-    engine.append("", S, [chunk("late", filler(30), turn=99)])
-    plan_of(engine, "refund", 2)
-    assert len(made) == 2  # a new chunk: made again
+    engine.append("", S, [change])
+    assert shown(plan_of(engine, "refund", 2)) != shown(first)
+    assert len(made) == 2
     engine.close()
 
 
@@ -158,27 +175,4 @@ def test_reused_columns_are_read_only() -> None:
     reused = values._last_shrinks._by_book[book][1]
     with pytest.raises(ValueError, match="read-only"):
         reused.tokens[0] = 0.0
-    engine.close()
-
-
-def test_slot_facts_are_made_again_only_when_an_entry_changes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    made: list[int] = []
-    make = slot_facts.SlotFacts
-
-    def counted(*args: object) -> slot_facts.SlotFacts:
-        made.append(1)
-        return make(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(slot_facts, "SlotFacts", counted)
-    engine = Engine(Config(data_dir=":memory:"))
-    engine.append("", S, initial())
-    first = plan_of(engine, "refund", 2)
-    assert shown(plan_of(engine, "refund", 2)) == shown(first)
-    assert len(made) == 1
-    engine.append("", S, [replace(initial()[2], text=output(2) + "\nedited")])
-    edited = plan_of(engine, "refund", 2)
-    assert len(made) == 2  # a text changed: its stash id with it
-    assert edited.decisions.stash_ids != first.decisions.stash_ids
     engine.close()
