@@ -107,12 +107,22 @@ class Pipeline:
         started = time.perf_counter()
         mode = self.config.gateway_mode
         if mode == "off":
-            prepared = Prepared(raw, Outcome.PASS_THROUGH, note="gateway mode off")
-        else:
-            prepared = self._prepare(fmt, path, raw, headers, owner, shadow=mode == "shadow")
+            return self.passed_through(fmt, raw)
+        prepared = self._prepare(fmt, path, raw, headers, owner, shadow=mode == "shadow")
         if mode == "shadow" and prepared.body is not raw:
             # the plan is made, remembered and reported; the original goes upstream
             prepared.body, prepared.outcome = raw, Outcome.SHADOW
+        return self._logged(fmt, prepared, started)
+
+    def passed_through(self, fmt: WireFormat, raw: bytes = b"") -> Prepared:
+        """Mode off: the request goes up as sent, unread (the app may stream `raw`
+        up without this pipeline ever holding it)."""
+        prepared = Prepared(raw, Outcome.PASS_THROUGH, note="gateway mode off")
+        return self._logged(fmt, prepared, time.perf_counter())
+
+    def _logged(self, fmt: WireFormat, prepared: Prepared, started: float) -> Prepared:
+        """`prepared` with its log line's fields."""
+        mode = self.config.gateway_mode
         prepared.log.update(
             mode=mode,
             format=fmt.name,
@@ -186,6 +196,7 @@ class Pipeline:
             state.calibration.sent(prepared.tokens_before if shadow else prepared.tokens_after)
         prepared.session_id = session_id
         prepared.state = state
+        prepared.fields = body
         prepared.log.update(host=limit.host.value, ceiling=limit.tokens, window=window)
         prepared.log["model"] = conversation.model  # for the usage ledger's prices
         return prepared
