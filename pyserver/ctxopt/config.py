@@ -62,25 +62,26 @@ class Config:
     # (or lower where only that pays for the rewrite at the provider's cache prices);
     # answered tool outputs shrink once to at most `gateway_arrival_share` of their
     # size (api/gateway/arrivals.py; 0: off)
-    # 95/40 with generations (full collections at 20), the latest turns whole up to 0.7 of
-    # the room: chosen by `python -m benchmarks.hosts.cv --gemini-threshold 0.9` over 13
-    # settings (landings 20-70, shares 0-1, triggers 90-95) on all 5 folds of 30
-    # development trajectories and 5 long sessions together (docs/agents.md)
-    gateway_trigger_percent: float = 95.0
-    gateway_landing_percent: float = 40.0
+    # 90/30 with generations (full collections at 10), the latest turns whole up to 0.7 of
+    # the room and the latest 6 whatever their size: chosen by `python -m benchmarks.hosts.cv
+    # --gemini-threshold 0.9` over 20 settings (landings 20-70, shares 0-1, triggers 90-95,
+    # 2-6 latest turns) on 4 of 5 folds and all 5 together, of 30 development trajectories
+    # and the 5 long sessions they make (docs/agents.md)
+    gateway_trigger_percent: float = 90.0
+    gateway_landing_percent: float = 30.0
     gateway_arrival_share: float = 0.0
     # Generational collections (api/gateway/generations.py): a collection first prunes
     # only the turns since the last full one, landing at `gateway_landing_percent`, and
     # leaves the older prefix (and the provider's cache of it) byte-identical; a full
     # one, when that cannot land, goes down to `gateway_full_landing_percent`
     gateway_generations: bool = True
-    gateway_full_landing_percent: float = 20.0
+    gateway_full_landing_percent: float = 10.0
     # Either collection keeps the latest turns whole up to this share of the room its
     # landing leaves above the frame and the task (generations.py `latest_roots`), and
     # the latest `gateway_recent_turns` turns whole whatever their size: a count of the
     # agent's steps, not a share, so a small window keeps its last steps as a large one does
     gateway_recent_share: float = 0.7
-    gateway_recent_turns: int = 2
+    gateway_recent_turns: int = 6
     # How long a request waits for the engine (sync, plan) before it goes up as the
     # original, or locally truncated when that does not fit; 0 waits as long as it
     # takes. Far above a plan's p99 under load (0.7 s on 2 shared cores, docs/gateway.md)

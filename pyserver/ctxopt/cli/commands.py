@@ -82,7 +82,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         type=float,
         help="where a full collection lands with generations on, percent of the room the "
         "frame and the task leave under the ceiling (CTXOPT_GATEWAY_FULL_LANDING_PERCENT, "
-        "default 20)",
+        "default 10)",
     )
     serve.add_argument(
         "--gateway-recent-share",
@@ -95,7 +95,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "--gateway-recent-turns",
         type=int,
         help="a collection keeps the latest this many turns whole whatever their size "
-        "(CTXOPT_GATEWAY_RECENT_TURNS, default 2)",
+        "(CTXOPT_GATEWAY_RECENT_TURNS, default 6)",
     )
     serve.add_argument(
         "--gateway-engine-deadline-ms",
