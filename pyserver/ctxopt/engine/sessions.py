@@ -11,11 +11,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from weakref import WeakKeyDictionary
 
 from ctxopt import validate
 from ctxopt.config import Config
 from ctxopt.errors import CtxoptError, NotFound
+from ctxopt.model import ChunkKind, Role
+from ctxopt.scoring import line_value
+from ctxopt.scoring.lineblob import CITED, NAMES, PROFILE, LineBlobs, remembered, tell
 from ctxopt.session import Registry, Session
 from ctxopt.store import (
     Change,
@@ -33,6 +37,24 @@ from ctxopt.text.termblob import DocTerms, TermBlobs
 log = logging.getLogger(__name__)
 
 
+@dataclass(slots=True)
+class _KeptFacts:
+    """What the store holds of one session's line facts: per chunk id, the text
+    they were made of and which of them (`lineblob` bits); and how many facts
+    the process had made at the last look (none made since: nothing to keep)."""
+
+    made: tuple[int, int, int] = (-1, -1, -1)
+    by_id: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+
+def _wanted(role: Role, kind: ChunkKind) -> int:
+    """The line facts a plan reads of a chunk: a model text's names and cited
+    numbers, a tool output's profile."""
+    return (NAMES | CITED if role == Role.MODEL else 0) | (
+        PROFILE if kind == ChunkKind.TOOL_RESULT else 0
+    )
+
+
 class LiveSessions:
     """Sessions by id, loaded on first use; `load_lock` guards bringing a stored
     session into memory (and an import replacing one)."""
@@ -43,6 +65,8 @@ class LiveSessions:
         self.analyzer = analyzer
         self.registry = Registry(analyzer)
         self.term_blobs = TermBlobs(analyzer)
+        self.line_blobs = LineBlobs()
+        self._kept: WeakKeyDictionary[Session, _KeptFacts] = WeakKeyDictionary()
         self.load_lock = threading.Lock()
 
     def get(self, owner: str, session_id: str, *, create: bool = False) -> Session:
@@ -106,10 +130,52 @@ class LiveSessions:
     def _hydrate(self, stored: StoredSession) -> Session:
         session = Session(stored.session_id, stored.owner, self.analyzer)
         session.collections = stored.collections
-        decode = self.term_blobs.decode
+        decode, decode_lines = self.term_blobs.decode, self.line_blobs.decode
+        kept = self._kept.setdefault(session, _KeptFacts())
         for item in stored.chunks:
-            session.restore_entry(entry_of(item), decode(item.chunk.text, item.term_blob))
+            text = item.chunk.text
+            session.restore_entry(entry_of(item), decode(text, item.term_blob))
+            facts = decode_lines(text, item.line_blob) if item.line_blob is not None else None
+            if facts is not None:
+                tell(text, facts)
+                kept.by_id[item.chunk.id] = (text, facts.held)
         return session
+
+    def keep_line_facts(self, session: Session) -> None:
+        """Store the line facts a plan made of the session's live texts (each
+        text's once), so a restart reads them (scoring/lineblob.py). Skipped
+        when the process made none since the last look; a failed write only
+        costs a restart the work, so it is logged, not raised. The caller
+        holds the session's lock."""
+        made = (line_value.names.misses, line_value.cited_numbers.misses, line_value.profile.misses)
+        kept = self._kept.setdefault(session, _KeptFacts())
+        if made == kept.made:
+            return
+        kept.made = made
+        rows: list[tuple[str, bytes]] = []
+        noted: dict[str, tuple[str, int]] = {}
+        for chunk_id, entry in session.entries.items():
+            chunk = entry.chunk
+            was_text, was_held = kept.by_id.get(chunk_id, ("", 0))
+            same = was_text is chunk.text
+            wanted = _wanted(chunk.role, chunk.kind)
+            if not wanted or (same and was_held & wanted == wanted):
+                continue
+            facts = remembered(chunk.text)
+            if not facts.held & wanted or (same and facts.held & ~was_held == 0):
+                continue
+            blob = self.line_blobs.encode(chunk.text, facts)
+            if blob is not None:
+                rows.append((chunk_id, blob))
+                noted[chunk_id] = (chunk.text, facts.held)
+        if not rows:
+            return
+        try:
+            self.store.commit(Change(session.id, session.owner, line_facts=rows))
+        except CtxoptError as err:
+            log.warning("session %r: line facts not kept: %s", session.id, err)
+            return
+        kept.by_id.update(noted)
 
     def commit(self, session: Session, change: Change) -> None:
         """The one write path: the store first, then memory. A new text is

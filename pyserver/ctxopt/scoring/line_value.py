@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import chain
 
+from ctxopt.scoring.text_memo import text_memo
+
 # A name worth matching: dotted or slashed paths, snake_case, camelCase or
 # CapWords with an inner capital; plain words (`self`, `list`) match everywhere.
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[./][A-Za-z_][A-Za-z0-9_-]*)*")
@@ -74,7 +76,7 @@ _HEADER_IN_TEXT = re.compile(
 )
 
 
-@lru_cache(maxsize=PROFILE_CACHE_SIZE)
+@text_memo(PROFILE_CACHE_SIZE)
 def names(text: str) -> frozenset[str]:
     """The code names a text holds, each path also by its parts
     (`a/b/query.py` -> also `query.py`, `b/query.py`...).
@@ -107,7 +109,7 @@ def _is_code_name(name: str) -> bool:
     return "_" in name.strip("_") or "." in name or "/" in name or bool(_INNER_CAPITAL.search(name))
 
 
-@lru_cache(maxsize=PROFILE_CACHE_SIZE)
+@text_memo(PROFILE_CACHE_SIZE)
 def cited_numbers(text: str) -> frozenset[int]:
     """Line numbers a model's text cites: `sed -n 'a,bp'` ranges (when not a
     whole-file read) and single `line N` / `file.py:N` mentions.
@@ -248,7 +250,7 @@ class LineProfile:
         return [n for n in candidates if not wanted.isdisjoint(names(lines[n]))]
 
 
-@lru_cache(maxsize=PROFILE_CACHE_SIZE)
+@text_memo(PROFILE_CACHE_SIZE)
 def profile(text: str) -> LineProfile:
     lines = tuple(text.split("\n"))
     numbers = tuple(own_number(line) for line in lines)

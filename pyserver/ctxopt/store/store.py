@@ -45,7 +45,6 @@ every call here is short.
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 import threading
@@ -66,6 +65,8 @@ from ctxopt.store.rows import (
     LIST_SESSIONS_SQL,
     LIVE_SELECT,
     LIVE_UPSERT,
+    RESTASH_SQL,
+    SET_LINE_BLOB_SQL,
     STASH_NAMES,
     STASH_SELECT,
     Restash,
@@ -78,6 +79,7 @@ from ctxopt.store.rows import (
     hit_from,
     live_from,
     live_values,
+    restash_values,
     upsert_sql,
 )
 from ctxopt.store.schema import (
@@ -108,7 +110,8 @@ class Change:
     `upserts` are live chunks written whole; `removals` live chunk ids dropped;
     `stash` originals stored; `restash` stored originals given a newer decision;
     `unstash` stash ids brought back into the window; `collections` the
-    session's new collection count (None: unchanged)."""
+    session's new collection count (None: unchanged); `line_facts` (chunk
+    id, blob) the line facts a plan made of live texts (scoring/lineblob.py)."""
 
     session_id: str
     owner: str
@@ -118,6 +121,7 @@ class Change:
     restash: Sequence[Restash] = ()
     unstash: Sequence[str] = ()
     collections: int | None = None
+    line_facts: Sequence[tuple[str, bytes]] = ()
 
 
 class Store:
@@ -270,21 +274,9 @@ class Store:
             )
             cur.executemany(LIVE_UPSERT, [live_values(session_id, c) for c in change.upserts])
             cur.executemany(_UPSERT_STASH, stash_rows)
+            cur.executemany(RESTASH_SQL, [restash_values(session_id, r) for r in change.restash])
             cur.executemany(
-                "UPDATE stash SET action = ?, reasons = ?, score = ?, stashed_at_ms = ?, "
-                "plan_id = ? WHERE session_id = ? AND stash_id = ?",
-                [
-                    (
-                        int(r.action),
-                        _json_list(r.reasons),
-                        r.score,
-                        r.stashed_at_ms,
-                        r.plan_id,
-                        session_id,
-                        r.stash_id,
-                    )
-                    for r in change.restash
-                ],
+                SET_LINE_BLOB_SQL, [(blob, session_id, i) for i, blob in change.line_facts]
             )
             cur.executemany(
                 "DELETE FROM stash WHERE session_id = ? AND stash_id = ?",
@@ -471,10 +463,6 @@ class Store:
         """The rows of stashed originals, their text analysed for the search index
         (before the write lock: analysis needs none)."""
         return [entry_values(e, index_text(self.analyzer.terms(e.chunk.text))) for e in entries]
-
-
-def _json_list(values: Sequence[str]) -> str:
-    return json.dumps(list(values), ensure_ascii=False)
 
 
 def _claim(cur: sqlite3.Cursor, session_id: str, owner: str) -> None:
