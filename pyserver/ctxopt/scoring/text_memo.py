@@ -24,6 +24,8 @@ V = TypeVar("V")
 class TextMemo(Generic[V]):
     """`make(text)`, remembered for the last `size` texts asked or told."""
 
+    __wrapped__: Callable[[str], V]  # `make` itself, as `functools.wraps` names it
+
     def __init__(self, make: Callable[[str], V], size: int) -> None:
         functools.update_wrapper(self, make)  # its docstring and examples stay its own
         self._make = make
@@ -46,6 +48,11 @@ class TextMemo(Generic[V]):
     def peek(self, text: str) -> V | None:
         """The remembered value, None when the text is not remembered (never made)."""
         return self._cache.get(text)
+
+    def cache_clear(self) -> None:
+        """Forget every text (as `lru_cache` does: a fresh process's state)."""
+        with self._lock:
+            self._cache.clear()
 
     def tell(self, text: str, value: V) -> None:
         """Remember `value` as what `make(text)` gives (the caller vouches for it)."""
