@@ -189,7 +189,9 @@ def _profile(
     errors = ints[at : at + n_errors]
     at += n_errors
     under, headers = ints[at : at + n_under], ints[at + n_under : at + 2 * n_under]
-    if any(not 0 <= i < n_lines for i in (*numbered, *errors, *under, *headers)):
+    places = ints[: at + 2 * n_under]
+    del places[n_numbered : 2 * n_numbered]  # the numbers themselves may be anything
+    if places and (min(places) < 0 or max(places) >= n_lines):
         return None
     own: list[int | None] = [None] * n_lines
     for i, number in zip(numbered, numbers, strict=True):
