@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from tests.factory import chunk, options
 
 S = "s"
-MEMOS = (line_value.names, line_value.cited_numbers, line_value.profile)
+MEMOS = (line_value.names_memo, line_value.cited_memo, line_value.profile_memo)
 BLOBS = LineBlobs()
 
 
@@ -88,9 +88,9 @@ def forget_made_facts() -> None:
 def made(text: str) -> TextFacts:
     """The facts made from the text, no cache involved."""
     return TextFacts(
-        line_value.names.__wrapped__(text),
-        line_value.cited_numbers.__wrapped__(text),
-        line_value.profile.__wrapped__(text),
+        line_value.names_memo.make(text),
+        line_value.cited_memo.make(text),
+        line_value.profile_memo.make(text),
     )
 
 
@@ -145,8 +145,8 @@ def test_a_restart_reads_the_facts_a_plan_made_and_plans_the_same(tmp_path: Path
             assert facts.cited == fact.cited
     misses = [memo.misses for memo in MEMOS]
     after = plans(engine)
-    assert line_value.profile.misses == misses[2]  # no output's profile made again
-    assert line_value.cited_numbers.misses == misses[1]
+    assert line_value.profile_memo.misses == misses[2]  # no output's profile made again
+    assert line_value.cited_memo.misses == misses[1]
     engine.close()
     assert after == before == fresh("restart")
 
@@ -217,9 +217,9 @@ PIECES = st.sampled_from(
 @given(st.lists(PIECES, max_size=12), st.integers(0, 7))
 def test_the_codec_gives_back_what_it_was_given_or_nothing(pieces: list[str], held: int) -> None:
     text = "\n".join(pieces)
-    found = line_value.names.__wrapped__(text)
-    cited = line_value.cited_numbers.__wrapped__(text)
-    made_profile = line_value.profile.__wrapped__(text)
+    found = line_value.names_memo.make(text)
+    cited = line_value.cited_memo.make(text)
+    made_profile = line_value.profile_memo.make(text)
     facts = TextFacts(
         found if held & NAMES else None,
         cited if held & CITED else None,

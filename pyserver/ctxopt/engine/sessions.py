@@ -147,7 +147,11 @@ class LiveSessions:
         when the process made none since the last look; a failed write only
         costs a restart the work, so it is logged, not raised. The caller
         holds the session's lock."""
-        made = (line_value.names.misses, line_value.cited_numbers.misses, line_value.profile.misses)
+        made = (
+            line_value.names_memo.misses,
+            line_value.cited_memo.misses,
+            line_value.profile_memo.misses,
+        )
         kept = self._kept.setdefault(session, _KeptFacts())
         if made == kept.made:
             return

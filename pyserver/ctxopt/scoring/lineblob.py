@@ -30,7 +30,15 @@ import sys
 from array import array
 from dataclasses import dataclass
 
-from ctxopt.scoring.line_value import LineProfile, cited_numbers, names, profile
+from ctxopt.scoring.line_value import (
+    LineProfile,
+    cited_memo,
+    cited_numbers,
+    names,
+    names_memo,
+    profile,
+    profile_memo,
+)
 
 FORMAT = 1
 NAMES, CITED, PROFILE = 1, 2, 4
@@ -68,17 +76,17 @@ class TextFacts:
 
 def remembered(text: str) -> TextFacts:
     """The facts of `text` this process has made or been told (nothing made here)."""
-    return TextFacts(names.peek(text), cited_numbers.peek(text), profile.peek(text))
+    return TextFacts(names_memo.peek(text), cited_memo.peek(text), profile_memo.peek(text))
 
 
 def tell(text: str, facts: TextFacts) -> None:
     """Put `facts` where `line_value` looks for them, as if it had made them."""
     if facts.names is not None:
-        names.tell(text, facts.names)
+        names_memo.tell(text, facts.names)
     if facts.cited is not None:
-        cited_numbers.tell(text, facts.cited)
+        cited_memo.tell(text, facts.cited)
     if facts.profile is not None:
-        profile.tell(text, facts.profile)
+        profile_memo.tell(text, facts.profile)
 
 
 def _digest(data: bytes) -> bytes:
