@@ -259,3 +259,15 @@ def test_holders_are_the_live_documents_holding_a_term(
         index.remove_doc(slot)
     live = [s for s in range(len(docs)) if s not in removed]
     assert index.holders(terms) == {s for s in live if terms & set(docs[s])}
+
+
+def test_a_chunk_whose_text_changes_gets_the_facts_of_its_new_text_kept(tmp_path: Path) -> None:
+    stored(tmp_path, "changed")
+    engine = Engine(Config(data_dir=str(tmp_path)))
+    plans(engine)  # a restart's plan: every fact was told, none kept again
+    text = f"{output(1)}\n[changed again]"
+    engine.append("", S, [chunk("o1", text, role=Role.TOOL, kind=ChunkKind.TOOL_RESULT, turn=1)])
+    plans(engine)
+    engine.close()
+    decoded = BLOBS.decode(text, blobs(tmp_path)["o1"])
+    assert decoded is not None and decoded.profile == made(text).profile

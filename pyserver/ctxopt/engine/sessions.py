@@ -39,12 +39,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class _KeptFacts:
-    """What the store holds of one session's line facts: per chunk id, the text
-    they were made of and which of them (`lineblob` bits); and how many facts
-    the process had made at the last look (none made since: nothing to keep)."""
+    """What the store holds of one session's line facts: per chunk id, which
+    of them (`lineblob` bits) for its live text (`commit` forgets an id whose
+    text changes or that goes); and how many facts the process had made at
+    the last look (none made since: nothing to keep)."""
 
     made: tuple[int, int, int] = (-1, -1, -1)
-    by_id: dict[str, tuple[str, int]] = field(default_factory=dict)
+    by_id: dict[str, int] = field(default_factory=dict)
 
 
 def _wanted(role: Role, kind: ChunkKind) -> int:
@@ -138,7 +139,7 @@ class LiveSessions:
             facts = decode_lines(text, item.line_blob) if item.line_blob is not None else None
             if facts is not None:
                 tell(text, facts)
-                kept.by_id[item.chunk.id] = (text, facts.held)
+                kept.by_id[item.chunk.id] = facts.held
         return session
 
     def keep_line_facts(self, session: Session) -> None:
@@ -157,21 +158,20 @@ class LiveSessions:
             return
         kept.made = made
         rows: list[tuple[str, bytes]] = []
-        noted: dict[str, tuple[str, int]] = {}
+        noted: dict[str, int] = {}
         for chunk_id, entry in session.entries.items():
             chunk = entry.chunk
-            was_text, was_held = kept.by_id.get(chunk_id, ("", 0))
-            same = was_text is chunk.text
+            was_held = kept.by_id.get(chunk_id, 0)
             wanted = _wanted(chunk.role, chunk.kind)
-            if not wanted or (same and was_held & wanted == wanted):
+            if was_held & wanted == wanted:
                 continue
             facts = remembered(chunk.text)
-            if not facts.held & wanted or (same and facts.held & ~was_held == 0):
+            if not facts.held & wanted or facts.held & ~was_held == 0:
                 continue
             blob = self.line_blobs.encode(chunk.text, facts)
             if blob is not None:
                 rows.append((chunk_id, blob))
-                noted[chunk_id] = (chunk.text, facts.held)
+                noted[chunk_id] = facts.held
         if not rows:
             return
         try:
@@ -187,6 +187,7 @@ class LiveSessions:
         them instead of analysing it again)."""
         change, docs = self._with_terms(session, change)
         self.store.commit(change)
+        self._forget_kept_facts(session, change)
         for chunk_id in change.removals:
             session.remove(chunk_id)
         decode = self.term_blobs.decode
@@ -199,6 +200,19 @@ class LiveSessions:
             session.collections = change.collections
         if change.removals and session.needs_compaction():
             self._compact(session, change.owner)
+
+    def _forget_kept_facts(self, session: Session, change: Change) -> None:
+        """The stored line facts of a chunk that goes or whose text changes
+        name another text: they are no longer kept (a restart refuses them)."""
+        kept = self._kept.get(session)
+        if kept is None or not kept.by_id:
+            return
+        for chunk_id in change.removals:
+            kept.by_id.pop(chunk_id, None)
+        for item in change.upserts:
+            old = session.entries.get(item.chunk.id)
+            if old is None or old.chunk.text != item.chunk.text:
+                kept.by_id.pop(item.chunk.id, None)
 
     def _with_terms(self, session: Session, change: Change) -> tuple[Change, dict[str, DocTerms]]:
         """`change` with the terms of each upserted text the session does not hold
