@@ -99,6 +99,7 @@ class Engine:
 
     def close(self) -> None:
         """Flush and close storage."""
+        self.sessions.close()
         self.store.close()
 
     # ---- chunks ----------------------------------------------------------

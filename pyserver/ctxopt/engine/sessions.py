@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from weakref import WeakKeyDictionary
 
@@ -19,7 +20,7 @@ from ctxopt.config import Config
 from ctxopt.errors import CtxoptError, NotFound
 from ctxopt.model import ChunkKind, Role
 from ctxopt.scoring import line_value
-from ctxopt.scoring.lineblob import CITED, NAMES, PROFILE, LineBlobs, remembered, tell
+from ctxopt.scoring.lineblob import CITED, NAMES, PROFILE, LineBlobs, TextFacts, remembered, tell
 from ctxopt.session import Registry, Session
 from ctxopt.store import (
     Change,
@@ -67,6 +68,7 @@ class LiveSessions:
         self.registry = Registry(analyzer)
         self.term_blobs = TermBlobs(analyzer)
         self.line_blobs = LineBlobs()
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxopt-line-facts")
         self._kept: WeakKeyDictionary[Session, _KeptFacts] = WeakKeyDictionary()
         self.load_lock = threading.Lock()
 
@@ -145,9 +147,11 @@ class LiveSessions:
     def keep_line_facts(self, session: Session) -> None:
         """Store the line facts a plan made of the session's live texts (each
         text's once), so a restart reads them (scoring/lineblob.py). Skipped
-        when the process made none since the last look; a failed write only
-        costs a restart the work, so it is logged, not raised. The caller
-        holds the session's lock."""
+        when the process made none since the last look. Encoding and writing
+        them was ~10% of a session's first plan: a background thread does it
+        after the plan returns (one at a time, in order: a later text's facts
+        land after an earlier one's). A failed write only costs a restart the
+        work, so it is logged, not raised. The caller holds the session's lock."""
         made = (
             line_value.names_memo.misses,
             line_value.cited_memo.misses,
@@ -157,8 +161,7 @@ class LiveSessions:
         if made == kept.made:
             return
         kept.made = made
-        rows: list[tuple[str, bytes]] = []
-        noted: dict[str, int] = {}
+        pending: list[tuple[str, str, TextFacts]] = []
         for chunk_id, entry in session.entries.items():
             chunk = entry.chunk
             was_held = kept.by_id.get(chunk_id, 0)
@@ -168,18 +171,22 @@ class LiveSessions:
             facts = remembered(chunk.text)
             if not facts.held & wanted or facts.held & ~was_held == 0:
                 continue
-            blob = self.line_blobs.encode(chunk.text, facts)
-            if blob is not None:
-                rows.append((chunk_id, blob))
-                noted[chunk_id] = facts.held
-        if not rows:
-            return
+            pending.append((chunk_id, chunk.text, facts))
+            kept.by_id[chunk_id] = facts.held  # a failed write only costs a restart
+        if pending:
+            self._writer.submit(self._write_line_facts, session.id, pending)
+
+    def _write_line_facts(self, session_id: str, pending: list[tuple[str, str, TextFacts]]) -> None:
+        encode = self.line_blobs.encode
+        rows = [(i, blob) for i, text, facts in pending if (blob := encode(text, facts))]
         try:
-            self.store.commit(Change(session.id, session.owner, line_facts=rows))
+            self.store.keep_line_facts(session_id, rows)
         except CtxoptError as err:
-            log.warning("session %r: line facts not kept: %s", session.id, err)
-            return
-        kept.by_id.update(noted)
+            log.warning("session %r: line facts not kept: %s", session_id, err)
+
+    def close(self) -> None:
+        """Let the line facts under way reach the store (before it closes)."""
+        self._writer.shutdown(wait=True)
 
     def commit(self, session: Session, change: Change) -> None:
         """The one write path: the store first, then memory. A new text is

@@ -104,11 +104,13 @@ def _int64s(values: list[int]) -> bytes:
     return packed.tobytes()
 
 
-def _body(rules: bytes, text: str, facts: TextFacts) -> bytes | None:
-    """The blob less its checksum; None when a number does not fit an int64."""
+def _body(rules: bytes, text: str, facts: TextFacts, *, ordered: bool = False) -> bytes | None:
+    """The blob less its checksum; None when a number does not fit an int64.
+    The names go in set order unless `ordered` (the rules' probe: its digest
+    must not depend on the process's string hashing)."""
     held = facts.held
     known = facts.profile.all_names if facts.profile is not None else facts.names
-    found = sorted(known) if known is not None else []
+    found = (sorted(known) if ordered else list(known)) if known is not None else []
     n_lines = 0
     numbered: list[int] = []
     numbers: list[int] = []
@@ -116,15 +118,19 @@ def _body(rules: bytes, text: str, facts: TextFacts) -> bytes | None:
     under: list[int] = []
     headers: list[int] = []
     if facts.profile is not None:
+        # most outputs print no line numbers and have no header: skip their lines
         p = facts.profile
         n_lines = len(p.lines)
-        numbered = [i for i, own in enumerate(p.numbers) if own is not None]
-        numbers = [own for own in p.numbers if own is not None]
+        if p.all_numbers:
+            numbered = [i for i, own in enumerate(p.numbers) if own is not None]
+            numbers = [own for own in p.numbers if own is not None]
         errors = sorted(p.errors)
-        under = [i for i, h in enumerate(p.headers) if h is not None]
-        headers = [h for h in p.headers if h is not None]
+        if p.headers.count(None) != n_lines:
+            under = [i for i, h in enumerate(p.headers) if h is not None]
+            headers = [h for h in p.headers if h is not None]
     cited = sorted(facts.cited) if facts.cited is not None else []
-    if any(n not in _INT64 for n in numbers + cited):
+    values = numbers + cited
+    if values and (min(values) < _INT64.start or max(values) >= _INT64.stop):
         return None
     ints = [*numbered, *numbers, *errors, *under, *headers, *cited]
     counts = (n_lines, len(numbered), len(errors), len(under), len(cited), len(found))
@@ -137,7 +143,7 @@ class LineBlobs:
 
     def __init__(self) -> None:
         probe = TextFacts(names(_PROBE), cited_numbers(_PROBE), profile(_PROBE))
-        probe_body = _body(b"\0" * _DIGEST, _PROBE, probe)
+        probe_body = _body(b"\0" * _DIGEST, _PROBE, probe, ordered=True)
         assert probe_body is not None
         self._rules = _digest(bytes([FORMAT]) + probe_body)
 

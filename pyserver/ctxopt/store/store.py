@@ -110,8 +110,7 @@ class Change:
     `upserts` are live chunks written whole; `removals` live chunk ids dropped;
     `stash` originals stored; `restash` stored originals given a newer decision;
     `unstash` stash ids brought back into the window; `collections` the
-    session's new collection count (None: unchanged); `line_facts` (chunk
-    id, blob) the line facts a plan made of live texts (scoring/lineblob.py)."""
+    session's new collection count (None: unchanged)."""
 
     session_id: str
     owner: str
@@ -121,7 +120,6 @@ class Change:
     restash: Sequence[Restash] = ()
     unstash: Sequence[str] = ()
     collections: int | None = None
-    line_facts: Sequence[tuple[str, bytes]] = ()
 
 
 class Store:
@@ -276,14 +274,18 @@ class Store:
             cur.executemany(_UPSERT_STASH, stash_rows)
             cur.executemany(RESTASH_SQL, [restash_values(session_id, r) for r in change.restash])
             cur.executemany(
-                SET_LINE_BLOB_SQL, [(blob, session_id, i) for i, blob in change.line_facts]
-            )
-            cur.executemany(
                 "DELETE FROM stash WHERE session_id = ? AND stash_id = ?",
                 [(session_id, stash_id) for stash_id in change.unstash],
             )
             dropped = self._enforce_caps(cur, session_id, {e.stash_id for e in change.stash})
         log_dropped(session_id, dropped)
+
+    def keep_line_facts(self, session_id: str, rows: Sequence[tuple[str, bytes]]) -> None:
+        """Store (chunk id, blob) line facts of live chunks (scoring/lineblob.py).
+        Not a `Change`: a cache beside the text, no state of the session; a
+        chunk or session gone meanwhile updates nothing (no session is made)."""
+        with self._transaction() as cur:
+            cur.executemany(SET_LINE_BLOB_SQL, [(blob, session_id, i) for i, blob in rows])
 
     def delete_session(self, owner: str, session_id: str, *, purge_stash: bool) -> bool:
         """Delete a live session (and its stash when `purge_stash`); whether anything existed."""
