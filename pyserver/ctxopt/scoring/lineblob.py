@@ -180,7 +180,9 @@ class LineBlobs:
         found = joined.split("\0") if n_names else []
         if len(found) != n_names or (not n_names and joined):
             return None
-        known = frozenset(found)
+        # interned: made names are shared across texts (`line_value`'s cache of
+        # each match), and a restart's decoded ones should weigh no more
+        known = frozenset(map(sys.intern, found))
         cited = frozenset(ints[len(ints) - n_cited :]) if held & CITED else None
         made = None
         if held & PROFILE:
