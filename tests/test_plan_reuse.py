@@ -1,7 +1,8 @@
-"""A warm plan reuses the session's last shrunk texts and query relevance
-(planner/reuse.py, scoring/hybrid.py) only while nothing they read changed:
-after any change of a chunk, a removal, a pin, other roots or a new query a
-session must get exactly the plan a fresh engine makes after the same writes."""
+"""A warm plan reuses the session's last shrunk texts, query relevance and
+slot facts (planner/reuse.py, scoring/hybrid.py, planner/slot_facts.py) only
+while nothing they read changed: after any change of a chunk, a committed
+plan, a removal, a pin, other roots or a new query a session must get exactly
+the plan a fresh engine makes after the same writes."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.model import Chunk, ChunkKind, ChunkUpdate, Plan, Role
-from ctxopt.planner import values
+from ctxopt.planner import slot_facts, values
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,13 +50,14 @@ STEPS = st.one_of(
     st.tuples(st.just("edit"), st.integers(0, 99)),
     st.tuples(st.just("remove"), st.integers(0, 99)),
     st.tuples(st.just("pin"), st.integers(0, 99)),
+    st.tuples(st.just("commit"), st.integers(0, 99)),
 )
 
 
-def plan_of(engine: Engine, query: str, recent: int) -> Plan:
+def plan_of(engine: Engine, query: str, recent: int, *, dry_run: bool = True) -> Plan:
     target = engine.stats("", S).tokens * 3 // 10
     return engine.optimize(
-        "", S, options(target, query, recent_turns=recent, dry_run=True, lean=True)
+        "", S, options(target, query, recent_turns=recent, dry_run=dry_run, lean=True)
     )
 
 
@@ -108,13 +110,17 @@ def test_a_warm_session_plans_as_a_fresh_engine_would(steps: list[tuple[str, int
             write = partial(
                 Engine.remove, owner="", session_id=S, chunk_ids=gone, stash_originals=True
             )
+        elif step == "commit":  # excerpts and placeholders replace texts, naming their stash
+            write = partial(plan_of, query=query, recent=recent, dry_run=False)
         elif step == "pin":
             chunks[at] = replace(chunks[at], pinned=not chunks[at].pinned)
             pin = [ChunkUpdate(chunks[at].id, pinned=chunks[at].pinned)]
             write = partial(Engine.update, owner="", session_id=S, updates=pin)
         if write is not None:
             writes.append(write)
-            write(warm)
+            done = write(warm)
+            if isinstance(done, Plan):  # what it stashed or deleted is gone
+                chunks = [c for c in chunks if c.id in set(done.kept_ids)]
         fresh = Engine(Config(data_dir=":memory:"))
         for each in writes:
             each(fresh)
@@ -123,23 +129,40 @@ def test_a_warm_session_plans_as_a_fresh_engine_would(steps: list[tuple[str, int
     warm.close()
 
 
-def test_an_unchanged_session_reuses_its_shrunk_texts(monkeypatch: pytest.MonkeyPatch) -> None:
+def counted_calls(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[int]:
+    """A list that grows by one each time `module.name` is called."""
     made: list[int] = []
-    make = values._made_shrinks
+    make = getattr(module, name)
 
-    def counted(*args: object, **kwargs: object) -> values._Shrinks:
+    def counted(*args: object, **kwargs: object) -> object:
         made.append(1)
-        return make(*args, **kwargs)  # type: ignore[arg-type]
+        return make(*args, **kwargs)
 
-    monkeypatch.setattr(values, "_made_shrinks", counted)
+    monkeypatch.setattr(module, name, counted)
+    return made
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "change"),
+    [
+        # the shrunk texts: a new chunk makes them again
+        (values, "_made_shrinks", chunk("late", filler(30), turn=99)),
+        # the slot facts: a changed text (its stash id with it) makes them again
+        (slot_facts, "SlotFacts", replace(initial()[2], text=output(2) + "\nedited")),
+    ],
+)
+def test_an_unchanged_session_reuses_and_a_changed_one_makes_again(
+    monkeypatch: pytest.MonkeyPatch, module: object, name: str, change: Chunk
+) -> None:
+    made = counted_calls(monkeypatch, module, name)
     engine = Engine(Config(data_dir=":memory:"))
     engine.append("", S, initial())
     first = plan_of(engine, "refund", 2)
     assert shown(plan_of(engine, "refund", 2)) == shown(first)
     assert len(made) == 1
-    engine.append("", S, [chunk("late", filler(30), turn=99)])
-    plan_of(engine, "refund", 2)
-    assert len(made) == 2  # a new chunk: made again
+    engine.append("", S, [change])
+    assert shown(plan_of(engine, "refund", 2)) != shown(first)
+    assert len(made) == 2
     engine.close()
 
 

@@ -2,7 +2,7 @@
 
     python -m benchmarks.gateway [--smoke] [--out PATH] [--data PATH] [--limit N]
                                  [--calls N] [--part all|latency|billing] [--against REF]
-                                 [--gateway-mode on|shadow|off]
+                                 [--gateway-mode on|shadow|off] [--sizes 100,1000]
 
 A real `ctxopt serve --gateway-addr` process forwards to a fake provider on
 loopback (tests/gateway/upstream.py). Part one (latency.py): what the gateway
@@ -35,7 +35,7 @@ from benchmarks.gateway.histories import DEFAULT_SWE, FORMATS, Trajectory, load
 from benchmarks.gateway.prepare import export_tree
 from tests.gateway.conftest import upstream_env
 from tests.gateway.upstream import FakeUpstream, fake_upstream
-from tests.serverproc import serving
+from tests.serverproc import ServerProcess, serving
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "benchmarks" / "results"
@@ -69,7 +69,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             gateways = {args.against: other.gateway_url, **gateways}
             results["against"] = args.against
         if args.part in ("all", "latency"):
-            results["latency"] = _latency(args, client, gateways, upstream, trajectories)
+            servers = {"this": this, **({args.against: other} if args.against else {})}
+            results["latency"] = _latency(args, client, gateways, servers, upstream, trajectories)
         if args.part in ("all", "billing"):
             results["billing"] = _billing(args, client, this.gateway_url, upstream, trajectories)
     results["gateway_mode"] = args.gateway_mode
@@ -82,10 +83,11 @@ def _latency(
     args: argparse.Namespace,
     client: httpx.Client,
     gateways: dict[str, str],
+    servers: dict[str, ServerProcess],
     upstream: FakeUpstream,
     trajectories: list[Trajectory],
 ) -> list[dict[str, Any]]:
-    sizes = (20, 100) if args.smoke else SIZES
+    sizes = (20, 100) if args.smoke else tuple(int(s) for s in args.sizes.split(","))
     calls = 3 if args.smoke else args.calls
     rows: list[dict[str, Any]] = []
     for fmt in FORMATS:
@@ -93,10 +95,21 @@ def _latency(
             session = latency.synthetic(trajectories, size // 2 + calls + 1)
             for regime in REGIMES:
                 case = latency.Case(fmt, size, regime)
-                measured = latency.measure(client, gateways, upstream.url, case, session, calls)
+                pids = {tree: server.process.pid for tree, server in servers.items()}
+                measured = latency.measure(
+                    client, gateways, upstream.url, case, session, calls, pids
+                )
                 for tree, row in measured.items():
+                    stages = latency.stages(servers[tree].log_text(), case)
                     rows.append(
-                        {"tree": tree, "format": fmt, "messages": size, "regime": regime, **row}
+                        {
+                            "tree": tree,
+                            "format": fmt,
+                            "messages": size,
+                            "regime": regime,
+                            **row,
+                            **stages,
+                        }
                     )
                 with upstream.lock:
                     upstream.requests.clear()
@@ -142,18 +155,39 @@ def report(results: dict[str, Any]) -> None:
     mode = results.get("gateway_mode", "on")
     print(
         f"added latency (ms), gateway mode {mode}: gateway minus direct call to the fake"
-        " provider; cold = first call"
+        " provider; paired = median of each call's own difference; cold = first call;"
+        " cpu/call = the gateway process's CPU ms per call"
     )
     print(
-        f"{'tree':10} {'format':17} {'msgs':>5} {'regime':13} {'p50':>7} {'p99':>7} "
-        f"{'ttfb p50':>9} {'cold':>7}"
+        f"{'tree':10} {'format':17} {'msgs':>5} {'regime':13} {'p50':>7} {'paired':>7} "
+        f"{'p99':>7} {'ttfb p50':>9} {'cold':>7} {'cpu/call':>8}"
     )
     for row in results["latency"]:
         print(
             f"{row['tree']:10} {row['format']:17} {row['messages']:>5} {row['regime']:13} "
-            f"{row['added_p50_ms']:7.2f} {row['added_p99_ms']:7.2f} "
-            f"{row['ttfb_added_p50_ms']:9.2f} {row['cold_ms']:7.1f}"
+            f"{row['added_p50_ms']:7.2f} {row.get('added_paired_p50_ms', 0.0):7.2f} "
+            f"{row['added_p99_ms']:7.2f} "
+            f"{row['ttfb_added_p50_ms']:9.2f} {row['cold_ms']:7.1f} "
+            f"{row.get('server_cpu_ms_per_call', 0.0):8.2f}"
         )
+    staged = [r for r in results["latency"] if "stage_ms_p50" in r]
+    if staged:
+        print(
+            "\nwhere a call's time goes in the gateway, p50 ms from its log (upstream: sending"
+            " up to the provider's head, the fake's own time included; direct: a whole call"
+            " straight to the fake)"
+        )
+        print(
+            f"{'tree':10} {'format':17} {'msgs':>5} {'regime':13} {'read':>6} {'pipeline':>8} "
+            f"{'upstream':>8} {'relay':>6} {'direct':>7}"
+        )
+        for row in staged:
+            print(
+                f"{row['tree']:10} {row['format']:17} {row['messages']:>5} {row['regime']:13} "
+                f"{row.get('stage_read_ms_p50', 0.0):6.2f} {row['stage_ms_p50']:8.2f} "
+                f"{row.get('stage_upstream_ms_p50', 0.0):8.2f} "
+                f"{row.get('stage_relay_ms_p50', 0.0):6.2f} {row['direct_p50_ms']:7.2f}"
+            )
     for tree in dict.fromkeys(r["tree"] for r in results["latency"]):
         worst = max(
             r["added_p50_ms"]
@@ -242,6 +276,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="trajectories to replay (0: all)")
     parser.add_argument("--calls", type=int, default=40, help="measured calls per latency case")
     parser.add_argument("--smoke", action="store_true", help="tiny run, for CI")
+    parser.add_argument(
+        "--sizes", default=",".join(map(str, SIZES)), help="history sizes in messages (latency)"
+    )
     parser.add_argument("--part", choices=("all", "latency", "billing"), default="all")
     parser.add_argument(
         "--against", default="", help="a git ref whose tree runs beside this one (latency)"

@@ -3,7 +3,8 @@
 For each wire format and history size, a session grows by one exchange per
 call (as an agent's does); each call goes once straight to the fake provider
 and once through the gateway, alternately, and the difference of the two
-distributions' percentiles is what the gateway adds. The first gateway call
+distributions' percentiles is what the gateway adds (`paired`: the median of
+each call's difference with the direct one before it). The first gateway call
 of a session (every chunk new to the engine) is reported apart as `cold`.
 Two regimes: the model's own window (at 100 messages below the threshold, so
 the original bytes go up; 1,000 messages pass Claude's 200k and are pruned)
@@ -12,6 +13,7 @@ and a window at half the history (collections, sticky rewrites).
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.bench_grpc import server_cpu_seconds
 from benchmarks.gateway.histories import Trajectory, request
 from tests.gateway.checks import tokens_of
 
@@ -77,17 +80,20 @@ def measure(
     case: Case,
     session: Trajectory,
     calls: int,
+    pids: dict[str, int],
 ) -> dict[str, dict[str, float]]:
     """Per gateway (label -> URL), what it adds; `session` must hold
     `case.messages // 2 + calls` steps. Each call goes straight to the fake and
-    through every gateway in turn, so a noisy machine weighs on all alike."""
+    through every gateway in turn, so a noisy machine weighs on all alike; the
+    CPU each gateway's process (`pids`) spends per call does not wait on the
+    machine's other jobs."""
     exchanges = case.messages // 2
     prefix, path = PATHS[case.fmt]
     direct_url = upstream + path
     base = request(case.fmt, session, exchanges)
     headers = {
         "x-api-key": "bench",
-        "x-ctxopt-session": f"bench-{case.fmt}-{case.messages}-{case.regime}",
+        "x-ctxopt-session": session_of(case),
     }
     if case.regime == "half-window":
         headers["x-ctxopt-window-tokens"] = str(tokens_of(base) // 2)
@@ -99,6 +105,7 @@ def measure(
     first_direct: list[float] = []
     through: dict[str, list[float]] = {label: [] for label in gateways}
     first_through: dict[str, list[float]] = {label: [] for label in gateways}
+    cpu = {label: -server_cpu_seconds(pids[label]) for label in gateways}
     for call in range(1, calls + 1):
         body = request(case.fmt, session, exchanges + call)
         direct.append(_post(client, direct_url, body, {})[0])
@@ -109,6 +116,8 @@ def measure(
             through[label].append(_post(client, gateway_url, body, headers)[0])
             stream_through, streamed = _streamed(case.fmt, gateway_url, body)
             first_through[label].append(_post(client, stream_through, streamed, headers)[1])
+    for label in gateways:
+        cpu[label] += server_cpu_seconds(pids[label])
     return {
         label: {
             "cold_ms": cold[label] * 1000,
@@ -117,13 +126,42 @@ def measure(
             "gateway_p50_ms": _pct(through[label], 50),
             "gateway_p99_ms": _pct(through[label], 99),
             "added_p50_ms": _pct(through[label], 50) - _pct(direct, 50),
+            # each call against the direct one just before it: on a machine whose load
+            # drifts, steadier than the difference of the two medians
+            "added_paired_p50_ms": statistics.median(
+                (t - d) * 1000 for t, d in zip(through[label], direct, strict=True)
+            ),
             "added_p99_ms": _pct(through[label], 99) - _pct(direct, 99),
             "ttfb_direct_p50_ms": _pct(first_direct, 50),
             "ttfb_gateway_p50_ms": _pct(first_through[label], 50),
             "ttfb_added_p50_ms": _pct(first_through[label], 50) - _pct(first_direct, 50),
+            "server_cpu_ms_per_call": cpu[label] * 1000 / (2 * calls),
         }
         for label in gateways
     }
+
+
+# A gateway call's log fields (api/gateway/app.py) for where its time went, in order:
+# the body read, the pipeline, sending up to the provider's head, relaying its answer.
+STAGES = ("read_ms", "ms", "upstream_ms", "relay_ms")
+
+
+def session_of(case: Case) -> str:
+    return f"bench-{case.fmt}-{case.messages}-{case.regime}"
+
+
+def stages(log_text: str, case: Case) -> dict[str, float]:
+    """The p50 of each of `STAGES` over the case's unary calls but its first (cold)
+    one, from the gateway's log (a tree that does not log a stage has none)."""
+    calls = []
+    for line in log_text.splitlines():
+        if line.startswith("{") and '"gateway"' in line:
+            fields = json.loads(line)["gateway"]
+            if fields.get("session", "").endswith(session_of(case)):
+                calls.append(fields)
+    unary = calls[1::2]  # `measure` sends each gateway a unary call, then a streamed one
+    found = {stage: [float(c[stage]) for c in unary if stage in c] for stage in STAGES}
+    return {f"stage_{s}_p50": statistics.median(v) for s, v in found.items() if v}
 
 
 def _pct(values: list[float], percent: int) -> float:

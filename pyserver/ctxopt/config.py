@@ -76,8 +76,11 @@ class Config:
     gateway_generations: bool = True
     gateway_full_landing_percent: float = 20.0
     # Either collection keeps the latest turns whole up to this share of the room its
-    # landing leaves above the frame and the task (generations.py `latest_roots`)
+    # landing leaves above the frame and the task (generations.py `latest_roots`), and
+    # the latest `gateway_recent_turns` turns whole whatever their size: a count of the
+    # agent's steps, not a share, so a small window keeps its last steps as a large one does
     gateway_recent_share: float = 0.7
+    gateway_recent_turns: int = 2
     # How long a request waits for the engine (sync, plan) before it goes up as the
     # original, or locally truncated when that does not fit; 0 waits as long as it
     # takes. Far above a plan's p99 under load (0.7 s on 2 shared cores, docs/gateway.md)

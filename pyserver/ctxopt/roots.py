@@ -10,6 +10,7 @@ cycles.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 import numpy.typing as npt
@@ -20,6 +21,7 @@ from ctxopt.session import SessionView
 DECISION_ROOT_WINDOW_MS = 3_600_000
 # plain ints for numpy: comparing an array with an IntEnum member costs ~5x more
 _TOOL_CALL, _DECISION = int(ChunkKind.TOOL_CALL), int(ChunkKind.DECISION)
+_TOOL_RESULT = int(ChunkKind.TOOL_RESULT)
 _LOCKED = int(GcPolicy.LOCKED)
 
 BoolArray = npt.NDArray[np.bool_]
@@ -42,7 +44,7 @@ def recent_turn_mask(session: SessionView, recent_turns: int) -> BoolArray:
         return mask
     turns = cols.turn[live]
     if np.all(turns[1:] >= turns[:-1]):  # the usual prompt order: no sort needed
-        distinct = turns[np.flatnonzero(np.diff(turns, prepend=turns[0] - 1))]
+        distinct = np.concatenate((turns[:1], turns[1:][turns[1:] != turns[:-1]]))
     else:
         distinct = np.unique(turns)
     if len(distinct) > 1:
@@ -58,22 +60,37 @@ def latest_turn_mask(session: SessionView) -> BoolArray:
     return recent_turn_mask(session, 1)
 
 
+def grouped_slots(session: SessionView) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """The slots of every group of more than one chunk, group after group in
+    one array, and each group's size (an agent session has a group per step,
+    so readers go column-wise rather than group by group)."""
+    groups = [members for members in session.hubs.by_group.values() if len(members) > 1]
+    sizes = np.fromiter(map(len, groups), dtype=np.intp, count=len(groups))
+    slots = np.fromiter(chain.from_iterable(groups), dtype=np.intp, count=int(sizes.sum()))
+    return slots, sizes
+
+
 def pending_call_mask(session: SessionView) -> BoolArray:
     """Tool calls no result answers yet (by group or by parent link)."""
     cols, n = session.columns, session.n_slots
-    mask = np.zeros(n, dtype=bool)
-    calls = np.flatnonzero(cols.alive[:n] & (cols.kind[:n] == _TOOL_CALL))
-    for slot in calls:
-        entry = session.entry_at(int(slot))
-        group = session.hubs.by_group.get(entry.chunk.group_id, ()) if entry.chunk.group_id else ()
-        answered = any(cols.kind[s] == ChunkKind.TOOL_RESULT for s in group if s != slot)
-        if not answered:
-            answered = any(
-                session.entries[child].chunk.kind == ChunkKind.TOOL_RESULT
-                for child in session.in_edges.get(entry.chunk.id, ())
-                if child in session.entries
-            )
-        mask[slot] = not answered
+    kinds = cols.kind[:n]
+    calls: BoolArray = cols.alive[:n] & (kinds == _TOOL_CALL)
+    if not calls.any():
+        return calls
+    # answered by its group: a call is no result, so any result in the group is another member
+    slots, sizes = grouped_slots(session)
+    group_of = np.repeat(np.arange(len(sizes)), sizes)
+    with_result = np.bincount(group_of, weights=kinds[slots] == _TOOL_RESULT, minlength=len(sizes))
+    answered = np.zeros(n, dtype=bool)
+    answered[slots] = with_result[group_of] > 0
+    entries, in_edges = session.entries, session.in_edges
+    mask: BoolArray = calls & ~answered
+    for slot in np.flatnonzero(mask).tolist():  # else by a reply's parent link
+        mask[slot] = not any(
+            entries[child].chunk.kind == _TOOL_RESULT
+            for child in in_edges.get(session.slot_ids[slot], ())
+            if child in entries
+        )
     return mask
 
 
@@ -98,7 +115,8 @@ def root_mask(session: SessionView, roots: Roots) -> BoolArray:
         now = int(cols.created_ms[:n][alive].max())
         mask |= decisions & (cols.created_ms[:n] >= now - DECISION_ROOT_WINDOW_MS)
     mask |= recent_turn_mask(session, roots.recent_turns)
-    mask |= latest_turn_mask(session)
+    if roots.recent_turns < 1:  # else the recent turns hold the latest
+        mask |= latest_turn_mask(session)
     mask |= pending_call_mask(session)
     root: BoolArray = mask & alive
     return root

@@ -9,12 +9,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
+import pytest
 from ctxopt.api.gateway.formats.anthropic import AnthropicMessages
 from ctxopt.api.gateway.pipeline import Pipeline
 from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.gateway.schedule import schedule
 from ctxopt.config import Config
 from ctxopt.engine import Engine
+from ctxopt.errors import InvalidArgument
 from ctxopt.model import Action
 from ctxopt.prices import ANTHROPIC_CACHE
 
@@ -56,7 +58,8 @@ def pipeline(**config: Any) -> Pipeline:
         "gateway_trigger_percent": 95.0,
         "gateway_landing_percent": 60.0,
         "gateway_full_landing_percent": 30.0,
-        "gateway_recent_share": 0.0,  # the latest turns' share: its own tests
+        "gateway_recent_share": 0.0,  # the latest turns' share and count: their own tests
+        "gateway_recent_turns": 2,
         **config,
     }
     return Pipeline(Engine(replace(Config(data_dir=":memory:"), **settings)), Config(**settings))
@@ -208,3 +211,26 @@ def test_a_collection_keeps_the_latest_turns_whole_up_to_its_share_of_the_room()
         assert prepared.note.startswith("full collection"), prepared.note
         kept[share] = unchanged_suffix(sent(prepared), messages)
     assert kept[0.6] >= kept[0.0] + 4  # two more exchanges at least
+
+
+def test_a_collection_keeps_the_latest_turns_whole_by_count_whatever_their_size() -> None:
+    # the latest three exchanges carry long listings, together far over the 10% landing:
+    # by count, not by share of the room, they are still sent as they were (a small window
+    # keeps the agent's last steps as a large one does); the default count keeps one
+    messages = history(START)
+    for index in (-1, -3, -5):
+        messages[index]["content"][0]["content"] = "".join(
+            f"src/pkg/module_{j}_{index}.py: 3 warnings, 812 bytes\n" for j in range(120)
+        )
+    kept = {}
+    for turns in (2, 6):
+        gateway = pipeline(gateway_recent_turns=turns, gateway_full_landing_percent=10.0)
+        prepared = send(gateway, messages)
+        assert prepared.note.startswith("full collection"), prepared.note
+        kept[turns] = unchanged_suffix(sent(prepared), messages)
+    assert kept[2] < 6 <= kept[6]
+
+
+def test_a_negative_count_of_latest_turns_is_refused() -> None:
+    with pytest.raises(InvalidArgument, match="CTXOPT_GATEWAY_RECENT_TURNS"):
+        pipeline(gateway_recent_turns=-1)

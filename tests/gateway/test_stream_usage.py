@@ -36,3 +36,22 @@ def test_the_option_is_added_only_to_a_stream_that_lacks_it() -> None:
         "include_obfuscation": False,
         "include_usage": True,
     }
+
+
+def test_the_pipelines_parse_decides_without_parsing_the_body_again() -> None:
+    """With the pipeline's parse of the host's body, the body sent (pruned: other
+    messages) is not parsed to add the option, and a merge keeps its messages."""
+    fields: dict[str, object] = {"stream": True, "messages": ["the host's"]}
+    cut = b'{"stream": true, "messages": ["pruned", '  # no parse of it would succeed
+    assert ask_for_usage(cut, fields) == b'{"stream_options":{"include_usage":true},' + cut[1:]
+    assert ask_for_usage(cut, {"stream": False}) is None
+    merged = ask_for_usage(
+        b'{"stream": true, "stream_options": {"a": 1}, "messages": ["pruned"]}',
+        {**fields, "stream_options": {"a": 1}},
+    )
+    assert merged is not None
+    assert json.loads(merged) == {
+        "stream": True,
+        "stream_options": {"a": 1, "include_usage": True},
+        "messages": ["pruned"],
+    }

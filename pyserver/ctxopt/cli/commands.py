@@ -92,6 +92,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "default 0.7)",
     )
     serve.add_argument(
+        "--gateway-recent-turns",
+        type=int,
+        help="a collection keeps the latest this many turns whole whatever their size "
+        "(CTXOPT_GATEWAY_RECENT_TURNS, default 2)",
+    )
+    serve.add_argument(
         "--gateway-engine-deadline-ms",
         type=int,
         help="how long a gateway request waits for the engine before it goes up unpruned, "

@@ -23,6 +23,10 @@ from ctxopt.model import ChunkKind, Repair, Role
 from ctxopt.planner.selection import FULL, OUT, Selection
 from ctxopt.session import SessionView
 
+# plain ints for numpy: comparing an array with an IntEnum member costs ~5x more
+_USER, _SYSTEM = int(Role.USER), int(Role.SYSTEM)
+_SYSTEM_KIND, _TOOL_SCHEMA = int(ChunkKind.SYSTEM), int(ChunkKind.TOOL_SCHEMA)
+
 
 @dataclass(frozen=True, slots=True)
 class Violation:
@@ -50,7 +54,7 @@ def violations(sel: Selection) -> list[Violation]:
     if found:
         return found
     first = _first_kept_conversation_slot(session, live, state)
-    if first is None or session.columns.role[first] == Role.USER:
+    if first is None or session.columns.role[first] == _USER:
         return found
     # Prefer bringing back the plain user turn it answers; with none before it,
     # drop the unprotected non-user turns that lead.
@@ -68,7 +72,7 @@ def violations(sel: Selection) -> list[Violation]:
     for slot in live[(state[live] != OUT)].tolist():
         if _is_system_slot(session, slot):
             continue
-        if session.columns.role[slot] == Role.USER or protected[unit_of[slot]]:
+        if session.columns.role[slot] == _USER or protected[unit_of[slot]]:
             break
         found.append(Violation("first_user_turn", slot, False, "no user turn precedes it"))
     return found
@@ -93,19 +97,16 @@ def repair(sel: Selection) -> list[Repair]:
 
 def _is_system_slot(session: SessionView, slot: int) -> bool:
     cols = session.columns
-    return bool(
-        cols.role[slot] == Role.SYSTEM
-        or cols.kind[slot] in (ChunkKind.SYSTEM, ChunkKind.TOOL_SCHEMA)
-    )
+    return bool(cols.role[slot] == _SYSTEM or cols.kind[slot] in (_SYSTEM_KIND, _TOOL_SCHEMA))
 
 
 def _first_kept_conversation_slot(
     session: SessionView, live: npt.NDArray[np.intp], state: npt.NDArray[np.int8]
 ) -> int | None:
-    for slot in live[state[live] != OUT].tolist():
-        if not _is_system_slot(session, slot):
-            return int(slot)
-    return None
+    kept = live[state[live] != OUT]
+    role, kind = session.columns.role[kept], session.columns.kind[kept]
+    conversation = kept[(role != _SYSTEM) & (kind != _SYSTEM_KIND) & (kind != _TOOL_SCHEMA)]
+    return int(conversation[0]) if len(conversation) else None
 
 
 def _previous_user_slot(
@@ -114,7 +115,7 @@ def _previous_user_slot(
     """The latest plain user turn before `before`: a tool result (a reply)
     would need its call back, and that call a user turn before it, and so on."""
     earlier = live[live < before]
-    users = earlier[session.columns.role[earlier] == Role.USER]
+    users = earlier[session.columns.role[earlier] == _USER]
     for slot in users[::-1].tolist():
         if not session.entry_at(slot).chunk.parent_id:
             return int(slot)

@@ -78,6 +78,12 @@ def backfill(sel: Selection, steps: Steps, *, slack: float, forced_out: list[int
     """Undo applied steps, most valuable first, while they still fit; a step
     stays applied when a step of a higher tier does (the tier order holds);
     `slack` is what the plan may still add before it reaches the target."""
+    order = np.flatnonzero(steps.applied)[::-1]
+    # slack only shrinks, so a step costing more than it now is never undone:
+    # those steps matter only as kept cuts, whose tiers later steps must respect
+    never = steps.saves[order] > slack
+    if never.all():
+        return  # a plan that lands just under its target undoes nothing
     forced = set(forced_out)
     # per unit, the kinds of its applied steps: undoing one goes back to the next below
     levels: dict[int, set[int]] = defaultdict(set)
@@ -85,10 +91,6 @@ def backfill(sel: Selection, steps: Steps, *, slack: float, forced_out: list[int
         steps.unit[steps.applied].tolist(), steps.kind[steps.applied].tolist(), strict=True
     ):
         levels[unit].add(kind)
-    order = np.flatnonzero(steps.applied)[::-1]
-    # slack only shrinks, so a step costing more than it now is never undone:
-    # those steps matter only as kept cuts, whose tiers later steps must respect
-    never = steps.saves[order] > slack
     kept_cut_before = np.maximum.accumulate(np.where(never, steps.tier[order], -1))
     kept_cut_before = np.concatenate([[-1], kept_cut_before[:-1]])
     highest_kept_cut = -1

@@ -46,6 +46,9 @@ PRESERVABLE_TIER = TIER[GcPolicy.PRESERVABLE]
 _TIER_BY_POLICY = np.array(
     [TIER.get(policy, TIER[GcPolicy.PARTIAL]) for policy in sorted(GcPolicy)], dtype=np.int64
 )
+# module constants: an enum member read through its class costs a lookup each
+_TOOL_RESULT, _TOOL_CALL = int(ChunkKind.TOOL_RESULT), int(ChunkKind.TOOL_CALL)
+_HYBRID, _BUDGET = Strategy.HYBRID, Strategy.BUDGET
 
 
 @dataclass(slots=True)
@@ -97,9 +100,7 @@ def unit_priorities(sel: Selection, book: LineBook | None, *, tuning: Tuning) ->
     tightenable = shrinkable & (unit_tight < unit_shrunk * tuning.shrink_worth)
 
     kinds = session.columns.kind[:n]
-    agent_step = sel.unit_max(
-        (kinds == int(ChunkKind.TOOL_RESULT)) | (kinds == int(ChunkKind.TOOL_CALL))
-    )
+    agent_step = sel.unit_max((kinds == _TOOL_RESULT) | (kinds == _TOOL_CALL))
     exponent = np.where(agent_step, tuning.step_density_exponent, tuning.density_exponent)
     out_cost = np.where(tightenable, unit_tight, np.where(shrinkable, unit_shrunk, unit_tokens))
     out_value = np.where(
@@ -118,8 +119,8 @@ def unit_priorities(sel: Selection, book: LineBook | None, *, tuning: Tuning) ->
     density_out = np.where(tightenable, np.maximum(density_out, density_tight), density_out)
     last = np.zeros(n, dtype=bool)
     quoted = np.zeros(n, dtype=bool)
-    reads_quoted = sel.options.strategy == Strategy.BUDGET or (
-        sel.options.strategy == Strategy.HYBRID and tuning.quoted_last
+    reads_quoted = sel.options.strategy == _BUDGET or (
+        sel.options.strategy == _HYBRID and tuning.quoted_last
     )
     if book is not None and reads_quoted:
         quoted = sel.unit_max(book.quoted_mask(n) & ~scores.marks.root[:n])
@@ -161,7 +162,9 @@ def unit_priorities(sel: Selection, book: LineBook | None, *, tuning: Tuning) ->
 
 @dataclass(frozen=True, slots=True)
 class StepKeys:
-    """What a strategy may order the steps by (one entry per step)."""
+    """What a strategy may order the steps by (one entry per step). Steps
+    arrive oldest unit first, and a unit's kinds in order (a total order:
+    no two steps share both), so a stable sort breaks its ties that way."""
 
     unit: IntArray
     kind: npt.NDArray[np.int8]  # SHRUNK, then TIGHT, then OUT for the same unit
@@ -186,21 +189,24 @@ class Rules:
 
 
 def _oldest_first(keys: StepKeys) -> IntArray:
-    return np.lexsort((keys.kind, keys.unit))
+    return np.arange(len(keys.unit))  # the order steps arrive in
 
 
 def _tier_quoted_then_oldest(keys: StepKeys) -> IntArray:
     """Tier, then what the model has quoted last (text/lines.py), then oldest."""
-    return np.lexsort((keys.kind, keys.unit, keys.quoted, keys.tier))
+    return np.lexsort((keys.quoted, keys.tier))
 
 
 def _least_value_first(keys: StepKeys) -> IntArray:
     """Tier, then echo-line holders last, then what the model quoted last
-    (when `quoted_last`), then unreachable first, then value per token
-    (np.lexsort: the last key is the primary one)."""
-    return np.lexsort(
-        (keys.kind, keys.unit, keys.density, keys.reachable, keys.quoted, keys.last, keys.tier)
-    )
+    (when `quoted_last`), then unreachable first, then value per token, then
+    oldest (np.lexsort: the last key is the primary one; it is stable)."""
+    # the boolean keys packed below the tier into one small int (numpy sorts
+    # it stably by radix), and the two sorts chained: np.lexsort over the same
+    # keys takes several times as long
+    ranks = ((keys.tier * 2 + keys.last) * 2 + keys.quoted) * 2 + keys.reachable
+    by_density = np.argsort(keys.density, kind="stable")
+    return by_density[np.argsort(ranks[by_density].astype(np.uint8), kind="stable")]
 
 
 def _above_target(
@@ -256,6 +262,10 @@ def removal_steps(
                 p.out_cost[candidates],
             ]
         )
+    # oldest unit first, its kinds in order: what the strategies' stable
+    # sorts leave ties in (cheaper than a sort key for it)
+    by_age = np.argsort(unit * 4 + kind)
+    unit, kind, density, saves = unit[by_age], kind[by_age], density[by_age], saves[by_age]
     last = (kind == OUT) & p.last[unit]
     order = rules.order(
         StepKeys(unit, kind, density, p.tier[unit], p.reachable[unit], last, p.quoted[unit])

@@ -15,6 +15,7 @@ from ctxopt.planner.knobs import Tuning
 from ctxopt.planner.order import RULES, removal_steps, unit_priorities
 from ctxopt.planner.result import collected_result, idle_result
 from ctxopt.planner.selection import Selection
+from ctxopt.planner.slot_facts import slot_facts
 from ctxopt.planner.values import TextTools, chunk_values
 from ctxopt.roots import Marks
 from ctxopt.scoring.hybrid import Scores
@@ -105,7 +106,7 @@ def plan_session(
     tokens = session.columns.tokens
     target = plan_target(options, tuning)
     values = chunk_values(session, options, scores, tools, tuning=tuning)
-    sel = Selection(session, options, scores, values)
+    sel = Selection(session, options, scores, values, slot_facts(session, tools.book))
     priorities = unit_priorities(sel, tools.book, tuning=tuning)
     steps = removal_steps(sel, priorities, rules, old_generation_after=old_generation_after)
     forced_out = sel.forced_out()

@@ -3,6 +3,8 @@ columns, texts, reasons and totals."""
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 import numpy.typing as npt
 
@@ -17,11 +19,15 @@ from ctxopt.model import (
     Strategy,
 )
 from ctxopt.planner.selection import OUT, SHRUNK, TIGHT, Selection
+from ctxopt.planner.slot_facts import ObjectArray
 
 IntArray = npt.NDArray[np.intp]
 _ACTION_BY_CODE = {int(a): a for a in Action}
+_ACTIONS: ObjectArray = np.array(  # indexed by code: a whole column at once
+    [_ACTION_BY_CODE.get(code) for code in range(max(_ACTION_BY_CODE) + 1)], dtype=object
+)
 # plain ints for numpy: comparing an array with an IntEnum member costs ~5x more
-_KEEP, _DELETE = int(Action.KEEP), int(Action.DELETE)
+_KEEP, _DELETE, _STASH = int(Action.KEEP), int(Action.DELETE), int(Action.STASH)
 _TRIM, _MASK = int(Action.TRIM), int(Action.MASK)
 _EPHEMERAL = int(GcPolicy.EPHEMERAL)
 _ENRICHMENT = int(ChunkKind.ENRICHMENT)
@@ -64,11 +70,10 @@ def collected_result(
     kept = live_state != OUT
     shrunk_state = (live_state == SHRUNK) | (live_state == TIGHT)
     changed = ~kept | (shrunk_state & (shrink_action[live] != _KEEP))
-    slot_ids = session.slot_ids
-    kept_ids = list(map(slot_ids.__getitem__, live[kept].tolist()))
+    names = sel.facts
+    kept_ids = names.chunk_ids[live[kept]].tolist()
     tokens_after = int(session.columns.tokens[live[kept & ~changed]].sum())
     changed_slots = live[changed]
-    slot_list = changed_slots.tolist()
     cols = session.columns
     delete_requested = [s for s in map(session.slot_of, options.delete_ids) if s is not None]
     requested = np.zeros(len(changed_slots), dtype=bool)
@@ -81,37 +86,31 @@ def collected_result(
     )
     codes = np.where(
         state[changed_slots] == OUT,
-        np.where(requested | dead, int(Action.DELETE), int(Action.STASH)),
+        np.where(requested | dead, _DELETE, _STASH),
         shrink_action[changed_slots],
     )
-    code_list = codes.tolist()
-    actions = list(map(_ACTION_BY_CODE.__getitem__, code_list))
-    chunk_ids = list(map(slot_ids.__getitem__, slot_list))
-    entries = session.entries
-    stash_ids = [entry.stash_id() for entry in map(entries.__getitem__, chunk_ids)]
-    for i in np.flatnonzero(codes == _DELETE).tolist():
-        stash_ids[i] = ""  # a deleted chunk keeps no original
+    # a deleted chunk keeps no original
+    stash_ids = np.where(codes == _DELETE, "", names.stash_ids[changed_slots]).tolist()
     shrunk = (codes == _TRIM) | (codes == _MASK)
-    texts = [""] * len(slot_list)
-    afters = [0] * len(slot_list)
+    texts = [""] * len(changed_slots)
+    afters = [0] * len(changed_slots)
     decisions = Decisions(
-        chunk_ids=chunk_ids,
-        actions=actions,
+        chunk_ids=names.chunk_ids[changed_slots].tolist(),
+        actions=_ACTIONS[codes].tolist(),
         tokens=cols.tokens[changed_slots].tolist(),
         tokens_after=afters,
         scores=scores.total[changed_slots].tolist(),
         breakdowns=None,  # set below unless the plan is lean
-        reasons=_decision_reasons(sel, codes, changed_slots, values.covered_by_summary, requested),
+        reasons=_decision_reasons(
+            sel, codes, changed_slots, values.covered_by_summary, requested, names.chunk_ids
+        ),
         replacement_texts=texts,
         stash_ids=stash_ids,
     )
     shrunk_rows = np.flatnonzero(shrunk).tolist()
     shrunk_slots = changed_slots[shrunk]
-    tight = set(shrunk_slots[state[shrunk_slots] == int(TIGHT)].tolist())
-    made = [
-        values.texts.tight(slot) if slot in tight else values.texts.shrunk(slot)
-        for slot in shrunk_slots.tolist()
-    ]
+    tight = set(shrunk_slots[state[shrunk_slots] == TIGHT].tolist())
+    made = values.texts.of(shrunk_slots.tolist(), tight)
     for i, (text, after) in zip(shrunk_rows, made, strict=True):
         texts[i], afters[i] = text, after
     if not options.lean:
@@ -157,6 +156,7 @@ def _decision_reasons(
     slots: IntArray,
     covered_by_summary: npt.NDArray[np.bool_],
     requested: npt.NDArray[np.bool_],
+    chunk_ids: ObjectArray,
 ) -> list[tuple[str, ...]]:
     """Each decision's reason codes. They depend on the action, delete
     requested, policy, reachable, summarised and the group's leader, so
@@ -166,25 +166,25 @@ def _decision_reasons(
     summarized = covered_by_summary[slots]
     # one int per combination (action and policy codes are below 8)
     key = (((codes * 2 + requested) * 8 + policy) * 2 + reachable) * 2 + summarized
-    _, first, which = np.unique(key, return_index=True, return_inverse=True)
     strategy = sel.options.strategy
-    made = [
-        _reasons(
-            strategy,
-            _ACTION_BY_CODE[int(codes[i])],
-            bool(requested[i]),
-            int(policy[i]),
-            bool(reachable[i]),
-            bool(summarized[i]),
-        )
-        for i in first.tolist()
-    ]
-    reasons = [made[k] for k in which.reshape(-1).tolist()]
+    made = {k: _reasons_of_key(strategy, k) for k in np.flatnonzero(np.bincount(key)).tolist()}
+    reasons = list(map(made.__getitem__, key.tolist()))
     units = sel.unit_of[slots]
-    ids = sel.session.slot_ids
-    for i in np.flatnonzero(sel.unit_size[units] > 1).tolist():
-        reasons[i] = (*reasons[i], f"group_with:{ids[int(units[i])]}")
+    grouped = np.flatnonzero(sel.unit_size[units] > 1)
+    for i, leader in zip(grouped.tolist(), chunk_ids[units[grouped]].tolist(), strict=True):
+        reasons[i] = (*reasons[i], "group_with:" + leader)
     return reasons
+
+
+@cache  # a few hundred combinations per strategy at most
+def _reasons_of_key(strategy: Strategy, key: int) -> tuple[str, ...]:
+    """`_reasons` of a combination as `_decision_reasons` packs it."""
+    rest, summarized = divmod(key, 2)
+    rest, reachable = divmod(rest, 2)
+    rest, policy = divmod(rest, 8)
+    code, requested = divmod(rest, 2)
+    action = _ACTION_BY_CODE[code]
+    return _reasons(strategy, action, bool(requested), policy, bool(reachable), bool(summarized))
 
 
 def _reasons(

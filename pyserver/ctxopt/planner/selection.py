@@ -15,7 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ctxopt.model import OptimizeOptions
+from ctxopt.planner.slot_facts import SlotFacts
 from ctxopt.planner.values import ChunkValues
+from ctxopt.roots import grouped_slots
 from ctxopt.scoring.hybrid import Scores
 from ctxopt.session import SessionView
 
@@ -33,8 +35,9 @@ class UnitState(IntEnum):
     OUT = 3  # stashed or deleted
 
 
-# module constants: the planner's loops compare these thousands of times per plan
-FULL, SHRUNK, TIGHT, OUT = UnitState.FULL, UnitState.SHRUNK, UnitState.TIGHT, UnitState.OUT
+# module constants, plain ints: the planner compares these thousands of times
+# per plan, and numpy compares an array with an IntEnum member ~5x slower
+FULL, SHRUNK, TIGHT, OUT = (int(state) for state in UnitState)
 
 
 class Selection:
@@ -46,6 +49,7 @@ class Selection:
         options: OptimizeOptions,
         scores: Scores,
         values: ChunkValues,
+        facts: SlotFacts,
     ) -> None:
         n = session.n_slots
         cols = session.columns
@@ -53,14 +57,15 @@ class Selection:
         self.options = options
         self.scores = scores
         self.values = values
+        self.facts = facts
         self.live = session.live
         self.tokens = cols.tokens[:n]
         # units: singletons, merged by group
         unit_of = np.arange(n, dtype=np.intp)
-        for members in session.hubs.by_group.values():
-            if len(members) > 1:
-                idx = np.fromiter(members, dtype=np.intp, count=len(members))
-                unit_of[idx] = idx.min()
+        slots, sizes = grouped_slots(session)  # each group's lowest slot leads it
+        if len(sizes):
+            starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+            unit_of[slots] = np.repeat(np.minimum.reduceat(slots, starts), sizes)
         self.unit_of = unit_of
         live_units = unit_of[self.live]
         self.unit_size = np.bincount(live_units, minlength=n)  # members per unit
@@ -70,7 +75,7 @@ class Selection:
         self.state = np.full(n, FULL, dtype=np.int8)  # per unit leader slot
         self.unit_mandatory = self.unit_max(scores.marks.root)  # when any member is
         self.protected = self.unit_mandatory.copy()  # grows with coherence repairs
-        self.child_slots, self.parent_slots = session.parent_pairs()
+        self.child_slots, self.parent_slots = facts.child_slots, facts.parent_slots
         # per unit leader: tokens kept whole, and kept as excerpts or placeholders
         self.unit_tokens: FloatArray = np.bincount(
             live_units, weights=self.tokens[self.live], minlength=n

@@ -6,6 +6,7 @@ anchored or masked; `texts` writes the shrunk texts).
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -114,11 +115,18 @@ class ShrunkTexts:
             return made
         if self._book is None or self._anchored_tokens is None:
             raise KeyError(slot)
-        return self._book.excerpt_text(slot), int(self._anchored_tokens[slot])
+        # remembered: a warm plan that reuses these texts reads the same ones
+        made = self._made[slot] = self._book.excerpt_text(slot), int(self._anchored_tokens[slot])
+        return made
 
-    def tight(self, slot: int) -> tuple[str, int]:
-        """A tool output's tighter excerpt; where there is none, its shrunk text."""
-        return self._tight.get(slot) or self.shrunk(slot)
+    def of(self, slots: list[int], tight: AbstractSet[int]) -> list[tuple[str, int]]:
+        """Each slot's shrunk text, or for the slots in `tight` its tighter
+        excerpt where it has one (a tool output's), in one pass."""
+        made, tight_made = self._made, self._tight
+        return [
+            (slot in tight and tight_made.get(slot)) or made.get(slot) or self.shrunk(slot)
+            for slot in slots
+        ]
 
     def tight_sizes(self) -> list[tuple[int, int]]:
         """(slot, tokens) of every tight excerpt."""

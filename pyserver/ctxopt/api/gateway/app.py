@@ -13,8 +13,10 @@ from __future__ import annotations
 import logging
 import re
 import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import httpx
 from starlette.applications import Starlette
@@ -31,12 +33,11 @@ from ctxopt.api.gateway.formats.conversation import WireFormat
 from ctxopt.api.gateway.formats.gemini import GeminiContents
 from ctxopt.api.gateway.formats.openai_chat import OpenAIChat
 from ctxopt.api.gateway.formats.openai_responses import OpenAIResponses
-from ctxopt.api.gateway.forward import relay, upstream_headers
+from ctxopt.api.gateway.forward import Relayed, relay, upstream_headers
 from ctxopt.api.gateway.observe import call_row
 from ctxopt.api.gateway.pipeline import Pipeline
 from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.gateway.stream_usage import ask_for_usage
-from ctxopt.api.gateway.usage import Reported
 from ctxopt.config import Config
 from ctxopt.usage.log import UsageLog
 
@@ -100,6 +101,7 @@ def build_app(
             yield
 
     async def gateway(request: Request) -> Response:
+        arrived = time.perf_counter()
         prefix = request.path_params["prefix"]
         if prefix not in upstreams:
             return await not_found(request)
@@ -119,30 +121,24 @@ def build_app(
                 return _error(
                     400, f"{windows.WINDOW_HEADER}: not a positive whole number: {header[:40]!r}"
                 )
-        try:
-            body = await _body(request, config.max_message_bytes)
-        except _TooLarge:
-            return _error(413, f"request body over {config.max_message_bytes} bytes")
-        except ClientDisconnect:
-            return Response(status_code=400)
         path = request.path_params["path"]
         fmt = wire_format(prefix, path) if request.method == "POST" else None
         headers = {k.lower(): v for k, v in request.headers.items()}
-        prepared = Prepared(body, Outcome.PASS_THROUGH)
-        if fmt is not None:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > config.max_message_bytes:
+            return _error(413, f"request body over {config.max_message_bytes} bytes")
+        if (fmt is None or config.gateway_mode == "off") and declared.isdigit() and int(declared):
+            going = streamed_up(request, int(declared), fmt)
+        else:
             try:
-                prepared = await prepare_within(pipeline, config, fmt, path, body, headers, owner)
-            except Exception:  # never worse: a gateway bug still forwards the request
-                log.exception("gateway: %s request forwarded unchanged after an error", fmt.name)
-        forwarded = upstream_headers(request.headers.items())
-        strip_usage = False
-        if fmt is _FORMATS["chat"] and config.gateway_mode == "on":
-            asked = ask_for_usage(prepared.body)  # for calibration (stream_usage.py)
-            if asked is not None:
-                prepared.body, strip_usage = asked, True
-                # the extra chunk is taken out of the bytes as they pass: no compression
-                forwarded = [(k, v) for k, v in forwarded if k.lower() != "accept-encoding"]
-                forwarded.append(("accept-encoding", "identity"))
+                body = await _body(request, config.max_message_bytes)
+            except _TooLarge:
+                return _error(413, f"request body over {config.max_message_bytes} bytes")
+            except ClientDisconnect:
+                return Response(status_code=400)
+            read_ms = (time.perf_counter() - arrived) * 1000
+            going = await prepared_up(request, body, fmt, path, headers, owner, read_ms)
+        prepared = going.prepared
         url = f"{upstreams[prefix]}/{path}"
         if request.url.query:
             url = f"{url}?{request.url.query}"
@@ -152,12 +148,21 @@ def build_app(
             ("x-ctxopt-tokens-after", str(prepared.tokens_after)),
         ]
 
-        def done(status: int, reported: Reported) -> None:
+        def done(relayed: Relayed) -> None:
+            status, reported = relayed.status, relayed.reported
             prompt_tokens = reported.prompt
             if prepared.state is not None and prompt_tokens is not None and status < 400:
                 pipeline.report_usage(prepared.state, prompt_tokens)
             if fmt is not None:
-                line = {**prepared.log, "status": status, "provider_prompt_tokens": prompt_tokens}
+                line = {
+                    **prepared.log,
+                    "status": status,
+                    "provider_prompt_tokens": prompt_tokens,
+                    # where a call's time went: `ms` is the pipeline's share
+                    "read_ms": round(going.read_ms, 2),
+                    "upstream_ms": round(relayed.upstream_ms, 2),
+                    "relay_ms": round(relayed.relay_ms, 2),
+                }
                 log.info("gateway call", extra={"fields": {"gateway": line}})
             if fmt is not None and usage is not None:
                 agent = headers.get("user-agent", "")
@@ -176,13 +181,52 @@ def build_app(
             holder["client"],
             request.method,
             url,
-            forwarded,
-            prepared.body,
+            going.headers,
+            going.content,
             extra,
             fmt,
             done,
-            strip_usage=strip_usage,
+            strip_usage=going.strip_usage,
         )
+
+    def streamed_up(request: Request, length: int, fmt: WireFormat | None) -> _Outgoing:
+        """A body nothing reads or changes: it goes up as it arrives, framed as httpx
+        frames a body it holds (h11 ends it at the declared length)."""
+        forwarded = upstream_headers(request.headers.items())
+        forwarded.append(("Content-Length", str(length)))
+        prepared = Prepared(b"", Outcome.PASS_THROUGH)
+        if fmt is not None:
+            prepared = pipeline.passed_through(fmt)
+        return _Outgoing(prepared, request.stream(), forwarded)
+
+    async def prepared_up(
+        request: Request,
+        body: bytes,
+        fmt: WireFormat | None,
+        path: str,
+        headers: dict[str, str],
+        owner: str,
+        read_ms: float,
+    ) -> _Outgoing:
+        """A body read whole: pruned when it is a message call (mode on or shadow)."""
+        forwarded = upstream_headers(request.headers.items())
+        prepared = Prepared(body, Outcome.PASS_THROUGH)
+        if fmt is not None and config.gateway_mode == "off":
+            prepared = pipeline.passed_through(fmt, body)  # no worker thread for nothing
+        elif fmt is not None:
+            try:
+                prepared = await prepare_within(pipeline, config, fmt, path, body, headers, owner)
+            except Exception:  # never worse: a gateway bug still forwards the request
+                log.exception("gateway: %s request forwarded unchanged after an error", fmt.name)
+        strip_usage = False
+        if fmt is _FORMATS["chat"] and config.gateway_mode == "on":
+            asked = ask_for_usage(prepared.body, prepared.fields)  # for calibration
+            if asked is not None:
+                prepared.body, strip_usage = asked, True
+                # the extra chunk is taken out of the bytes as they pass: no compression
+                forwarded = [(k, v) for k, v in forwarded if k.lower() != "accept-encoding"]
+                forwarded.append(("accept-encoding", "identity"))
+        return _Outgoing(prepared, prepared.body, forwarded, strip_usage, read_ms)
 
     async def not_found(request: Request) -> Response:
         names = ", ".join(f"/{p}" for p in PREFIXES)
@@ -197,6 +241,17 @@ def build_app(
     return Starlette(routes=routes, lifespan=lifespan)
 
 
+@dataclass(slots=True)
+class _Outgoing:
+    """What goes upstream for one request, and how long reading its body took."""
+
+    prepared: Prepared
+    content: bytes | AsyncIterator[bytes]  # an iterator: the body as it arrives
+    headers: list[tuple[str, str]]
+    strip_usage: bool = False  # the gateway asked a Chat stream for usage (stream_usage.py)
+    read_ms: float = 0.0  # 0 for a body that streams up
+
+
 class _TooLarge(Exception):
     pass
 
@@ -205,12 +260,15 @@ async def _body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise _TooLarge
-    body = bytearray()
+    # joined once: growing a buffer copies the body at every step (1 MB at 1,000 messages)
+    chunks: list[bytes] = []
+    size = 0
     async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
             raise _TooLarge
-    return bytes(body)
+    return b"".join(chunks)
 
 
 def _error(status: int, message: str) -> JSONResponse:

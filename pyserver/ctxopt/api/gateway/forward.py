@@ -1,19 +1,26 @@
-"""The pass-through: a request to its upstream, the response back as it arrives.
+"""The pass-through: a request to its upstream, the response back unchanged.
 
 Headers go both ways except hop-by-hop ones, `host` and `content-length` on
 the way up and the gateway's own `x-ctxopt-*` headers (the ctxopt token stays
 here). The response's bytes are relayed as they come (SSE events included, no
-buffering); a `UsageSniffer` reads the provider's reported prompt size from a
-copy as they pass, for the pipeline's calibration.
+buffering), but for an answer of a small declared length (every unary one),
+which goes in one piece once read: its client waits for all of it anyway, and
+a streamed response costs a task and a cancel scope per call. A
+`UsageSniffer` reads the provider's reported prompt size from a copy as the
+bytes pass, for the pipeline's calibration.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
 
 import httpx
+from starlette.background import BackgroundTask
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ctxopt.api.gateway.formats.conversation import WireFormat
@@ -38,6 +45,20 @@ NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length"}
 CTXOPT_PREFIX = "x-ctxopt-"
 USAGE_MARKERS = (b"usage", b"input_tokens", b"prompt_tokens", b"promptTokenCount")
 MAX_SNIFFED_BYTES = 16 * 1024 * 1024  # a unary body larger than this is not read for usage
+# An answer of a declared length up to this size is relayed in one piece (see `relay`)
+WHOLE_ANSWER_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Relayed:
+    """How a relay went: the provider's status and reported usage, the ms from
+    sending to the provider's response head (the upload and the provider's own
+    time) and from that head to the last byte relayed."""
+
+    status: int
+    reported: Reported
+    upstream_ms: float = 0.0
+    relay_ms: float = 0.0
 
 
 def upstream_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -122,22 +143,28 @@ async def relay(
     method: str,
     url: str,
     headers: list[tuple[str, str]],
-    content: bytes,
+    content: bytes | AsyncIterator[bytes],
     extra_headers: list[tuple[str, str]],
     fmt: WireFormat | None,
-    done: Callable[[int, Reported], None],
+    done: Callable[[Relayed], None],
     *,
     strip_usage: bool = False,
 ) -> Response:
-    """Send upstream and stream the answer back unchanged (plus `extra_headers`);
-    `done(status, reported usage)` runs once the last byte has gone out. With
+    """Send upstream (`content` as it arrives, when not held whole) and relay the
+    answer back unchanged (plus `extra_headers`): streamed as it arrives, or in
+    one piece when its declared length is at most WHOLE_ANSWER_BYTES; `done(...)`
+    runs once the last byte has gone out (not when the client leaves before its
+    body is read: 400, nothing sent on, nothing recorded). With
     `strip_usage`, an uncompressed event stream loses its usage-only chunks (the
     gateway asked for them; stream_usage.py)."""
+    sending = time.perf_counter()
     request = client.build_request(method, url, headers=headers, content=content)
     try:
         upstream = await client.send(request, stream=True)
+    except ClientDisconnect:  # mid-body: the upstream connection is closed unfinished
+        return Response(status_code=400)
     except httpx.HTTPError as e:
-        done(502, Reported())
+        done(Relayed(502, Reported()))
         where = f"{request.url.scheme}://{request.url.netloc.decode()}"
         message = f"ctxopt gateway: upstream {where} unreachable ({type(e).__name__})"
         return JSONResponse(
@@ -145,6 +172,7 @@ async def relay(
             status_code=502,
             headers=dict(extra_headers),
         )
+    answered = time.perf_counter()
     sniffer = UsageSniffer(
         fmt,
         upstream.headers.get("content-type", ""),
@@ -154,6 +182,27 @@ async def relay(
     plain = upstream.headers.get("content-encoding", "identity").strip().lower() == "identity"
     sse = "text/event-stream" in upstream.headers.get("content-type", "")
     stripper = UsageStripper() if strip_usage and plain and sse else None
+
+    def finished() -> None:
+        upstream_ms = (answered - sending) * 1000
+        relay_ms = (time.perf_counter() - answered) * 1000
+        done(Relayed(upstream.status_code, sniffer.finish(), upstream_ms, relay_ms))
+
+    length = upstream.headers.get("content-length", "")
+    if stripper is None and length.isdigit() and int(length) <= WHOLE_ANSWER_BYTES:
+        # an answer of a known small length (every unary one): the client waits for all
+        # of it anyway, so it goes in one piece, without a streamed response's machinery
+        pieces: list[bytes] = []
+        try:
+            async for chunk in upstream.aiter_raw():
+                sniffer.feed(chunk)
+                pieces.append(chunk)
+        except httpx.HTTPError:  # cut short: the client gets a broken answer, as streamed
+            return _answer(upstream, _broken(pieces, upstream, finished), extra_headers)
+        await upstream.aclose()
+        answer = b"".join(pieces)
+        whole = Response(answer, upstream.status_code, background=BackgroundTask(finished))
+        return _answer(upstream, whole, extra_headers)
 
     async def body() -> AsyncIterator[bytes]:
         try:
@@ -167,11 +216,40 @@ async def relay(
                 yield rest
         finally:
             await upstream.aclose()
-            done(upstream.status_code, sniffer.finish())
+            finished()
 
     response = StreamingResponse(body(), status_code=upstream.status_code)
-    dropped = HOP_BY_HOP if stripper is None else HOP_BY_HOP | {"content-length"}
+    return _answer(upstream, response, extra_headers, keep_length=stripper is None)
+
+
+def _answer(
+    upstream: httpx.Response,
+    response: Response,
+    extra_headers: list[tuple[str, str]],
+    *,
+    keep_length: bool = True,
+) -> Response:
+    """`response` under the upstream's headers (less hop-by-hop ones, and its length
+    when the relay changes the body) plus `extra_headers`."""
+    dropped = HOP_BY_HOP if keep_length else HOP_BY_HOP | {"content-length"}
     response.raw_headers = [
         (k, v) for k, v in upstream.headers.raw if k.decode("latin-1").lower() not in dropped
     ] + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra_headers]
     return response
+
+
+def _broken(
+    pieces: list[bytes], upstream: httpx.Response, finished: Callable[[], None]
+) -> StreamingResponse:
+    """The bytes an upstream sent before it cut its answer short, then the break."""
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            for piece in pieces:
+                yield piece
+            raise httpx.RemoteProtocolError("upstream answer cut short")
+        finally:
+            await upstream.aclose()
+            finished()
+
+    return StreamingResponse(body(), status_code=upstream.status_code)

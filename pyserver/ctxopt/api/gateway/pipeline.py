@@ -71,14 +71,14 @@ from ctxopt.api.gateway.threads import Threads
 from ctxopt.api.gateway.truncation import truncate
 from ctxopt.config import Config
 from ctxopt.engine import Engine
+from ctxopt.errors import InvalidArgument
 from ctxopt.model import Budget, Chunk, OptimizeOptions, Role, Roots, Strategy
 from ctxopt.prices import price_of
 
 log = logging.getLogger("ctxopt.gateway")
 
-# As the TS adapter, the latest exchange stays as roots; the budget order (tiers, what the
-# model quoted, age) kept more than the service's default on the per-host replay.
-RECENT_TURNS = 2
+# The budget order (tiers, what the model quoted, age) kept more than the service's default
+# on the per-host replay.
 STRATEGY = Strategy.BUDGET
 MAX_PASSES = 3  # plans per collection at most (see `_passes`)
 # A minor collection this share of the ceiling over its target counts as landed: a
@@ -88,6 +88,10 @@ MINOR_SLACK = 0.05
 
 class Pipeline:
     def __init__(self, engine: Engine, config: Config) -> None:
+        if config.gateway_recent_turns < 0:
+            raise InvalidArgument(
+                "CTXOPT_GATEWAY_RECENT_TURNS", config.gateway_recent_turns, "must not be negative"
+            )
         self.engine = engine
         self.config = config
         self.conversations = ConversationStates()
@@ -103,12 +107,22 @@ class Pipeline:
         started = time.perf_counter()
         mode = self.config.gateway_mode
         if mode == "off":
-            prepared = Prepared(raw, Outcome.PASS_THROUGH, note="gateway mode off")
-        else:
-            prepared = self._prepare(fmt, path, raw, headers, owner, shadow=mode == "shadow")
+            return self.passed_through(fmt, raw)
+        prepared = self._prepare(fmt, path, raw, headers, owner, shadow=mode == "shadow")
         if mode == "shadow" and prepared.body is not raw:
             # the plan is made, remembered and reported; the original goes upstream
             prepared.body, prepared.outcome = raw, Outcome.SHADOW
+        return self._logged(fmt, prepared, started)
+
+    def passed_through(self, fmt: WireFormat, raw: bytes = b"") -> Prepared:
+        """Mode off: the request goes up as sent, unread (the app may stream `raw`
+        up without this pipeline ever holding it)."""
+        prepared = Prepared(raw, Outcome.PASS_THROUGH, note="gateway mode off")
+        return self._logged(fmt, prepared, time.perf_counter())
+
+    def _logged(self, fmt: WireFormat, prepared: Prepared, started: float) -> Prepared:
+        """`prepared` with its log line's fields."""
+        mode = self.config.gateway_mode
         prepared.log.update(
             mode=mode,
             format=fmt.name,
@@ -182,6 +196,7 @@ class Pipeline:
             state.calibration.sent(prepared.tokens_before if shadow else prepared.tokens_after)
         prepared.session_id = session_id
         prepared.state = state
+        prepared.fields = body
         prepared.log.update(host=limit.host.value, ceiling=limit.tokens, window=window)
         prepared.log["model"] = conversation.model  # for the usage ledger's prices
         return prepared
@@ -245,25 +260,30 @@ class Pipeline:
         projection = self._project(call, state)
         note = ""
         try:
-            full_landing, kept = None, 0
             if self._shrink_arrivals(call, state, projection):
                 projection = self._project(call, state)
-            if self.config.gateway_generations:
-                full_landing = self.config.gateway_full_landing_percent / 100
-                kept = old_prefix(call, projection.turns, state.generations.old)
-            due = schedule.schedule(
-                price_of(conversation.model, fmt.name.partition("-")[0]).cache,
-                size=projection.tokens_after,
-                growth=state.pace.observe(projection.tokens_after),
-                ceiling=scaled,
-                trigger_share=self.config.gateway_trigger_percent / 100,
-                landing_share=self.config.gateway_landing_percent / 100,
-                full_landing_share=full_landing,
-                fixed=fixed_prefix(call, projection.turns, first),
-                old_prefix=kept,
-            )
-            if due is not None:
-                note, projection = self._collect(call, state, projection, due)
+            size = projection.tokens_after
+            growth = state.pace.observe(size)
+            trigger = self.config.gateway_trigger_percent / 100
+            # the prefixes are scans of every turn: only a call that is due needs them
+            if schedule.crosses(size=size, growth=growth, ceiling=scaled, trigger_share=trigger):
+                full_landing, kept = None, 0
+                if self.config.gateway_generations:
+                    full_landing = self.config.gateway_full_landing_percent / 100
+                    kept = old_prefix(call, projection.turns, state.generations.old)
+                due = schedule.schedule(
+                    price_of(conversation.model, fmt.name.partition("-")[0]).cache,
+                    size=size,
+                    growth=growth,
+                    ceiling=scaled,
+                    trigger_share=trigger,
+                    landing_share=self.config.gateway_landing_percent / 100,
+                    full_landing_share=full_landing,
+                    fixed=fixed_prefix(call, projection.turns, first),
+                    old_prefix=kept,
+                )
+                if due is not None:
+                    note, projection = self._collect(call, state, projection, due)
         except Exception as e:  # never worse, as above
             log.warning("gateway: plan failed for %s: %s", state.session_id, e)
             return self._fallback(call, state, raw, f"engine: {e}"[:200])
@@ -362,7 +382,9 @@ class Pipeline:
             return tuple(i for row in call.ids[start:] for i in row if i in state.live)
 
         if self.config.gateway_generations and old:
-            floor = minor_floor(call, projection.turns, old, recent_turns=RECENT_TURNS)
+            floor = minor_floor(
+                call, projection.turns, old, recent_turns=self.config.gateway_recent_turns
+            )
             if floor <= due.target:
                 frozen = tuple(i for i in sorted(old) if i in state.live)
                 kept = roots + frozen + whole_from(latest(due.target))
@@ -372,7 +394,9 @@ class Pipeline:
         start = latest(due.full_target)
         kept = roots + whole_from(start)
         note, projection = self._passes(call, state, projection, due.full_target, kept)
-        state.generations.promote(promoted(call, recent_turns=RECENT_TURNS, kept_from=start))
+        state.generations.promote(
+            promoted(call, recent_turns=self.config.gateway_recent_turns, kept_from=start)
+        )
         return f"{Kind.FULL.value} collection {note}".strip(), projection
 
     def _passes(
@@ -399,7 +423,7 @@ class Pipeline:
                     target_tokens=max(1, target - projection.overhead),
                 ),
                 query=query_of(call.conversation.turns),
-                roots=Roots(recent_turns=RECENT_TURNS, root_ids=roots),
+                roots=Roots(recent_turns=self.config.gateway_recent_turns, root_ids=roots),
                 strategy=STRATEGY,
                 force=True,  # the schedule decided (on the next call's size)
                 lean=True,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from ctxopt.api.gateway.formats.conversation import JsonObject
 from ctxopt.api.gateway.state import ConversationState
 
 
@@ -28,4 +29,7 @@ class Prepared:
     session_id: str = ""
     note: str = ""
     state: ConversationState | None = None
+    # the host's body as the pipeline parsed it (its top-level fields are the sent
+    # body's), so the app need not parse it again; None when it was not parsed
+    fields: JsonObject | None = None
     log: dict[str, object] = field(default_factory=dict)

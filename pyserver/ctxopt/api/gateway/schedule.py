@@ -105,6 +105,16 @@ def landing_that_pays(
     return max(kept, min(size, int(root)))
 
 
+def crosses(*, size: int, growth: float, ceiling: int, trigger_share: float) -> bool:
+    """Whether the next call (`size + growth`) reaches `trigger_share` of `ceiling`:
+    a collection is due (its landing is `schedule`'s to find).
+
+    >>> crosses(size=72_000, growth=700, ceiling=76_000, trigger_share=0.95)
+    True
+    """
+    return size + growth >= int(ceiling * trigger_share)
+
+
 def schedule(
     cache: CacheRules,
     *,
@@ -146,9 +156,9 @@ def schedule(
     ...          trigger_share=0.95, landing_share=0.9).reason
     'next call crosses 72200; lands where the rewrite pays for itself'
     """
-    trigger = int(ceiling * trigger_share)
-    if size + growth < trigger:
+    if not crosses(size=size, growth=growth, ceiling=ceiling, trigger_share=trigger_share):
         return None
+    trigger = int(ceiling * trigger_share)
     fixed = max(0, min(fixed, ceiling))
     wanted = fixed + int((ceiling - fixed) * landing_share)
     paid = landing_that_pays(

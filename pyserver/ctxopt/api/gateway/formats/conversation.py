@@ -146,6 +146,53 @@ class Renders:
             self._last = _Record(read, wrote, tuple(before), limit, resume.basis)
 
 
+# A format's rewrite of one raw message under its edits (`MessageEdits`), given the
+# list written so far: the rendering (None: the message goes) and whether it is the
+# message's own outcome, reusable next call (not when it hung on the messages before).
+MessageRewrite = Callable[[int, Any, MessageEdits, list[Any]], tuple[Any | None, bool]]
+
+
+def render_list(
+    body: JsonObject,
+    key: str,
+    conversation: Conversation,
+    edits: Mapping[tuple[int, int], Edit],
+    dropped: frozenset[int],
+    resume: Resume | None,
+    rewrite: MessageRewrite,
+) -> JsonObject:
+    """`body` with its list `key` rendered under `edits`, less the `dropped` raw
+    messages: a message without edits goes as it is, an edited one as `rewrite`
+    makes it (or as the last call's `Renders` entry has it). With `resume` (never
+    when messages are dropped), the render starts after the leading messages
+    rendered the same way last time (`Renders.resumed`)."""
+    read = body[key]
+    resume = None if dropped else resume
+    renders = conversation.renders
+    wrote, before, start = renders.resumed(read, resume)
+    grouped = edits_by_message(edits, start)
+    for index in range(start, len(read)):
+        message = read[index]
+        before.append(len(wrote))
+        mine = grouped.get(index)
+        if index in dropped:
+            continue
+        if mine is None:
+            wrote.append(message)
+            continue
+        rendered = renders.get(index, message, mine)
+        if rendered is None:
+            rendered, own = rewrite(index, message, mine, wrote)
+            if rendered is None:
+                continue
+            if own:
+                renders.put(index, message, mine, rendered)
+        wrote.append(rendered)
+    before.append(len(wrote))
+    renders.record(resume, read, wrote, before)
+    return {**body, key: wrote}
+
+
 def edits_by_message(
     edits: Mapping[tuple[int, int], Edit], start: int = 0
 ) -> dict[int, MessageEdits]:

@@ -20,6 +20,7 @@ from ctxopt.api.gateway.formats.conversation import (
     Conversation,
     Edit,
     JsonObject,
+    MessageEdits,
     Resume,
     Rewrite,
     Turn,
@@ -27,7 +28,7 @@ from ctxopt.api.gateway.formats.conversation import (
     digest,
     dump_text,
     edited_parts,
-    edits_by_message,
+    render_list,
 )
 from ctxopt.model import ChunkKind, Role
 
@@ -61,29 +62,14 @@ class GeminiContents:
         dropped: frozenset[int],
         resume: Resume | None = None,
     ) -> JsonObject:
-        read = body["contents"]
-        resume = None if dropped else resume
-        contents, before, start = conversation.renders.resumed(read, resume)
-        grouped = edits_by_message(edits, start)
-        for index in range(start, len(read)):
-            content = read[index]
-            before.append(len(contents))
-            mine = grouped.get(index)
-            if index in dropped:
-                continue
+        def rewrite(index: int, content: Any, _: MessageEdits, __: list[Any]) -> tuple[Any, bool]:
             parts = content.get("parts") or []
-            if mine is None or not any((index, p) in edits for p in range(len(parts))):
-                contents.append(content)
-                continue
-            out = conversation.renders.get(index, content, mine)
-            if out is None:
-                rewritten = edited_parts(index, parts, edits, _rewritten)
-                out = {**content, "parts": rewritten or [{"text": "[ctxopt: removed]"}]}
-                conversation.renders.put(index, content, mine, out)
-            contents.append(out)
-        before.append(len(contents))
-        conversation.renders.record(resume, read, contents, before)
-        return {**body, "contents": contents}
+            if not any((index, p) in edits for p in range(len(parts))):
+                return content, False  # no edit on any of its parts: it goes as sent
+            rewritten = edited_parts(index, parts, edits, _rewritten)
+            return {**content, "parts": rewritten or [{"text": "[ctxopt: removed]"}]}, True
+
+        return render_list(body, "contents", conversation, edits, dropped, resume, rewrite)
 
     def violations(self, body: JsonObject) -> list[str]:
         contents = body.get("contents")

@@ -25,7 +25,7 @@ from ctxopt.api.gateway.formats.conversation import (
     digest,
     dump_text,
     edited_parts,
-    edits_by_message,
+    render_list,
     text_of,
 )
 from ctxopt.model import ChunkKind, Role
@@ -64,27 +64,10 @@ class OpenAIChat:
         dropped: frozenset[int],
         resume: Resume | None = None,
     ) -> JsonObject:
-        read = body["messages"]
-        resume = None if dropped else resume
-        messages, before, start = conversation.renders.resumed(read, resume)
-        grouped = edits_by_message(edits, start)
-        for index in range(start, len(read)):
-            message = read[index]
-            before.append(len(messages))
-            mine = grouped.get(index)
-            if index in dropped:
-                continue
-            if mine is None:
-                messages.append(message)
-                continue
-            out = conversation.renders.get(index, message, mine)
-            if out is None:
-                out = _edited(index, message, edits, mine)
-                conversation.renders.put(index, message, mine, out)
-            messages.append(out)
-        before.append(len(messages))
-        conversation.renders.record(resume, read, messages, before)
-        return {**body, "messages": messages}
+        def rewrite(index: int, message: Any, mine: MessageEdits, _: list[Any]) -> tuple[Any, bool]:
+            return _edited(index, message, edits, mine), True
+
+        return render_list(body, "messages", conversation, edits, dropped, resume, rewrite)
 
     def violations(self, body: JsonObject) -> list[str]:
         messages = body.get("messages")

@@ -23,6 +23,7 @@ from ctxopt.api.gateway.formats.conversation import (
     Conversation,
     Edit,
     JsonObject,
+    MessageEdits,
     Resume,
     Rewrite,
     Turn,
@@ -30,7 +31,7 @@ from ctxopt.api.gateway.formats.conversation import (
     digest,
     dump_text,
     edited_parts,
-    edits_by_message,
+    render_list,
     text_of,
 )
 from ctxopt.model import ChunkKind, Role
@@ -75,30 +76,10 @@ class OpenAIResponses:
         dropped: frozenset[int],
         resume: Resume | None = None,
     ) -> JsonObject:
-        read = body["input"]
-        resume = None if dropped else resume
-        items, before, start = conversation.renders.resumed(read, resume)
-        grouped = edits_by_message(edits, start)
-        for index in range(start, len(read)):
-            item = read[index]
-            before.append(len(items))
-            mine = grouped.get(index)
-            if index in dropped:
-                continue
-            if mine is None:
-                items.append(item)
-                continue
-            out = conversation.renders.get(index, item, mine)
-            if out is None:
-                out, own = _edited(index, item, edits, items)
-                if out is None:
-                    continue
-                if own:
-                    conversation.renders.put(index, item, mine, out)
-            items.append(out)
-        before.append(len(items))
-        conversation.renders.record(resume, read, items, before)
-        return {**body, "input": items}
+        def rewrite(index: int, item: Any, _: MessageEdits, before: list[Any]) -> tuple[Any, bool]:
+            return _edited(index, item, edits, before)
+
+        return render_list(body, "input", conversation, edits, dropped, resume, rewrite)
 
     def violations(self, body: JsonObject) -> list[str]:
         items = body.get("input")
