@@ -198,7 +198,7 @@ def test_pooled_model_facts_of_a_grown_session_are_its_texts_pooled(
         read.append(text)
         return names(text)
 
-    line_value.names = counted  # type: ignore[assignment]
+    line_value.names = counted
     try:
         pooled = line_value.model_facts(held)
     finally:

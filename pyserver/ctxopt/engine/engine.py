@@ -99,6 +99,7 @@ class Engine:
 
     def close(self) -> None:
         """Flush and close storage."""
+        self.sessions.close()
         self.store.close()
 
     # ---- chunks ----------------------------------------------------------
@@ -264,6 +265,7 @@ class Engine:
                 self.sessions.commit(session, change)
             if plan.triggered:
                 self.last_plans.record(owner, session_id, plan, dry_run=options.dry_run)
+            self.sessions.keep_line_facts(session)
         plan.server_ms = (time.perf_counter() - started) * 1000
         return plan
 

@@ -11,11 +11,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from weakref import WeakKeyDictionary
 
 from ctxopt import validate
 from ctxopt.config import Config
 from ctxopt.errors import CtxoptError, NotFound
+from ctxopt.model import ChunkKind, Role
+from ctxopt.scoring import line_value
+from ctxopt.scoring.lineblob import CITED, NAMES, PROFILE, LineBlobs, TextFacts, remembered, tell
 from ctxopt.session import Registry, Session
 from ctxopt.store import (
     Change,
@@ -33,6 +38,25 @@ from ctxopt.text.termblob import DocTerms, TermBlobs
 log = logging.getLogger(__name__)
 
 
+@dataclass(slots=True)
+class _KeptFacts:
+    """What the store holds of one session's line facts: per chunk id, which
+    of them (`lineblob` bits) for its live text (`commit` forgets an id whose
+    text changes or that goes); and how many facts the process had made at
+    the last look (none made since: nothing to keep)."""
+
+    made: tuple[int, int, int] = (-1, -1, -1)
+    by_id: dict[str, int] = field(default_factory=dict)
+
+
+def _wanted(role: Role, kind: ChunkKind) -> int:
+    """The line facts a plan reads of a chunk: a model text's names and cited
+    numbers, a tool output's profile."""
+    return (NAMES | CITED if role == Role.MODEL else 0) | (
+        PROFILE if kind == ChunkKind.TOOL_RESULT else 0
+    )
+
+
 class LiveSessions:
     """Sessions by id, loaded on first use; `load_lock` guards bringing a stored
     session into memory (and an import replacing one)."""
@@ -43,6 +67,9 @@ class LiveSessions:
         self.analyzer = analyzer
         self.registry = Registry(analyzer)
         self.term_blobs = TermBlobs(analyzer)
+        self.line_blobs = LineBlobs()
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxopt-line-facts")
+        self._kept: WeakKeyDictionary[Session, _KeptFacts] = WeakKeyDictionary()
         self.load_lock = threading.Lock()
 
     def get(self, owner: str, session_id: str, *, create: bool = False) -> Session:
@@ -106,10 +133,60 @@ class LiveSessions:
     def _hydrate(self, stored: StoredSession) -> Session:
         session = Session(stored.session_id, stored.owner, self.analyzer)
         session.collections = stored.collections
-        decode = self.term_blobs.decode
+        decode, decode_lines = self.term_blobs.decode, self.line_blobs.decode
+        kept = self._kept.setdefault(session, _KeptFacts())
         for item in stored.chunks:
-            session.restore_entry(entry_of(item), decode(item.chunk.text, item.term_blob))
+            text = item.chunk.text
+            session.restore_entry(entry_of(item), decode(text, item.term_blob))
+            facts = decode_lines(text, item.line_blob) if item.line_blob is not None else None
+            if facts is not None:
+                tell(text, facts)
+                kept.by_id[item.chunk.id] = facts.held
         return session
+
+    def keep_line_facts(self, session: Session) -> None:
+        """Store the line facts a plan made of the session's live texts (each
+        text's once), so a restart reads them (scoring/lineblob.py). Skipped
+        when the process made none since the last look. Encoding and writing
+        them was ~10% of a session's first plan: a background thread does it
+        after the plan returns (one at a time, in order: a later text's facts
+        land after an earlier one's). A failed write only costs a restart the
+        work, so it is logged, not raised. The caller holds the session's lock."""
+        made = (
+            line_value.names_memo.misses,
+            line_value.cited_memo.misses,
+            line_value.profile_memo.misses,
+        )
+        kept = self._kept.setdefault(session, _KeptFacts())
+        if made == kept.made:
+            return
+        kept.made = made
+        pending: list[tuple[str, str, TextFacts]] = []
+        for chunk_id, entry in session.entries.items():
+            chunk = entry.chunk
+            was_held = kept.by_id.get(chunk_id, 0)
+            wanted = _wanted(chunk.role, chunk.kind)
+            if was_held & wanted == wanted:
+                continue
+            facts = remembered(chunk.text)
+            if not facts.held & wanted or facts.held & ~was_held == 0:
+                continue
+            pending.append((chunk_id, chunk.text, facts))
+            kept.by_id[chunk_id] = facts.held  # a failed write only costs a restart
+        if pending:
+            self._writer.submit(self._write_line_facts, session.id, pending)
+
+    def _write_line_facts(self, session_id: str, pending: list[tuple[str, str, TextFacts]]) -> None:
+        encode = self.line_blobs.encode
+        rows = [(i, blob) for i, text, facts in pending if (blob := encode(text, facts))]
+        try:
+            self.store.keep_line_facts(session_id, rows)
+        except CtxoptError as err:
+            log.warning("session %r: line facts not kept: %s", session_id, err)
+
+    def close(self) -> None:
+        """Let the line facts under way reach the store (before it closes)."""
+        self._writer.shutdown(wait=True)
 
     def commit(self, session: Session, change: Change) -> None:
         """The one write path: the store first, then memory. A new text is
@@ -117,6 +194,7 @@ class LiveSessions:
         them instead of analysing it again)."""
         change, docs = self._with_terms(session, change)
         self.store.commit(change)
+        self._forget_kept_facts(session, change)
         for chunk_id in change.removals:
             session.remove(chunk_id)
         decode = self.term_blobs.decode
@@ -129,6 +207,19 @@ class LiveSessions:
             session.collections = change.collections
         if change.removals and session.needs_compaction():
             self._compact(session, change.owner)
+
+    def _forget_kept_facts(self, session: Session, change: Change) -> None:
+        """The stored line facts of a chunk that goes or whose text changes
+        name another text: they are no longer kept (a restart refuses them)."""
+        kept = self._kept.get(session)
+        if kept is None or not kept.by_id:
+            return
+        for chunk_id in change.removals:
+            kept.by_id.pop(chunk_id, None)
+        for item in change.upserts:
+            old = session.entries.get(item.chunk.id)
+            if old is None or old.chunk.text != item.chunk.text:
+                kept.by_id.pop(item.chunk.id, None)
 
     def _with_terms(self, session: Session, change: Change) -> tuple[Change, dict[str, DocTerms]]:
         """`change` with the terms of each upserted text the session does not hold

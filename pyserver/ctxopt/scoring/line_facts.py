@@ -28,13 +28,16 @@ _MODEL = int(Role.MODEL)
 @dataclass(frozen=True, slots=True)
 class SessionFacts:
     """Facts of one plan shared by every output: query term -> weight (its
-    idf, for the rare ones), and the names and numbers the model wrote."""
+    idf, for the rare ones), and the names and numbers the model wrote.
+    `term_holders` are the slots whose text holds one of those terms (the
+    session index knows): only their lines are searched for them."""
 
     query_weights: dict[str, float]
     identifiers: frozenset[str]
     cited: frozenset[int]
     analyzer: Analyzer
     weights: LineWeights
+    term_holders: frozenset[int] = frozenset()
 
 
 def session_facts(
@@ -55,7 +58,8 @@ def session_facts(
         for term in rare_terms(session, analyzer.terms(query), rare_share):
             df = session.index.document_frequency(term)
             query_weights[term] = math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
-    return SessionFacts(query_weights, written | names(query), cited, analyzer, weights)
+    holders = session.index.holders(query_weights)
+    return SessionFacts(query_weights, written | names(query), cited, analyzer, weights, holders)
 
 
 def facts_of(
@@ -67,7 +71,7 @@ def facts_of(
     cited = facts.cited & lines.all_numbers
     echoed = frozenset(book.anchors(slot)) | book.quoted_lines(slot)
     relevance: dict[int, float] = {}
-    if facts.query_weights:
+    if facts.query_weights and slot in facts.term_holders:
         postings = text_lines(text).term_lines(frozenset(facts.query_weights), facts.analyzer)
         for term, weight in facts.query_weights.items():
             for number in postings[term]:

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import chain
 
+from ctxopt.scoring.text_memo import TextMemo
+
 # A name worth matching: dotted or slashed paths, snake_case, camelCase or
 # CapWords with an inner capital; plain words (`self`, `list`) match everywhere.
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[./][A-Za-z_][A-Za-z0-9_-]*)*")
@@ -74,8 +76,7 @@ _HEADER_IN_TEXT = re.compile(
 )
 
 
-@lru_cache(maxsize=PROFILE_CACHE_SIZE)
-def names(text: str) -> frozenset[str]:
+def _names(text: str) -> frozenset[str]:
     """The code names a text holds, each path also by its parts
     (`a/b/query.py` -> also `query.py`, `b/query.py`...).
 
@@ -85,6 +86,10 @@ def names(text: str) -> frozenset[str]:
     # each distinct match once (a set in C): texts repeat their words; the
     # matches are resolved through the cache by map, without a Python loop
     return frozenset(chain.from_iterable(map(_code_names, set(_NAME.findall(text)))))
+
+
+names_memo = TextMemo(_names, PROFILE_CACHE_SIZE)
+names = names_memo.lookup
 
 
 @lru_cache(maxsize=NAME_CACHE_SIZE)
@@ -107,8 +112,7 @@ def _is_code_name(name: str) -> bool:
     return "_" in name.strip("_") or "." in name or "/" in name or bool(_INNER_CAPITAL.search(name))
 
 
-@lru_cache(maxsize=PROFILE_CACHE_SIZE)
-def cited_numbers(text: str) -> frozenset[int]:
+def _cited_numbers(text: str) -> frozenset[int]:
     """Line numbers a model's text cites: `sed -n 'a,bp'` ranges (when not a
     whole-file read) and single `line N` / `file.py:N` mentions.
 
@@ -131,6 +135,10 @@ def cited_numbers(text: str) -> frozenset[int]:
             cited.add(int(match.group(1)))
     cited.update(int(m.group(1)) for m in _FILE_LINE.finditer(text))
     return frozenset(cited)
+
+
+cited_memo = TextMemo(_cited_numbers, PROFILE_CACHE_SIZE)
+cited_numbers = cited_memo.lookup
 
 
 def own_number(line: str) -> int | None:
@@ -248,8 +256,7 @@ class LineProfile:
         return [n for n in candidates if not wanted.isdisjoint(names(lines[n]))]
 
 
-@lru_cache(maxsize=PROFILE_CACHE_SIZE)
-def profile(text: str) -> LineProfile:
+def _profile(text: str) -> LineProfile:
     lines = tuple(text.split("\n"))
     numbers = tuple(own_number(line) for line in lines)
     return LineProfile(
@@ -260,6 +267,10 @@ def profile(text: str) -> LineProfile:
         frozenset(n for n in numbers if n is not None),
         enclosing_headers(lines) if _HEADER_IN_TEXT.search(text) else (None,) * len(lines),
     )
+
+
+profile_memo = TextMemo(_profile, PROFILE_CACHE_SIZE)
+profile = profile_memo.lookup
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,9 @@ class StoredChunk:
     # The text's analysed terms (text/termblob.py), None when not computed: a
     # write keeps the stored ones then (they name the text they were made from).
     term_blob: bytes | None = None
+    # The line facts a plan made of the text (scoring/lineblob.py), as read;
+    # written only by `Change.line_facts` (an upsert keeps the stored ones)
+    line_blob: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,18 @@ class Restash:
     plan_id: str
 
 
+RESTASH_SQL = (
+    "UPDATE stash SET action = ?, reasons = ?, score = ?, stashed_at_ms = ?, "
+    "plan_id = ? WHERE session_id = ? AND stash_id = ?"
+)
+SET_LINE_BLOB_SQL = "UPDATE chunks SET line_blob = ? WHERE session_id = ? AND chunk_id = ?"
+
+
+def restash_values(session_id: str, r: Restash) -> tuple[object, ...]:
+    reasons = json.dumps(list(r.reasons), ensure_ascii=False)
+    return (int(r.action), reasons, r.score, r.stashed_at_ms, r.plan_id, session_id, r.stash_id)
+
+
 # Chunk columns, shared by the live `chunks` table and the `stash` table.
 CHUNK_COLUMNS = (
     ("chunk_id", "TEXT NOT NULL"),
@@ -133,7 +148,10 @@ _EMBEDDING_COLUMN = CHUNK_NAMES.index("embedding")
 LIVE_NAMES = ("session_id", "seq", "born", "last_touched_ms", "origin", "term_blob", *CHUNK_NAMES)
 # a damaged value of another type must not stop a session from loading: it is
 # read as bytes, which the blob's checksum then refuses
-LIVE_SELECT = f"seq, born, last_touched_ms, origin, CAST(term_blob AS BLOB), {CHUNK_SELECT}"
+LIVE_SELECT = (
+    "seq, born, last_touched_ms, origin, CAST(term_blob AS BLOB), CAST(line_blob AS BLOB), "
+    f"{CHUNK_SELECT}"
+)
 STASH_NAMES = (
     "stash_id",
     "session_id",
@@ -273,7 +291,7 @@ def live_values(session_id: str, c: StoredChunk) -> tuple[object, ...]:
 
 def live_from(row: Sequence[Any]) -> StoredChunk:
     """A row selected with `LIVE_SELECT`."""
-    return StoredChunk(chunk_from(row, 5), row[0], row[1], row[2], row[3], row[4])
+    return StoredChunk(chunk_from(row, 6), row[0], row[1], row[2], row[3], row[4], row[5])
 
 
 def entry_values(e: StashEntry, terms: str) -> tuple[object, ...]:

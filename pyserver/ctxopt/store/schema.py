@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 from ctxopt.store.rows import CHUNK_COLUMNS
 from ctxopt.store.search import FTS_TOKENIZER, Terms, analyzer_identity, index_text, term_count
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # Each owner's entries and terms: the statistics of its stash search (ranking.py)
 _OWNER_TOTALS = """CREATE TABLE IF NOT EXISTS stash_owner_totals (
@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS chunks (
   {_CHUNK_DDL},
   origin TEXT NOT NULL DEFAULT '',
   term_blob BLOB,
+  line_blob BLOB,
   UNIQUE (session_id, chunk_id)
 );
 CREATE INDEX IF NOT EXISTS chunks_by_seq ON chunks (session_id, seq);
@@ -160,6 +161,9 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # v5 keeps each live chunk's analysed terms (text/termblob.py); older rows
     # have none, and a restart analyses their text as before
     4: ("ALTER TABLE chunks ADD COLUMN term_blob BLOB",),
+    # v6 keeps the line facts a plan made of each text (scoring/lineblob.py);
+    # older rows have none, and a restart's first plan makes them as before
+    5: ("ALTER TABLE chunks ADD COLUMN line_blob BLOB",),
 }
 
 REINDEX_BATCH = 1_000  # originals analysed and indexed per transaction by a reindex

@@ -45,7 +45,6 @@ every call here is short.
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 import threading
@@ -66,6 +65,8 @@ from ctxopt.store.rows import (
     LIST_SESSIONS_SQL,
     LIVE_SELECT,
     LIVE_UPSERT,
+    RESTASH_SQL,
+    SET_LINE_BLOB_SQL,
     STASH_NAMES,
     STASH_SELECT,
     Restash,
@@ -78,6 +79,7 @@ from ctxopt.store.rows import (
     hit_from,
     live_from,
     live_values,
+    restash_values,
     upsert_sql,
 )
 from ctxopt.store.schema import (
@@ -270,28 +272,20 @@ class Store:
             )
             cur.executemany(LIVE_UPSERT, [live_values(session_id, c) for c in change.upserts])
             cur.executemany(_UPSERT_STASH, stash_rows)
-            cur.executemany(
-                "UPDATE stash SET action = ?, reasons = ?, score = ?, stashed_at_ms = ?, "
-                "plan_id = ? WHERE session_id = ? AND stash_id = ?",
-                [
-                    (
-                        int(r.action),
-                        _json_list(r.reasons),
-                        r.score,
-                        r.stashed_at_ms,
-                        r.plan_id,
-                        session_id,
-                        r.stash_id,
-                    )
-                    for r in change.restash
-                ],
-            )
+            cur.executemany(RESTASH_SQL, [restash_values(session_id, r) for r in change.restash])
             cur.executemany(
                 "DELETE FROM stash WHERE session_id = ? AND stash_id = ?",
                 [(session_id, stash_id) for stash_id in change.unstash],
             )
             dropped = self._enforce_caps(cur, session_id, {e.stash_id for e in change.stash})
         log_dropped(session_id, dropped)
+
+    def keep_line_facts(self, session_id: str, rows: Sequence[tuple[str, bytes]]) -> None:
+        """Store (chunk id, blob) line facts of live chunks (scoring/lineblob.py).
+        Not a `Change`: a cache beside the text, no state of the session; a
+        chunk or session gone meanwhile updates nothing (no session is made)."""
+        with self._transaction() as cur:
+            cur.executemany(SET_LINE_BLOB_SQL, [(blob, session_id, i) for i, blob in rows])
 
     def delete_session(self, owner: str, session_id: str, *, purge_stash: bool) -> bool:
         """Delete a live session (and its stash when `purge_stash`); whether anything existed."""
@@ -471,10 +465,6 @@ class Store:
         """The rows of stashed originals, their text analysed for the search index
         (before the write lock: analysis needs none)."""
         return [entry_values(e, index_text(self.analyzer.terms(e.chunk.text))) for e in entries]
-
-
-def _json_list(values: Sequence[str]) -> str:
-    return json.dumps(list(values), ensure_ascii=False)
 
 
 def _claim(cur: sqlite3.Cursor, session_id: str, owner: str) -> None:

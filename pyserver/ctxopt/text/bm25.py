@@ -24,7 +24,7 @@ import math
 import sys
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol, TypeVar
 
 import numpy as np
@@ -77,6 +77,8 @@ class TermIndex(Protocol):
     def version(self) -> int: ...
 
     def document_frequency(self, term: str) -> int: ...
+
+    def holders(self, terms: Iterable[str]) -> frozenset[int]: ...
 
     def scores(self, query_terms: Sequence[str], n_slots: int) -> FloatArray: ...
 
@@ -248,6 +250,16 @@ class BM25Index:
         """How many live documents hold `term`."""
         tid = self._term_ids.get(term)
         return 0 if tid is None else int(self._df[tid])
+
+    def holders(self, terms: Iterable[str]) -> frozenset[int]:
+        """The slots of the live documents holding any of `terms` (a plan asks
+        for its few rare query terms: a text none of them is in has no line
+        holding one, and is not read for them)."""
+        get = self._term_ids.get
+        found: set[int] = set()
+        for tid in [tid for t in terms if (tid := get(t)) is not None]:
+            found.update(self._live_postings_of(tid)[0].tolist())
+        return frozenset(found)
 
     def scores(self, query_terms: Sequence[str], n_slots: int) -> FloatArray:
         """BM25 score of every slot for the query (float64, length `n_slots`,
