@@ -213,22 +213,44 @@ def test_a_collection_keeps_the_latest_turns_whole_up_to_its_share_of_the_room()
     assert kept[0.6] >= kept[0.0] + 4  # two more exchanges at least
 
 
-def test_a_collection_keeps_the_latest_turns_whole_by_count_whatever_their_size() -> None:
-    # the latest three exchanges carry long listings, together far over the 10% landing:
-    # by count, not by share of the room, they are still sent as they were (a small window
-    # keeps the agent's last steps as a large one does); the default count keeps one
+def listed(lines: int) -> list[dict[str, Any]]:
+    """A history whose latest three exchanges carry listings of `lines` lines (~15 tokens each)."""
     messages = history(START)
     for index in (-1, -3, -5):
         messages[index]["content"][0]["content"] = "".join(
-            f"src/pkg/module_{j}_{index}.py: 3 warnings, 812 bytes\n" for j in range(120)
+            f"src/pkg/module_{j}_{index}.py: 3 warnings, 812 bytes\n" for j in range(lines)
         )
+    return messages
+
+
+def test_a_collection_keeps_the_latest_turns_whole_by_count_beyond_its_landings_share() -> None:
+    # three listings of ~1,800 tokens each, far over 60% of a 10% landing's room: by count,
+    # not by that share, they are still sent as they were (a small window keeps the agent's
+    # last steps as a large one does); a count of two keeps one
+    messages = listed(120)
     kept = {}
     for turns in (2, 6):
-        gateway = pipeline(gateway_recent_turns=turns, gateway_full_landing_percent=10.0)
+        gateway = pipeline(
+            gateway_recent_turns=turns,
+            gateway_recent_share=0.6,
+            gateway_full_landing_percent=10.0,
+        )
         prepared = send(gateway, messages)
         assert prepared.note.startswith("full collection"), prepared.note
         kept[turns] = unchanged_suffix(sent(prepared), messages)
     assert kept[2] < 6 <= kept[6]
+
+
+def test_the_count_yields_where_the_latest_turns_would_not_fit_the_ceiling() -> None:
+    # listings of ~6,000 tokens each: six turns whole would pass 60% of the room under
+    # the 20,000 window, so the collection keeps fewer whole and still lands under it
+    messages = listed(400)
+    gateway = pipeline(gateway_recent_turns=6, gateway_recent_share=0.6)
+    prepared = send(gateway, messages)
+    assert prepared.outcome == Outcome.OPTIMIZED, prepared.note
+    assert prepared.note.startswith("full collection"), prepared.note
+    assert prepared.tokens_after <= WINDOW
+    assert unchanged_suffix(sent(prepared), messages) < 6
 
 
 def test_a_negative_count_of_latest_turns_is_refused() -> None:

@@ -26,6 +26,9 @@ from enum import Enum
 from ctxopt.api.gateway.formats.conversation import latest_turns
 from ctxopt.api.gateway.projection import Call, TurnProjection
 
+# The model's latest call and the result that answers it: kept whole by every collection
+LATEST_EXCHANGE = 2
+
 
 class Kind(Enum):
     """Which collection ran (a closed outcome, for the log line and the tests)."""
@@ -87,6 +90,18 @@ def old_prefix(call: Call, turns: Sequence[TurnProjection], old: Set[str]) -> in
             break
         kept += entry.total
     return kept
+
+
+def latest_count(
+    turns: Sequence[TurnProjection], *, after: int, most: int, room: int, share: float
+) -> int:
+    """How many of the latest turns a collection keeps whole by count: `most`, but
+    no more than fill `share` of `room` (what the ceiling leaves above the frame and
+    the task) as they are sent now, so a few huge turns never leave a prompt over
+    the ceiling with nothing to prune; never fewer than the latest exchange
+    (LATEST_EXCHANGE turns) unless `most` is."""
+    fits = len(turns) - latest_start(turns, after=after, room=room, share=share)
+    return min(most, max(LATEST_EXCHANGE, fits))
 
 
 def latest_start(turns: Sequence[TurnProjection], *, after: int, room: int, share: float) -> int:

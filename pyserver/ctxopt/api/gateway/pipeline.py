@@ -47,6 +47,7 @@ from ctxopt.api.gateway.formats.conversation import (
 )
 from ctxopt.api.gateway.generations import (
     Kind,
+    latest_count,
     latest_start,
     minor_floor,
     old_prefix,
@@ -369,34 +370,38 @@ class Pipeline:
         roots = tuple(i for t in sorted(call.protected) for i in call.ids[t] if i in state.live)
         old = state.generations.old
         task = first_prompt(call.conversation.turns)
+        after = -1 if task is None else task
+        share = self.config.gateway_recent_share
+        recent = latest_count(
+            projection.turns,
+            after=after,
+            most=self.config.gateway_recent_turns,
+            room=call.ceiling - due.fixed,
+            share=share,
+        )
 
         def latest(target: int) -> int:
-            return latest_start(
-                projection.turns,
-                after=-1 if task is None else task,
-                room=target - due.fixed,
-                share=self.config.gateway_recent_share,
-            )
+            return latest_start(projection.turns, after=after, room=target - due.fixed, share=share)
 
         def whole_from(start: int) -> tuple[str, ...]:
             return tuple(i for row in call.ids[start:] for i in row if i in state.live)
 
         if self.config.gateway_generations and old:
-            floor = minor_floor(
-                call, projection.turns, old, recent_turns=self.config.gateway_recent_turns
-            )
+            floor = minor_floor(call, projection.turns, old, recent_turns=recent)
             if floor <= due.target:
                 frozen = tuple(i for i in sorted(old) if i in state.live)
                 kept = roots + frozen + whole_from(latest(due.target))
-                note, projection = self._passes(call, state, projection, due.target, kept)
+                note, projection = self._passes(
+                    call, state, projection, due.target, Roots(recent_turns=recent, root_ids=kept)
+                )
                 if projection.tokens_after <= due.target + MINOR_SLACK * call.ceiling:
                     return f"{Kind.MINOR.value} collection {note}".strip(), projection
         start = latest(due.full_target)
         kept = roots + whole_from(start)
-        note, projection = self._passes(call, state, projection, due.full_target, kept)
-        state.generations.promote(
-            promoted(call, recent_turns=self.config.gateway_recent_turns, kept_from=start)
+        note, projection = self._passes(
+            call, state, projection, due.full_target, Roots(recent_turns=recent, root_ids=kept)
         )
+        state.generations.promote(promoted(call, recent_turns=recent, kept_from=start))
         return f"{Kind.FULL.value} collection {note}".strip(), projection
 
     def _passes(
@@ -405,13 +410,14 @@ class Pipeline:
         state: ConversationState,
         projection: Projection,
         target: int,
-        roots: tuple[str, ...],
+        roots: Roots,
     ) -> tuple[str, Projection]:
         """Run plans until the prompt lands at the target; their decisions
-        replace the ones that stuck on the chunks they decide (`roots` are kept
-        as they are). The engine sees its own view of the chunks (a stashed
-        chunk costs it nothing), so each pass restates the ceiling and the
-        target without what the request carries beyond that view."""
+        replace the ones that stuck on the chunks they decide (`roots`, the
+        latest turns and the chunks named, are kept as they are). The engine
+        sees its own view of the chunks (a stashed chunk costs it nothing), so
+        each pass restates the ceiling and the target without what the request
+        carries beyond that view."""
         note = ""
         for _ in range(MAX_PASSES):
             options = OptimizeOptions(
@@ -423,7 +429,7 @@ class Pipeline:
                     target_tokens=max(1, target - projection.overhead),
                 ),
                 query=query_of(call.conversation.turns),
-                roots=Roots(recent_turns=self.config.gateway_recent_turns, root_ids=roots),
+                roots=roots,
                 strategy=STRATEGY,
                 force=True,  # the schedule decided (on the next call's size)
                 lean=True,
