@@ -24,10 +24,8 @@ and a checksum (8) of everything before it.
 
 from __future__ import annotations
 
-import hashlib
 import struct
 import sys
-from array import array
 from dataclasses import dataclass
 
 from ctxopt.scoring.line_value import (
@@ -39,12 +37,12 @@ from ctxopt.scoring.line_value import (
     profile,
     profile_memo,
 )
+from ctxopt.text.sealed import DIGEST, digest, opened, packed, seal, text_digest, unpacked
 
 FORMAT = 1
 NAMES, CITED, PROFILE = 1, 2, 4
 _MAGIC = b"CL"
-_DIGEST = 8
-_HEAD = struct.Struct(f"<2sB{_DIGEST}s{_DIGEST}sB6I")
+_HEAD = struct.Struct(f"<2sB{DIGEST}s{DIGEST}sB6I")
 _INT64 = range(-(1 << 63), 1 << 63)
 # Numbered lines, a traceback, a header stack, paths and names, cited ranges:
 # every rule of `line_value` changes the facts of this text.
@@ -89,21 +87,6 @@ def tell(text: str, facts: TextFacts) -> None:
         profile_memo.tell(text, facts.profile)
 
 
-def _digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=_DIGEST).digest()
-
-
-def _text_digest(text: str) -> bytes:
-    return _digest(text.encode("utf-8", "surrogatepass"))
-
-
-def _int64s(values: list[int]) -> bytes:
-    packed = array("q", values)
-    if sys.byteorder == "big":
-        packed.byteswap()
-    return packed.tobytes()
-
-
 def _body(rules: bytes, text: str, facts: TextFacts, *, ordered: bool = False) -> bytes | None:
     """The blob less its checksum; None when a number does not fit an int64.
     The names go in set order unless `ordered` (the rules' probe: its digest
@@ -134,8 +117,8 @@ def _body(rules: bytes, text: str, facts: TextFacts, *, ordered: bool = False) -
         return None
     ints = [*numbered, *numbers, *errors, *under, *headers, *cited]
     counts = (n_lines, len(numbered), len(errors), len(under), len(cited), len(found))
-    head = _HEAD.pack(_MAGIC, FORMAT, rules, _text_digest(text), held, *counts)
-    return head + _int64s(ints) + "\0".join(found).encode("utf-8")
+    head = _HEAD.pack(_MAGIC, FORMAT, rules, text_digest(text), held, *counts)
+    return head + packed("q", ints) + "\0".join(found).encode("utf-8")
 
 
 class LineBlobs:
@@ -143,9 +126,9 @@ class LineBlobs:
 
     def __init__(self) -> None:
         probe = TextFacts(names(_PROBE), cited_numbers(_PROBE), profile(_PROBE))
-        probe_body = _body(b"\0" * _DIGEST, _PROBE, probe, ordered=True)
+        probe_body = _body(b"\0" * DIGEST, _PROBE, probe, ordered=True)
         assert probe_body is not None
-        self._rules = _digest(bytes([FORMAT]) + probe_body)
+        self._rules = digest(bytes([FORMAT]) + probe_body)
 
     def encode(self, text: str, facts: TextFacts) -> bytes | None:
         """The blob of `facts` (made from `text`); None when there is nothing
@@ -153,26 +136,21 @@ class LineBlobs:
         if not facts.held:
             return None
         body = _body(self._rules, text, facts)
-        return None if body is None else body + _digest(body)
+        return None if body is None else seal(body)
 
     def decode(self, text: str, blob: bytes | None) -> TextFacts | None:
         """The facts `blob` holds for `text`, None when it cannot be trusted."""
-        if blob is None or len(blob) < _HEAD.size + _DIGEST:
+        body = opened(blob, head_size=_HEAD.size)
+        if body is None:
             return None
-        body, checksum = blob[:-_DIGEST], blob[-_DIGEST:]
-        magic, version, rules, text_digest, held, *counts = _HEAD.unpack_from(body)
+        magic, version, rules, of_text, held, *counts = _HEAD.unpack_from(body)
         if (magic, version, rules) != (_MAGIC, FORMAT, self._rules) or held & ~7 or not held:
             return None
         n_lines, n_numbered, n_errors, n_under, n_cited, n_names = counts
         ints_end = _HEAD.size + 8 * (2 * n_numbered + n_errors + 2 * n_under + n_cited)
-        if ints_end > len(body) or _digest(body) != checksum:
+        if ints_end > len(body) or of_text != text_digest(text):
             return None
-        if text_digest != _text_digest(text):
-            return None
-        ints = array("q")
-        ints.frombytes(body[_HEAD.size : ints_end])
-        if sys.byteorder == "big":
-            ints.byteswap()
+        ints = unpacked("q", body[_HEAD.size : ints_end])
         try:
             joined = body[ints_end:].decode("utf-8")
         except UnicodeDecodeError:
@@ -186,7 +164,7 @@ class LineBlobs:
         cited = frozenset(ints[len(ints) - n_cited :]) if held & CITED else None
         made = None
         if held & PROFILE:
-            made = _profile(text, n_lines, ints.tolist(), (n_numbered, n_errors, n_under), known)
+            made = _profile(text, n_lines, ints, (n_numbered, n_errors, n_under), known)
             if made is None:
                 return None
         return TextFacts(known if held & (NAMES | PROFILE) else None, cited, made)

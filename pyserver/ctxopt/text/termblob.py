@@ -17,19 +17,16 @@ checksum (8) of everything before it.
 
 from __future__ import annotations
 
-import hashlib
 import struct
-import sys
-from array import array
 from collections import Counter
 from dataclasses import dataclass
 
 from ctxopt.text.analyzer import Analyzer
+from ctxopt.text.sealed import DIGEST, digest, opened, packed, seal, text_digest, unpacked
 
 FORMAT = 1
 _MAGIC = b"CT"
-_DIGEST = 8
-_HEAD = struct.Struct(f"<2sB{_DIGEST}s{_DIGEST}sI")
+_HEAD = struct.Struct(f"<2sB{DIGEST}s{DIGEST}sI")
 # Stopwords, stems, identifiers, numbers, non-ASCII and an over-long run: every
 # analyzer option and rule changes the terms of this text.
 _PROBE = (
@@ -51,20 +48,12 @@ class DocTerms:
         return cls(list(counted), list(counted.values()))
 
 
-def _digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=_DIGEST).digest()
-
-
-def _text_digest(text: str) -> bytes:
-    return _digest(text.encode("utf-8", "surrogatepass"))
-
-
 class TermBlobs:
     """Encodes and decodes the blobs of one analyzer's terms (thread-safe)."""
 
     def __init__(self, analyzer: Analyzer) -> None:
         self.analyzer = analyzer
-        self._analyzer_digest = _digest(
+        self._analyzer_digest = digest(
             f"{FORMAT}\0{' '.join(analyzer.terms(_PROBE))}".encode("utf-8", "surrogatepass")
         )
 
@@ -72,30 +61,24 @@ class TermBlobs:
         return DocTerms.of(self.analyzer.terms(text))
 
     def encode(self, text: str, doc: DocTerms) -> bytes:
-        counts = array("I", doc.counts)
-        if sys.byteorder == "big":
-            counts.byteswap()
-        head = _HEAD.pack(_MAGIC, FORMAT, self._analyzer_digest, _text_digest(text), len(doc.terms))
-        body = head + counts.tobytes() + "\0".join(doc.terms).encode("utf-8", "surrogatepass")
-        return body + _digest(body)
+        head = _HEAD.pack(_MAGIC, FORMAT, self._analyzer_digest, text_digest(text), len(doc.terms))
+        body = (
+            head + packed("I", doc.counts) + "\0".join(doc.terms).encode("utf-8", "surrogatepass")
+        )
+        return seal(body)
 
     def decode(self, text: str, blob: bytes | None) -> DocTerms | None:
         """The terms `blob` holds for `text`, None when it cannot be trusted."""
-        if blob is None or len(blob) < _HEAD.size + _DIGEST:
+        body = opened(blob, head_size=_HEAD.size)
+        if body is None:
             return None
-        body, checksum = blob[:-_DIGEST], blob[-_DIGEST:]
-        magic, version, analyzer, text_digest, n = _HEAD.unpack_from(body)
+        magic, version, analyzer, of_text, n = _HEAD.unpack_from(body)
         if (magic, version, analyzer) != (_MAGIC, FORMAT, self._analyzer_digest):
             return None
         counts_end = _HEAD.size + 4 * n
-        if counts_end > len(body) or _digest(body) != checksum:
+        if counts_end > len(body) or of_text != text_digest(text):
             return None
-        if text_digest != _text_digest(text):
-            return None
-        counts = array("I")
-        counts.frombytes(body[_HEAD.size : counts_end])
-        if sys.byteorder == "big":
-            counts.byteswap()
+        counts = unpacked("I", body[_HEAD.size : counts_end])
         try:
             joined = body[counts_end:].decode("utf-8", "surrogatepass")
         except UnicodeDecodeError:
@@ -104,4 +87,4 @@ class TermBlobs:
         well_formed = len(terms) == n == len(set(terms)) and (n or not joined)
         if not well_formed or 0 in counts:
             return None
-        return DocTerms(terms, counts.tolist())
+        return DocTerms(terms, counts)
