@@ -327,9 +327,11 @@ class Pipeline:
         """Decisions on chunks the engine session holds whole again (brought back
         through MCP, gRPC or the command line) stop sticking: the host's next
         request carries the original instead of the placeholder or excerpt."""
+        state.just_restored = ()  # an engine failure below restores nothing this call
         decided = state.returnable
-        if decided:
-            state.restored(self.engine.held_whole(state.owner, state.session_id, decided))
+        state.restored(
+            self.engine.held_whole(state.owner, state.session_id, decided) if decided else []
+        )
 
     def _shrink_arrivals(
         self, call: Call, state: ConversationState, projection: Projection
@@ -368,6 +370,7 @@ class Pipeline:
         floor is under the target, generations.py), else a full one, which
         starts a new old generation."""
         roots = tuple(i for t in sorted(call.protected) for i in call.ids[t] if i in state.live)
+        roots += tuple(i for i in state.just_restored if i in state.live)
         old = state.generations.old
         task = first_prompt(call.conversation.turns)
         after = -1 if task is None else task

@@ -91,6 +91,8 @@ class ConversationState:
         self._judged = 0  # leading turns whose answered outputs were judged (arrivals.py)
         self.pace = Pace()  # the prompt's growth per call (schedule.py)
         self.generations = Generations()  # the old generation (generations.py)
+        # what this call found restored since the last one: roots of its collection
+        self.just_restored: tuple[str, ...] = ()
 
     @property
     def conversation(self) -> Conversation | None:
@@ -177,7 +179,9 @@ class ConversationState:
 
     def restored(self, ids: Sequence[str]) -> None:
         """Chunks the engine holds whole again (restored through MCP, gRPC or the
-        command line): their decisions stop sticking."""
+        command line): their decisions stop sticking, and this call's collection
+        keeps them (someone asked for them back: they reach the model at least once)."""
+        self.just_restored = tuple(ids)
         for whole in ids:
             del self._decisions[whole]
             self._replacements.pop(whole, None)
