@@ -284,7 +284,7 @@ class Pipeline:
                     old_prefix=kept,
                 )
                 if due is not None:
-                    note, projection = self._collect(call, state, projection, due)
+                    note, projection = self._collect(call, state, projection, due, first)
         except Exception as e:  # never worse, as above
             log.warning("gateway: plan failed for %s: %s", state.session_id, e)
             return self._fallback(call, state, raw, f"engine: {e}"[:200])
@@ -364,15 +364,19 @@ class Pipeline:
         return bool(plan.decisions)
 
     def _collect(
-        self, call: Call, state: ConversationState, projection: Projection, due: Collection
+        self,
+        call: Call,
+        state: ConversationState,
+        projection: Projection,
+        due: Collection,
+        task: int | None,
     ) -> tuple[str, Projection]:
         """A minor collection when generations are on and it can land (its
         floor is under the target, generations.py), else a full one, which
-        starts a new old generation."""
+        starts a new old generation (`task`: the first prompt's turn)."""
         roots = tuple(i for t in sorted(call.protected) for i in call.ids[t] if i in state.live)
         roots += tuple(i for i in state.just_restored if i in state.live)
         old = state.generations.old
-        task = first_prompt(call.conversation.turns)
         after = -1 if task is None else task
         share = self.config.gateway_recent_share
         recent = latest_count(
