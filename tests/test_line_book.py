@@ -5,8 +5,11 @@ definitions over every line of every live chunk give, or plans would change."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import pytest
-from ctxopt.model import Role
+from ctxopt.model import Chunk, Role
 from ctxopt.session import Session
 from ctxopt.text import lines
 from ctxopt.text.analyzer import Analyzer
@@ -136,3 +139,27 @@ def test_an_append_reads_again_only_the_previous_latest_holder(
         f"{shared}\n{LONG[2]}",
         shared,
     }
+
+
+@dataclass(frozen=True)
+class _At:
+    chunk: Chunk
+    slot: int
+
+
+def test_a_book_whose_chunks_all_went_forgets_every_answer_it_gave() -> None:
+    """A book holding nothing is filled in one pass (`LineBook._fill`); what it
+    answered while empty (no anchors at any slot, no excerpt) is stale once
+    the slots hold chunks again."""
+    book = LineBook()
+    first = [_At(chunk("a", f"{LONG[0]}\nx"), 0), _At(chunk("b", LONG[0]), 1)]
+    book.sync(1, first)
+    assert book.owns_anchors(2).tolist() == [False, True]
+    book.sync(2, [])
+    assert book.owns_anchors(2).tolist() == [False, False]
+    assert book.excerpts(np.ones(2, dtype=bool), "k", lambda slot: None).tolist() == [-1.0, -1.0]
+    book.sync(3, [_At(chunk("c", LONG[0]), 0), _At(chunk("d", f"{LONG[0]}\ny"), 1)])
+    assert book.owns_anchors(2).tolist() == [False, True]
+    made = book.excerpts(np.ones(2, dtype=bool), "k", lambda slot: (f"e{slot}", 3))
+    assert made.tolist() == [3.0, 3.0]
+    assert book.repeated(2).tolist() == [1.0, 0.0]

@@ -152,6 +152,9 @@ class LineBook:
             return
         self._synced_index = index_version
         live = {e.slot: e.chunk for e in live_chunks}
+        if not self.text:
+            self._fill(live)
+            return
         touched: set[str] = set()
         for slot in [s for s in self.text if s not in live]:
             touched |= self._drop(slot)
@@ -181,6 +184,50 @@ class LineBook:
             self._forget_placement(slot)
         for slot in set().union(*(self.holders[key] for key in quoting if key in self.holders)):
             self._quoted_lines.pop(slot, None)
+
+    def _fill(self, live: dict[int, Chunk]) -> None:
+        """`sync` of a book that holds nothing (a session's first plan, a
+        restart's): ~40% of a restart's first sync went to undoing answers no
+        one had asked and to finding each line's latest holder among holders
+        added in slot order. In slot order the slot being added is above every
+        holder of its lines, so it is their latest and a model chunk quotes
+        every holder so far that the model did not write. Any answer still
+        cached is of a slot that went, so all are forgotten at once."""
+        self._forget_all()
+        text, holders, latest, shared = self.text, self.holders, self._latest, self._shared
+        by_model, quoted = self._by_model, self.quoted
+        for slot in sorted(live):
+            chunk = live[slot]
+            text[slot] = chunk.text
+            keys = text_lines(chunk.text).distinct
+            if chunk.role == Role.MODEL:
+                by_model.add(slot)
+                for key in keys:
+                    held = holders.get(key)
+                    if held is not None:
+                        quoted |= held - by_model
+            for key in keys:
+                held = holders.get(key)
+                if held is None:
+                    holders[key] = {slot}
+                else:
+                    held.add(slot)
+                    if len(held) == 2:
+                        shared.add(key)
+            latest.update(dict.fromkeys(keys, slot))
+        self._repeat_stale.update(text)
+
+    def _forget_all(self) -> None:
+        """Every slot's cached answers are stale."""
+        self.version += 1
+        self._anchors.clear()
+        self._quoted_lines.clear()
+        self._repeated.clear()
+        self._repeated_all = None
+        self._repeat_stale = set()
+        self._excerpt_key = None
+        self._excerpt_text.clear()
+        self._owns = np.zeros(0, dtype=np.int8)
 
     def _touch(self, keys: set[str]) -> None:
         """Cached answers of every slot sharing these keys are stale."""
