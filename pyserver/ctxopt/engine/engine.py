@@ -91,7 +91,7 @@ class Engine:
             stash_max_bytes=config.stash_max_bytes,
             analyzer=self.analyzer.with_identifier_parts(),  # the stash finds name parts
         )
-        self.sessions = LiveSessions(config, self.store, self.analyzer)
+        self.sessions = LiveSessions(config, self.store, self.analyzer, self.counter)
         self.registry = self.sessions.registry
         self._warm = WarmSessions(self.analyzer)
         self.collector = Collector(config, self.tuning, self.analyzer, self.counter)
@@ -252,7 +252,8 @@ class Engine:
         with session.lock:
             if options.delete_ids:
                 check_removable(session.view(), options.delete_ids, options.roots, "delete_ids")
-            plan = self.collector.plan(session, options)
+            with self.collector.noted.noting() as counted:
+                plan = self.collector.plan(session, options)
             if plan.triggered and not options.dry_run:
                 change = plan_change(
                     session.id,
@@ -266,6 +267,7 @@ class Engine:
             if plan.triggered:
                 self.last_plans.record(owner, session_id, plan, dry_run=options.dry_run)
             self.sessions.keep_line_facts(session)
+            self.sessions.keep_counts(session, counted)
         plan.server_ms = (time.perf_counter() - started) * 1000
         return plan
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from weakref import WeakKeyDictionary
 
 from ctxopt import validate
@@ -33,9 +34,14 @@ from ctxopt.store import (
     stored_of,
 )
 from ctxopt.text.analyzer import Analyzer
+from ctxopt.text.countblob import CountBlobs
 from ctxopt.text.termblob import DocTerms, TermBlobs
+from ctxopt.tokens import TokenCounter, count_key
 
 log = logging.getLogger(__name__)
+
+KEPT_COUNTS_PER_CHUNK = 4
+MIN_KEPT_COUNTS = 1024
 
 
 @dataclass(slots=True)
@@ -47,6 +53,15 @@ class _KeptFacts:
 
     made: tuple[int, int, int] = (-1, -1, -1)
     by_id: dict[str, int] = field(default_factory=dict)
+    # the token counts stored for its plans (text digest -> tokens), least
+    # recently noted first
+    counts: dict[bytes, int] = field(default_factory=dict)
+
+
+def _kept_counts(session: Session) -> int:
+    """How many token counts a session keeps: a plan counts at most a few
+    excerpts per live chunk, and older ones are of texts gone or changed."""
+    return max(MIN_KEPT_COUNTS, KEPT_COUNTS_PER_CHUNK * len(session.entries))
 
 
 def _wanted(role: Role, kind: ChunkKind) -> int:
@@ -61,10 +76,14 @@ class LiveSessions:
     """Sessions by id, loaded on first use; `load_lock` guards bringing a stored
     session into memory (and an import replacing one)."""
 
-    def __init__(self, config: Config, store: Store, analyzer: Analyzer) -> None:
+    def __init__(
+        self, config: Config, store: Store, analyzer: Analyzer, counter: TokenCounter
+    ) -> None:
         self.config = config
         self.store = store
         self.analyzer = analyzer
+        self.counter = counter
+        self.count_blobs = CountBlobs(counter)
         self.registry = Registry(analyzer)
         self.term_blobs = TermBlobs(analyzer)
         self.line_blobs = LineBlobs()
@@ -135,6 +154,10 @@ class LiveSessions:
         session.collections = stored.collections
         decode, decode_lines = self.term_blobs.decode, self.line_blobs.decode
         kept = self._kept.setdefault(session, _KeptFacts())
+        counts = self.count_blobs.decode(stored.counts)
+        if counts is not None:
+            self.counter.tell(counts)
+            kept.counts = counts
         for item in stored.chunks:
             text = item.chunk.text
             session.restore_entry(entry_of(item), decode(text, item.term_blob))
@@ -175,6 +198,32 @@ class LiveSessions:
             kept.by_id[chunk_id] = facts.held  # a failed write only costs a restart
         if pending:
             self._writer.submit(self._write_line_facts, session.id, pending)
+
+    def keep_counts(self, session: Session, counted: Mapping[str, int]) -> None:
+        """Store the token counts the session's plans asked for (the last
+        `KEPT_COUNTS_PER_CHUNK` per live chunk), so a restart's first plan
+        reads them (text/countblob.py): written, as the line facts are, by
+        the background thread, and only when a plan counted a text not
+        stored yet. The caller holds the session's lock."""
+        kept = self._kept.setdefault(session, _KeptFacts())
+        counts = kept.counts
+        new = False
+        for text, n in counted.items():
+            key = count_key(text)
+            new = new or key not in counts
+            counts.pop(key, None)  # noted again: the latest
+            counts[key] = n
+        if not new:
+            return
+        for key in list(islice(counts, max(0, len(counts) - _kept_counts(session)))):
+            del counts[key]
+        self._writer.submit(self._write_counts, session.id, dict(counts))
+
+    def _write_counts(self, session_id: str, counts: dict[bytes, int]) -> None:
+        try:
+            self.store.keep_counts(session_id, self.count_blobs.encode(counts))
+        except CtxoptError as err:
+            log.warning("session %r: token counts not kept: %s", session_id, err)
 
     def _write_line_facts(self, session_id: str, pending: list[tuple[str, str, TextFacts]]) -> None:
         encode = self.line_blobs.encode

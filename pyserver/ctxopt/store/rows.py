@@ -43,6 +43,8 @@ class StoredSession:
     owner: str
     collections: int
     chunks: list[StoredChunk]
+    # the token counts its plans made (text/countblob.py), as stored
+    counts: bytes | None = None
 
 
 # The owner's live sessions with their stash totals, most recently used first
@@ -109,6 +111,10 @@ RESTASH_SQL = (
     "plan_id = ? WHERE session_id = ? AND stash_id = ?"
 )
 SET_LINE_BLOB_SQL = "UPDATE chunks SET line_blob = ? WHERE session_id = ? AND chunk_id = ?"
+# a session gone meanwhile gets no row
+SET_COUNTS_SQL = """INSERT INTO plan_counts SELECT ?1, ?2
+WHERE EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1)
+ON CONFLICT (session_id) DO UPDATE SET blob = excluded.blob"""
 
 
 def restash_values(session_id: str, r: Restash) -> tuple[object, ...]:

@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 from ctxopt.store.rows import CHUNK_COLUMNS
 from ctxopt.store.search import FTS_TOKENIZER, Terms, analyzer_identity, index_text, term_count
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # Each owner's entries and terms: the statistics of its stash search (ranking.py)
 _OWNER_TOTALS = """CREATE TABLE IF NOT EXISTS stash_owner_totals (
@@ -40,6 +40,11 @@ CREATE TABLE IF NOT EXISTS chunks (
   UNIQUE (session_id, chunk_id)
 );
 CREATE INDEX IF NOT EXISTS chunks_by_seq ON chunks (session_id, seq);
+
+CREATE TABLE IF NOT EXISTS plan_counts (
+  session_id TEXT PRIMARY KEY,
+  blob BLOB NOT NULL
+);
 
 CREATE TABLE IF NOT EXISTS stash (
   id INTEGER PRIMARY KEY,
@@ -164,6 +169,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # v6 keeps the line facts a plan made of each text (scoring/lineblob.py);
     # older rows have none, and a restart's first plan makes them as before
     5: ("ALTER TABLE chunks ADD COLUMN line_blob BLOB",),
+    # v7 keeps the token counts each session's plans made (text/countblob.py)
+    # in `plan_counts`, which the tables' script creates; older sessions have
+    # none, and a restart's first plan counts its excerpts as before
+    6: (),
 }
 
 REINDEX_BATCH = 1_000  # originals analysed and indexed per transaction by a reindex

@@ -66,6 +66,7 @@ from ctxopt.store.rows import (
     LIVE_SELECT,
     LIVE_UPSERT,
     RESTASH_SQL,
+    SET_COUNTS_SQL,
     SET_LINE_BLOB_SQL,
     STASH_NAMES,
     STASH_SELECT,
@@ -287,11 +288,19 @@ class Store:
         with self._transaction() as cur:
             cur.executemany(SET_LINE_BLOB_SQL, [(blob, session_id, i) for i, blob in rows])
 
+    def keep_counts(self, session_id: str, blob: bytes) -> None:
+        """Store the token counts a session's plans made (text/countblob.py),
+        replacing those stored; like `keep_line_facts`, a cache beside the
+        session, and a session gone meanwhile gets none."""
+        with self._transaction() as cur:
+            cur.execute(SET_COUNTS_SQL, (session_id, blob))
+
     def delete_session(self, owner: str, session_id: str, *, purge_stash: bool) -> bool:
         """Delete a live session (and its stash when `purge_stash`); whether anything existed."""
         with self._transaction() as cur:
             require_owner(owners_of(cur, session_id), owner, session_id)
             cur.execute("DELETE FROM chunks WHERE session_id = ?", (session_id,))
+            cur.execute("DELETE FROM plan_counts WHERE session_id = ?", (session_id,))
             existed = cur.execute(
                 "DELETE FROM sessions WHERE session_id = ?", (session_id,)
             ).rowcount
@@ -440,7 +449,7 @@ class Store:
                 raise FailedPrecondition(
                     "replace", replace, f"session {session_id!r} exists; set replace to overwrite"
                 )
-            for table in ("chunks", "sessions", "stash", "stash_totals"):
+            for table in ("chunks", "sessions", "stash", "stash_totals", "plan_counts"):
                 cur.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
             cur.execute(
                 "INSERT INTO sessions VALUES (?, ?, ?)", (session_id, owner, session.collections)
@@ -486,4 +495,10 @@ def _load_session(cur: sqlite3.Cursor, session_id: str) -> StoredSession | None:
     rows = cur.execute(
         f"SELECT {LIVE_SELECT} FROM chunks WHERE session_id = ? ORDER BY seq", (session_id,)
     ).fetchall()
-    return StoredSession(session_id, str(head[0]), int(head[1]), [live_from(r) for r in rows])
+    counts = cur.execute(
+        "SELECT blob FROM plan_counts WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    chunks = [live_from(r) for r in rows]
+    return StoredSession(
+        session_id, str(head[0]), int(head[1]), chunks, None if counts is None else counts[0]
+    )

@@ -53,8 +53,8 @@ def unpacked(typecode: str, data: bytes) -> list[int]:
 
 def opened(blob: bytes | None, *, head_size: int) -> bytes | None:
     """The body of a sealed `blob` at least `head_size` bytes long whose
-    checksum holds, else None."""
-    if blob is None or len(blob) < head_size + DIGEST:
+    checksum holds, else None (a column of another type included)."""
+    if not isinstance(blob, bytes) or len(blob) < head_size + DIGEST:
         return None
     body, checksum = blob[:-DIGEST], blob[-DIGEST:]
     return body if digest(body) == checksum else None
