@@ -130,9 +130,10 @@ class LineBook:
         self._shared: set[str] = set()
         self.quoted: set[int] = set()  # slots a later model chunk quoted a line of
         self._by_model: set[int] = set()  # slots the model wrote (never marked quoted)
-        # key -> how many slots the model wrote hold it: whether another of them
-        # holds a slot's line is one lookup (a set operation over the holders of
-        # a line thousands of chunks hold took ~12 ms per 1,000 chunks at 10,000)
+        # shared key -> how many slots the model wrote hold it (absent: none):
+        # whether another of them holds a slot's line is one lookup (a set
+        # operation over the holders of a line thousands of chunks hold took
+        # ~12 ms per 1,000 chunks at 10,000)
         self._model_held: Counter[str] = Counter()
         self._anchors: dict[int, tuple[int, ...]] = {}  # slot -> cached anchors
         self._quoted_lines: dict[int, frozenset[int]] = {}  # slot -> cached quoted lines
@@ -175,10 +176,8 @@ class LineBook:
             if slot in self.text:
                 touched |= self._drop(slot)
             by_model = chunk.role == Role.MODEL
-            keys, above = self._add(slot, chunk.text, was_latest)
+            keys, above = self._add(slot, chunk.text, by_model, was_latest)
             if by_model:
-                self._by_model.add(slot)
-                self._model_held.update(keys)
                 self._mark_quoted(slot, keys)
                 quoting |= above
             touched |= keys - above
@@ -205,9 +204,9 @@ class LineBook:
             chunk = live[slot]
             text[slot] = chunk.text
             keys = text_lines(chunk.text).distinct
-            if chunk.role == Role.MODEL:
+            is_model = chunk.role == Role.MODEL
+            if is_model:
                 by_model.add(slot)
-                model_held.update(keys)
                 for key in keys:
                     held = holders.get(key)
                     if held is not None:
@@ -218,9 +217,13 @@ class LineBook:
                     holders[key] = {slot}
                 else:
                     held.add(slot)
+                    latest[key] = slot  # kept for lines two or more hold, as `_add` does
                     if len(held) == 2:
                         shared.add(key)
-            latest.update(dict.fromkeys(keys, slot))
+                        if not held.isdisjoint(by_model):
+                            model_held[key] = len(held & by_model)
+                    elif is_model:
+                        model_held[key] += 1
         self._repeat_stale.update(text)
 
     def _forget_all(self) -> None:
@@ -303,12 +306,15 @@ class LineBook:
         return self._excerpt_text[slot]
 
     def _add(
-        self, slot: int, text: str, was_latest: set[int]
+        self, slot: int, text: str, by_model: bool, was_latest: set[int]
     ) -> tuple[frozenset[str], frozenset[str]]:
-        """Hold the slot's lines; returns them, and those of them it holds
-        above every other holder (their previous latest holders are added to
-        `was_latest`; every holder of the other lines has stale answers)."""
+        """Hold the slot's lines (`by_model`: the model wrote them); returns
+        them, and those of them it holds above every other holder (their
+        previous latest holders are added to `was_latest`; every holder of the
+        other lines has stale answers)."""
         self.version += 1
+        if by_model:
+            self._by_model.add(slot)
         self.text[slot] = text
         keys = text_lines(text).distinct
         self._anchors.pop(slot, None)  # answered while the slot was empty or held another text
@@ -317,6 +323,7 @@ class LineBook:
         self._repeat_stale.add(slot)
         self._forget_excerpt(slot)
         latest, holders, shared = self._latest, self.holders, self._shared
+        model, model_held = self._by_model, self._model_held
         above: list[str] = []
         for key in keys:
             held = holders[key]
@@ -331,6 +338,10 @@ class LineBook:
             held.add(slot)
             if len(held) == 2:
                 shared.add(key)
+                if not held.isdisjoint(model):
+                    model_held[key] = len(held & model)
+            elif by_model and len(held) > 2:
+                model_held[key] += 1
         return keys, frozenset(above)
 
     def _mark_quoted(self, slot: int, keys: frozenset[str]) -> None:
@@ -348,19 +359,21 @@ class LineBook:
         """Forget the slot's lines; returns them (their holders' answers are stale)."""
         keys = text_lines(self.text.pop(slot)).distinct
         self.quoted.discard(slot)
-        if slot in self._by_model:
-            self._by_model.discard(slot)
-            self._model_held.subtract(keys)
-            model_held = self._model_held
-            for key in keys:
-                if not model_held[key]:
-                    del model_held[key]
+        by_model = slot in self._by_model
+        self._by_model.discard(slot)
+        model_held = self._model_held
         for key in keys:
             holders = self.holders[key]
             holders.discard(slot)
             self._latest.pop(key, None)
             if len(holders) < 2:
                 self._shared.discard(key)
+                model_held.pop(key, None)
+            elif by_model:
+                if model_held[key] > 1:
+                    model_held[key] -= 1
+                else:
+                    del model_held[key]
             if not holders:
                 del self.holders[key]
         self._anchors.pop(slot, None)
