@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from ctxopt.engine import Engine
 from ctxopt.model import Chunk, ChunkKind, Role
 from ctxopt.scoring import line_value
 from ctxopt.scoring.lineblob import CITED, NAMES, PROFILE, LineBlobs, TextFacts, remembered
+from ctxopt.session import session as session_module
 from ctxopt.store import DB_FILE
 from ctxopt.text.bm25 import BM25Index
 from hypothesis import given, settings
@@ -271,3 +273,35 @@ def test_a_chunk_whose_text_changes_gets_the_facts_of_its_new_text_kept(tmp_path
     engine.close()
     decoded = BLOBS.decode(text, blobs(tmp_path)["o1"])
     assert decoded is not None and decoded.profile == made(text).profile
+
+
+def test_a_compacted_session_keeps_the_facts_of_the_chunks_it_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction renumbers the live chunks: what the store holds of each
+    moves with its chunk, so a chunk appended later at a slot another chunk
+    left gets its own facts kept (a restart then makes none again)."""
+    monkeypatch.setattr(session_module, "COMPACT_MIN_DEAD_SLOTS", 1)
+    engine = Engine(Config(data_dir=str(tmp_path)))
+    engine.append("", S, session_chunks("moved"))
+    plans(engine)
+    gone = ["task", *(f"{kind}{n}" for n in range(1, 5) for kind in "mo")]
+    engine.remove("", S, gone, stash_originals=False)
+    assert engine.sessions.get("", S).n_slots == 8  # compacted
+    later = [c for c in session_chunks("later") if c.id not in ("task", "m1", "o1")]
+    # a user turn first: each later text then lands on the slot a text of its
+    # kind left (compacted away), with the facts that one had stored
+    user = chunk("u-later", "Now the shipping module, same rounding.", turn=9)
+    engine.append("", S, [user, *(replace(c, id=f"{c.id}-later", turn=c.turn + 8) for c in later)])
+    plans(engine)
+    engine.close()
+    kept = blobs(tmp_path)
+    for n in range(2, 7):  # every later model text, every later output the plans profiled
+        assert kept[f"m{n}-later"] and kept[f"o{n}-later"]
+    forget_made_facts()
+    engine = Engine(Config(data_dir=str(tmp_path)))
+    misses = [memo.misses for memo in MEMOS]
+    plans(engine)
+    engine.close()
+    assert line_value.profile_memo.misses == misses[2]
+    assert line_value.cited_memo.misses == misses[1]

@@ -46,16 +46,23 @@ MIN_KEPT_COUNTS = 1024
 
 @dataclass(slots=True)
 class _KeptFacts:
-    """What the store holds of one session's line facts: per chunk id, which
-    of them (`lineblob` bits) for its live text (`commit` forgets an id whose
-    text changes or that goes); and how many facts the process had made at
-    the last look (none made since: nothing to keep)."""
+    """What the store holds of one session's line facts: per slot, which of
+    them (`lineblob` bits) for the live text there (`commit` forgets a slot
+    whose text changes or that goes, a compaction moves them with their
+    chunks; a byte per slot, where a dict by chunk id took ~35 bytes per
+    chunk); and how many facts the process had made at the last look (none
+    made since: nothing to keep)."""
 
     made: tuple[int, int, int] = (-1, -1, -1)
-    by_id: dict[str, int] = field(default_factory=dict)
-    # the token counts stored for its plans (text digest -> tokens), least
-    # recently noted first
-    counts: dict[bytes, int] = field(default_factory=dict)
+    by_slot: bytearray = field(default_factory=bytearray)
+
+    def held(self, slot: int) -> int:
+        return self.by_slot[slot] if slot < len(self.by_slot) else 0
+
+    def hold(self, slot: int, facts: int) -> None:
+        if slot >= len(self.by_slot):
+            self.by_slot.extend(bytes(slot + 1 - len(self.by_slot)))
+        self.by_slot[slot] = facts
 
 
 def _kept_counts(session: Session) -> int:
@@ -157,14 +164,13 @@ class LiveSessions:
         counts = self.count_blobs.decode(stored.counts)
         if counts is not None:
             self.counter.tell(counts)
-            kept.counts = counts
         for item in stored.chunks:
             text = item.chunk.text
             session.restore_entry(entry_of(item), decode(text, item.term_blob))
             facts = decode_lines(text, item.line_blob) if item.line_blob is not None else None
             if facts is not None:
                 tell(text, facts)
-                kept.by_id[item.chunk.id] = facts.held
+                kept.hold(session.slot_by_id[item.chunk.id], facts.held)
         return session
 
     def keep_line_facts(self, session: Session) -> None:
@@ -187,7 +193,7 @@ class LiveSessions:
         pending: list[tuple[str, str, TextFacts]] = []
         for chunk_id, entry in session.entries.items():
             chunk = entry.chunk
-            was_held = kept.by_id.get(chunk_id, 0)
+            was_held = kept.held(entry.slot)
             wanted = _wanted(chunk.role, chunk.kind)
             if was_held & wanted == wanted:
                 continue
@@ -195,32 +201,32 @@ class LiveSessions:
             if not facts.held & wanted or facts.held & ~was_held == 0:
                 continue
             pending.append((chunk_id, chunk.text, facts))
-            kept.by_id[chunk_id] = facts.held  # a failed write only costs a restart
+            kept.hold(entry.slot, facts.held)  # a failed write only costs a restart
         if pending:
             self._writer.submit(self._write_line_facts, session.id, pending)
 
     def keep_counts(self, session: Session, counted: Mapping[str, int]) -> None:
-        """Store the token counts the session's plans asked for (the last
-        `KEPT_COUNTS_PER_CHUNK` per live chunk), so a restart's first plan
-        reads them (text/countblob.py): written, as the line facts are, by
-        the background thread, and only when a plan counted a text not
-        stored yet. The caller holds the session's lock."""
-        kept = self._kept.setdefault(session, _KeptFacts())
-        counts = kept.counts
-        new = False
-        for text, n in counted.items():
-            key = count_key(text)
-            new = new or key not in counts
-            counts.pop(key, None)  # noted again: the latest
-            counts[key] = n
-        if not new:
-            return
-        for key in list(islice(counts, max(0, len(counts) - _kept_counts(session)))):
-            del counts[key]
-        self._writer.submit(self._write_counts, session.id, dict(counts))
+        """Store the token counts a plan of the session asked for, beside those
+        of its earlier plans (the last `KEPT_COUNTS_PER_CHUNK` per live chunk),
+        so a restart's first plan reads them (text/countblob.py). The
+        background thread merges them into the stored ones, as it writes the
+        line facts: no copy stays in memory. The caller holds the session's lock."""
+        if counted:
+            self._writer.submit(self._write_counts, session.id, counted, _kept_counts(session))
 
-    def _write_counts(self, session_id: str, counts: dict[bytes, int]) -> None:
+    def _write_counts(self, session_id: str, counted: Mapping[str, int], keep: int) -> None:
         try:
+            counts = self.count_blobs.decode(self.store.plan_counts(session_id)) or {}
+            new = False
+            for text, n in counted.items():
+                key = count_key(text)
+                new = new or key not in counts
+                counts.pop(key, None)  # noted again: the latest
+                counts[key] = n
+            if not new:
+                return
+            for key in list(islice(counts, max(0, len(counts) - keep))):
+                del counts[key]
             self.store.keep_counts(session_id, self.count_blobs.encode(counts))
         except CtxoptError as err:
             log.warning("session %r: token counts not kept: %s", session_id, err)
@@ -261,14 +267,16 @@ class LiveSessions:
         """The stored line facts of a chunk that goes or whose text changes
         name another text: they are no longer kept (a restart refuses them)."""
         kept = self._kept.get(session)
-        if kept is None or not kept.by_id:
+        if kept is None or not kept.by_slot:
             return
         for chunk_id in change.removals:
-            kept.by_id.pop(chunk_id, None)
+            entry = session.entries.get(chunk_id)
+            if entry is not None:
+                kept.hold(entry.slot, 0)
         for item in change.upserts:
             old = session.entries.get(item.chunk.id)
-            if old is None or old.chunk.text != item.chunk.text:
-                kept.by_id.pop(item.chunk.id, None)
+            if old is not None and old.chunk.text != item.chunk.text:
+                kept.hold(old.slot, 0)
 
     def _with_terms(self, session: Session, change: Change) -> tuple[Change, dict[str, DocTerms]]:
         """`change` with the terms of each upserted text the session does not hold
@@ -295,4 +303,10 @@ class LiveSessions:
         except CtxoptError as err:
             log.warning("session %r not compacted: %s", session.id, err)
             return
+        kept = self._kept.get(session)
+        if kept is not None:
+            moved = bytearray(len(entries))
+            for e in entries:
+                moved[e.slot] = kept.held(session.entries[e.chunk.id].slot)
+            kept.by_slot = moved
         session.compact(entries)

@@ -111,6 +111,7 @@ RESTASH_SQL = (
     "plan_id = ? WHERE session_id = ? AND stash_id = ?"
 )
 SET_LINE_BLOB_SQL = "UPDATE chunks SET line_blob = ? WHERE session_id = ? AND chunk_id = ?"
+PLAN_COUNTS_SQL = "SELECT blob FROM plan_counts WHERE session_id = ?"
 # a session gone meanwhile gets no row
 SET_COUNTS_SQL = """INSERT INTO plan_counts SELECT ?1, ?2
 WHERE EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1)

@@ -65,6 +65,7 @@ from ctxopt.store.rows import (
     LIST_SESSIONS_SQL,
     LIVE_SELECT,
     LIVE_UPSERT,
+    PLAN_COUNTS_SQL,
     RESTASH_SQL,
     SET_COUNTS_SQL,
     SET_LINE_BLOB_SQL,
@@ -288,6 +289,13 @@ class Store:
         with self._transaction() as cur:
             cur.executemany(SET_LINE_BLOB_SQL, [(blob, session_id, i) for i, blob in rows])
 
+    def plan_counts(self, session_id: str) -> bytes | None:
+        """The stored token counts of the session's plans (None: none; a value
+        of another type is the caller's to refuse)."""
+        with self._reading() as cur:
+            row = cur.execute(PLAN_COUNTS_SQL, (session_id,)).fetchone()
+        return None if row is None else row[0]
+
     def keep_counts(self, session_id: str, blob: bytes) -> None:
         """Store the token counts a session's plans made (text/countblob.py),
         replacing those stored; like `keep_line_facts`, a cache beside the
@@ -495,9 +503,7 @@ def _load_session(cur: sqlite3.Cursor, session_id: str) -> StoredSession | None:
     rows = cur.execute(
         f"SELECT {LIVE_SELECT} FROM chunks WHERE session_id = ? ORDER BY seq", (session_id,)
     ).fetchall()
-    counts = cur.execute(
-        "SELECT blob FROM plan_counts WHERE session_id = ?", (session_id,)
-    ).fetchone()
+    counts = cur.execute(PLAN_COUNTS_SQL, (session_id,)).fetchone()
     chunks = [live_from(r) for r in rows]
     return StoredSession(
         session_id, str(head[0]), int(head[1]), chunks, None if counts is None else counts[0]
