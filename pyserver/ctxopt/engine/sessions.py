@@ -164,13 +164,15 @@ class LiveSessions:
         counts = self.count_blobs.decode(stored.counts)
         if counts is not None:
             self.counter.tell(counts)
+        told: list[tuple[str, TextFacts]] = []
         for item in stored.chunks:
             text = item.chunk.text
             session.restore_entry(entry_of(item), decode(text, item.term_blob))
             facts = decode_lines(text, item.line_blob) if item.line_blob is not None else None
             if facts is not None:
-                tell(text, facts)
+                told.append((text, facts))
                 kept.hold(session.slot_by_id[item.chunk.id], facts.held)
+        tell(told)
         return session
 
     def keep_line_facts(self, session: Session) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
@@ -61,6 +61,13 @@ class TextMemo(Generic[V]):
         with self._lock:
             self._cache[text] = value
             if len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+
+    def tell_many(self, told: Sequence[tuple[str, V]]) -> None:
+        """`tell` of each (text, value) in order, under one hold of the lock."""
+        with self._lock:
+            self._cache.update(told)
+            while len(self._cache) > self._size:
                 self._cache.popitem(last=False)
 
     def cache_clear(self) -> None:

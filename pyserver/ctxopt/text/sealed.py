@@ -25,8 +25,18 @@ def digest(data: bytes) -> bytes:
 
 
 def text_digest(text: str) -> bytes:
-    """The digest a blob holds of the text it was made from."""
-    return digest(text.encode("utf-8", "surrogatepass"))
+    """The digest a blob holds of the text it was made from. The last text's
+    is remembered: a restart checks each text's terms, then its line facts
+    (a pair swapped whole: threads may share it)."""
+    last_text, last_digest = _last[0]
+    if text is last_text:
+        return last_digest
+    made = digest(text.encode("utf-8", "surrogatepass"))
+    _last[0] = (text, made)
+    return made
+
+
+_last: list[tuple[str, bytes]] = [("", digest(b""))]
 
 
 def seal(body: bytes) -> bytes:
