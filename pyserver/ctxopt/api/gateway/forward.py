@@ -19,9 +19,9 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 import httpx
-from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from ctxopt.api.gateway.formats.conversation import WireFormat
 from ctxopt.api.gateway.stream_usage import UsageStripper
@@ -138,50 +138,73 @@ class UsageSniffer:
                 self.reported.update(self._fmt.name, item)
 
 
+@dataclass(frozen=True, slots=True)
+class Upward:
+    """What goes up: `content` whole, or as it arrives (an iterator)."""
+
+    method: str
+    url: str
+    headers: list[tuple[str, str]]
+    content: bytes | AsyncIterator[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """How the answer comes back: with `extra_headers`, read for usage in `fmt`'s
+    terms, `done(...)` once its last byte has gone out; with `strip_usage`, an
+    uncompressed event stream loses its usage-only chunks (the gateway asked for
+    them; stream_usage.py)."""
+
+    extra_headers: list[tuple[str, str]]
+    fmt: WireFormat | None
+    done: Callable[[Relayed], None]
+    strip_usage: bool = False
+
+
 async def relay(
     client: httpx.AsyncClient,
-    method: str,
-    url: str,
-    headers: list[tuple[str, str]],
-    content: bytes | AsyncIterator[bytes],
-    extra_headers: list[tuple[str, str]],
-    fmt: WireFormat | None,
-    done: Callable[[Relayed], None],
-    *,
-    strip_usage: bool = False,
-) -> Response:
-    """Send upstream (`content` as it arrives, when not held whole) and relay the
-    answer back unchanged (plus `extra_headers`): streamed as it arrives, or in
-    one piece when its declared length is at most WHOLE_ANSWER_BYTES; `done(...)`
-    runs once the last byte has gone out (not when the client leaves before its
-    body is read: 400, nothing sent on, nothing recorded). With
-    `strip_usage`, an uncompressed event stream loses its usage-only chunks (the
-    gateway asked for them; stream_usage.py)."""
+    upward: Upward,
+    answer: Answer,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+) -> None:
+    """Send `upward` and relay the answer back to the ASGI `send` unchanged (plus
+    `answer.extra_headers`): streamed as it arrives, or in one piece when its
+    declared length is at most WHOLE_ANSWER_BYTES; `answer.done(...)` runs once
+    the last byte has gone out (not when the client leaves before its body is
+    read: 400, nothing sent on, nothing recorded)."""
     sending = time.perf_counter()
-    request = client.build_request(method, url, headers=headers, content=content)
+    extra_headers, done = answer.extra_headers, answer.done
+    request = client.build_request(
+        upward.method, upward.url, headers=upward.headers, content=upward.content
+    )
     try:
         upstream = await client.send(request, stream=True)
     except ClientDisconnect:  # mid-body: the upstream connection is closed unfinished
-        return Response(status_code=400)
+        await Response(status_code=400)(scope, receive, send)
+        return
     except httpx.HTTPError as e:
         done(Relayed(502, Reported()))
         where = f"{request.url.scheme}://{request.url.netloc.decode()}"
         message = f"ctxopt gateway: upstream {where} unreachable ({type(e).__name__})"
-        return JSONResponse(
+        unreachable = JSONResponse(
             {"error": {"type": "upstream_unreachable", "message": message}},
             status_code=502,
             headers=dict(extra_headers),
         )
+        await unreachable(scope, receive, send)
+        return
     answered = time.perf_counter()
     sniffer = UsageSniffer(
-        fmt,
+        answer.fmt,
         upstream.headers.get("content-type", ""),
         upstream.headers.get("content-encoding", ""),
     )
 
     plain = upstream.headers.get("content-encoding", "identity").strip().lower() == "identity"
     sse = "text/event-stream" in upstream.headers.get("content-type", "")
-    stripper = UsageStripper() if strip_usage and plain and sse else None
+    stripper = UsageStripper() if answer.strip_usage and plain and sse else None
 
     def finished() -> None:
         upstream_ms = (answered - sending) * 1000
@@ -198,11 +221,15 @@ async def relay(
                 sniffer.feed(chunk)
                 pieces.append(chunk)
         except httpx.HTTPError:  # cut short: the client gets a broken answer, as streamed
-            return _answer(upstream, _broken(pieces, upstream, finished), extra_headers)
+            broken = _broken(pieces, upstream, finished)
+            await _answer(upstream, broken, extra_headers)(scope, receive, send)
+            return
         await upstream.aclose()
-        answer = b"".join(pieces)
-        whole = Response(answer, upstream.status_code, background=BackgroundTask(finished))
-        return _answer(upstream, whole, extra_headers)
+        head = _headers(upstream, extra_headers, keep_length=True)
+        await send({"type": "http.response.start", "status": upstream.status_code, "headers": head})
+        await send({"type": "http.response.body", "body": b"".join(pieces)})
+        finished()  # after the last byte: the log line and ledger row wait on nothing
+        return
 
     async def body() -> AsyncIterator[bytes]:
         try:
@@ -218,8 +245,22 @@ async def relay(
             await upstream.aclose()
             finished()
 
+    # streamed: Starlette's response also listens for the client leaving, which
+    # closes the upstream answer (a model may generate for minutes)
     response = StreamingResponse(body(), status_code=upstream.status_code)
-    return _answer(upstream, response, extra_headers, keep_length=stripper is None)
+    streamed = _answer(upstream, response, extra_headers, keep_length=stripper is None)
+    await streamed(scope, receive, send)
+
+
+def _headers(
+    upstream: httpx.Response, extra_headers: list[tuple[str, str]], *, keep_length: bool
+) -> list[tuple[bytes, bytes]]:
+    """The upstream's headers (less hop-by-hop ones, and its length when the relay
+    changes the body) plus `extra_headers`."""
+    dropped = HOP_BY_HOP if keep_length else HOP_BY_HOP | {"content-length"}
+    return [
+        (k, v) for k, v in upstream.headers.raw if k.decode("latin-1").lower() not in dropped
+    ] + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra_headers]
 
 
 def _answer(
@@ -229,12 +270,8 @@ def _answer(
     *,
     keep_length: bool = True,
 ) -> Response:
-    """`response` under the upstream's headers (less hop-by-hop ones, and its length
-    when the relay changes the body) plus `extra_headers`."""
-    dropped = HOP_BY_HOP if keep_length else HOP_BY_HOP | {"content-length"}
-    response.raw_headers = [
-        (k, v) for k, v in upstream.headers.raw if k.decode("latin-1").lower() not in dropped
-    ] + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra_headers]
+    """`response` under the upstream's headers (see `_headers`)."""
+    response.raw_headers = _headers(upstream, extra_headers, keep_length=keep_length)
     return response
 
 
