@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import logging
 import re
-import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-import httpx
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -34,12 +32,13 @@ from ctxopt.api.gateway.formats.conversation import WireFormat
 from ctxopt.api.gateway.formats.gemini import GeminiContents
 from ctxopt.api.gateway.formats.openai_chat import OpenAIChat
 from ctxopt.api.gateway.formats.openai_responses import OpenAIResponses
-from ctxopt.api.gateway.forward import Answer, Relayed, Upward, relay, upstream_headers
+from ctxopt.api.gateway.forward import Answer, Relayed, relay, upstream_headers
 from ctxopt.api.gateway.incoming import Incoming, TooLarge, body_stream, incoming, read_body
 from ctxopt.api.gateway.observe import call_row
 from ctxopt.api.gateway.pipeline import Pipeline
 from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.gateway.stream_usage import ask_for_usage
+from ctxopt.api.gateway.upstream import Upstreams, Upward
 from ctxopt.config import Config
 from ctxopt.usage.log import UsageLog
 
@@ -56,9 +55,6 @@ _FORMATS: dict[str, WireFormat] = {
     "responses": OpenAIResponses(),
     "gemini": GeminiContents(),
 }
-# Upstream reads wait this long between two bytes: a model may think a while.
-READ_TIMEOUT_S = 600.0
-KEEPALIVE = 100  # idle upstream connections kept for the next requests
 
 
 def wire_format(prefix: str, path: str) -> WireFormat | None:
@@ -85,21 +81,12 @@ def build_app(
         "openai": config.upstream_openai.rstrip("/"),
         "gemini": config.upstream_gemini.rstrip("/"),
     }
-    holder: dict[str, httpx.AsyncClient] = {}
+    holder: dict[str, Upstreams] = {}
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        timeout = httpx.Timeout(connect=30.0, read=READ_TIMEOUT_S, write=60.0, pool=30.0)
-        # no Nagle delay between a request's head and body on the way up either
-        nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-        # one upstream connection per request in flight, however many: with httpx's
-        # default pool (100), 100 requests the provider sits on stalled every other
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE)
-        transport = httpx.AsyncHTTPTransport(socket_options=nodelay, limits=limits)
-        async with httpx.AsyncClient(
-            timeout=timeout, trust_env=False, transport=transport
-        ) as client:
-            holder["client"] = client
+        async with Upstreams() as pool:
+            holder["pool"] = pool
             yield
 
     async def gateway(scope: Scope, receive: Receive, send: Send) -> None:
@@ -188,13 +175,13 @@ def build_app(
 
         upward = Upward(request.method, url, going.headers, going.content)
         answer = Answer(extra, fmt, done, strip_usage=going.strip_usage)
-        await relay(holder["client"], upward, answer, scope, receive, send)
+        await relay(holder["pool"], upward, answer, scope, receive, send)
 
     def streamed_up(
         request: Incoming, receive: Receive, length: int, fmt: WireFormat | None
     ) -> _Outgoing:
-        """A body nothing reads or changes: it goes up as it arrives, framed as httpx
-        frames a body it holds (h11 ends it at the declared length)."""
+        """A body nothing reads or changes: it goes up as it arrives, framed as a body
+        held whole is (h11 ends it at the declared length)."""
         forwarded = upstream_headers(request.headers)
         forwarded.append(("Content-Length", str(length)))
         prepared = Prepared(b"", Outcome.PASS_THROUGH)

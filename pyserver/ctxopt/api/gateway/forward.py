@@ -17,14 +17,16 @@ import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
-import httpx
+import httpcore
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from ctxopt.api.gateway.formats.conversation import WireFormat
 from ctxopt.api.gateway.stream_usage import UsageStripper
+from ctxopt.api.gateway.upstream import ERRORS, Opened, Upstreams, Upward
 from ctxopt.api.gateway.usage import Reported
 
 HOP_BY_HOP = frozenset(
@@ -139,16 +141,6 @@ class UsageSniffer:
 
 
 @dataclass(frozen=True, slots=True)
-class Upward:
-    """What goes up: `content` whole, or as it arrives (an iterator)."""
-
-    method: str
-    url: str
-    headers: list[tuple[str, str]]
-    content: bytes | AsyncIterator[bytes]
-
-
-@dataclass(frozen=True, slots=True)
 class Answer:
     """How the answer comes back: with `extra_headers`, read for usage in `fmt`'s
     terms, `done(...)` once its last byte has gone out; with `strip_usage`, an
@@ -162,7 +154,7 @@ class Answer:
 
 
 async def relay(
-    client: httpx.AsyncClient,
+    upstreams: Upstreams,
     upward: Upward,
     answer: Answer,
     scope: Scope,
@@ -176,17 +168,15 @@ async def relay(
     read: 400, nothing sent on, nothing recorded)."""
     sending = time.perf_counter()
     extra_headers, done = answer.extra_headers, answer.done
-    request = client.build_request(
-        upward.method, upward.url, headers=upward.headers, content=upward.content
-    )
     try:
-        upstream = await client.send(request, stream=True)
+        upstream = await upstreams.open(upward)
     except ClientDisconnect:  # mid-body: the upstream connection is closed unfinished
         await Response(status_code=400)(scope, receive, send)
         return
-    except httpx.HTTPError as e:
+    except ERRORS as e:
         done(Relayed(502, Reported()))
-        where = f"{request.url.scheme}://{request.url.netloc.decode()}"
+        parts = urlsplit(upward.url)
+        where = f"{parts.scheme}://{parts.netloc}"
         message = f"ctxopt gateway: upstream {where} unreachable ({type(e).__name__})"
         unreachable = JSONResponse(
             {"error": {"type": "upstream_unreachable", "message": message}},
@@ -198,42 +188,42 @@ async def relay(
     answered = time.perf_counter()
     sniffer = UsageSniffer(
         answer.fmt,
-        upstream.headers.get("content-type", ""),
-        upstream.headers.get("content-encoding", ""),
+        upstream.header(b"content-type"),
+        upstream.header(b"content-encoding"),
     )
 
-    plain = upstream.headers.get("content-encoding", "identity").strip().lower() == "identity"
-    sse = "text/event-stream" in upstream.headers.get("content-type", "")
+    plain = (upstream.header(b"content-encoding") or "identity").strip().lower() == "identity"
+    sse = "text/event-stream" in upstream.header(b"content-type")
     stripper = UsageStripper() if answer.strip_usage and plain and sse else None
 
     def finished() -> None:
         upstream_ms = (answered - sending) * 1000
         relay_ms = (time.perf_counter() - answered) * 1000
-        done(Relayed(upstream.status_code, sniffer.finish(), upstream_ms, relay_ms))
+        done(Relayed(upstream.status, sniffer.finish(), upstream_ms, relay_ms))
 
-    length = upstream.headers.get("content-length", "")
+    length = upstream.header(b"content-length")
     if stripper is None and length.isdigit() and int(length) <= WHOLE_ANSWER_BYTES:
         # an answer of a known small length (every unary one): the client waits for all
         # of it anyway, so it goes in one piece, without a streamed response's machinery
         pieces: list[bytes] = []
         try:
-            async for chunk in upstream.aiter_raw():
+            async for chunk in upstream.chunks():
                 sniffer.feed(chunk)
                 pieces.append(chunk)
-        except httpx.HTTPError:  # cut short: the client gets a broken answer, as streamed
+        except ERRORS:  # cut short: the client gets a broken answer, as streamed
             broken = _broken(pieces, upstream, finished)
             await _answer(upstream, broken, extra_headers)(scope, receive, send)
             return
         await upstream.aclose()
         head = _headers(upstream, extra_headers, keep_length=True)
-        await send({"type": "http.response.start", "status": upstream.status_code, "headers": head})
+        await send({"type": "http.response.start", "status": upstream.status, "headers": head})
         await send({"type": "http.response.body", "body": b"".join(pieces)})
         finished()  # after the last byte: the log line and ledger row wait on nothing
         return
 
     async def body() -> AsyncIterator[bytes]:
         try:
-            async for chunk in upstream.aiter_raw():
+            async for chunk in upstream.chunks():
                 sniffer.feed(chunk)
                 if stripper is None:
                     yield chunk
@@ -247,24 +237,24 @@ async def relay(
 
     # streamed: Starlette's response also listens for the client leaving, which
     # closes the upstream answer (a model may generate for minutes)
-    response = StreamingResponse(body(), status_code=upstream.status_code)
+    response = StreamingResponse(body(), status_code=upstream.status)
     streamed = _answer(upstream, response, extra_headers, keep_length=stripper is None)
     await streamed(scope, receive, send)
 
 
 def _headers(
-    upstream: httpx.Response, extra_headers: list[tuple[str, str]], *, keep_length: bool
+    upstream: Opened, extra_headers: list[tuple[str, str]], *, keep_length: bool
 ) -> list[tuple[bytes, bytes]]:
     """The upstream's headers (less hop-by-hop ones, and its length when the relay
     changes the body) plus `extra_headers`."""
     dropped = HOP_BY_HOP if keep_length else HOP_BY_HOP | {"content-length"}
-    return [
-        (k, v) for k, v in upstream.headers.raw if k.decode("latin-1").lower() not in dropped
-    ] + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra_headers]
+    return [(k, v) for k, v in upstream.headers if k.decode("latin-1").lower() not in dropped] + [
+        (k.encode("latin-1"), v.encode("latin-1")) for k, v in extra_headers
+    ]
 
 
 def _answer(
-    upstream: httpx.Response,
+    upstream: Opened,
     response: Response,
     extra_headers: list[tuple[str, str]],
     *,
@@ -276,7 +266,7 @@ def _answer(
 
 
 def _broken(
-    pieces: list[bytes], upstream: httpx.Response, finished: Callable[[], None]
+    pieces: list[bytes], upstream: Opened, finished: Callable[[], None]
 ) -> StreamingResponse:
     """The bytes an upstream sent before it cut its answer short, then the break."""
 
@@ -284,9 +274,9 @@ def _broken(
         try:
             for piece in pieces:
                 yield piece
-            raise httpx.RemoteProtocolError("upstream answer cut short")
+            raise httpcore.RemoteProtocolError("upstream answer cut short")
         finally:
             await upstream.aclose()
             finished()
 
-    return StreamingResponse(body(), status_code=upstream.status_code)
+    return StreamingResponse(body(), status_code=upstream.status)
