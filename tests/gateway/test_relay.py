@@ -266,3 +266,11 @@ def test_the_provider_gets_the_clients_headers_and_none_of_the_gateways_own(
     }
     assert fields[b"Host"] == wire.url.removeprefix("http://").encode()
     assert fields[b"Content-Length"] == b"%d" % len(raw)
+
+
+def test_a_method_the_gateway_does_not_relay_is_answered_405_here(
+    buffering: ServerProcess, wire: Wire
+) -> None:
+    answer = httpx.request("TRACE", f"{buffering.gateway_url}/anthropic/v1/messages", timeout=30)
+    assert answer.status_code == 405
+    assert not wire.began.wait(0.5) and not wire.requests

@@ -49,6 +49,8 @@ PREFIXES = ("anthropic", "openai", "gemini")
 _GEMINI_CALL = re.compile(
     r"^v1(beta|alpha)?/models/[^/:]+:(generateContent|streamGenerateContent)$"
 )
+# Relayed under a prefix; any other method is answered 405 (CONNECT, TRACE: never sent on)
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 _FORMATS: dict[str, WireFormat] = {
     "anthropic": AnthropicMessages(),
     "chat": OpenAIChat(),
@@ -93,8 +95,8 @@ def build_app(
         """The model routes and every other path under a prefix, on raw ASGI."""
         arrived = time.perf_counter()
         request = incoming(scope) if scope["type"] == "http" else None
-        if request is None or request.prefix not in upstreams:
-            await site(scope, receive, send)  # lifespan, the dashboard, 404
+        if request is None or request.prefix not in upstreams or request.method not in METHODS:
+            await site(scope, receive, send)  # lifespan, the dashboard, 404, 405
             return
         prefix, path = request.prefix, request.path
         owner = ""  # the ctxopt identity, as gRPC and MCP have it ("" with auth off)
@@ -223,10 +225,9 @@ def build_app(
         names = ", ".join(f"/{p}" for p in PREFIXES)
         return _error(404, f"no route {request.url.path!r}: the gateway serves {names}")
 
-    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
     routes = [
         *(dashboard_routes(pipeline.engine, usage, tokens) if usage is not None else []),
-        Route("/{path:path}", not_found, methods=methods),
+        Route("/{path:path}", not_found, methods=list(METHODS)),
     ]
     site = Starlette(routes=routes, lifespan=lifespan)
     return gateway
