@@ -274,3 +274,17 @@ def test_a_method_the_gateway_does_not_relay_is_answered_405_here(
     answer = httpx.request("TRACE", f"{buffering.gateway_url}/anthropic/v1/messages", timeout=30)
     assert answer.status_code == 405
     assert not wire.began.wait(0.5) and not wire.requests
+
+
+def test_a_path_goes_up_encoded_as_the_client_encoded_it(
+    buffering: ServerProcess, wire: Wire
+) -> None:
+    raw = _body(1_000)
+    url = f"{buffering.gateway_url}/anthropic/v1/files/a%20b%2Fc"
+    headers = {"x-api-key": "k", "content-type": "application/json"}
+    assert httpx.post(url, content=raw, headers=headers, timeout=30).status_code == 200
+    assert wire.requests[-1].startswith(b"POST /v1/files/a%20b%2Fc HTTP/1.1\r\n")
+    # a prefix the client encoded too: the path is encoded again, as it was decoded
+    url = f"{buffering.gateway_url}/%61nthropic/v1/files/a%20b"
+    assert httpx.post(url, content=raw, headers=headers, timeout=30).status_code == 200
+    assert wire.requests[-1].startswith(b"POST /v1/files/a%20b HTTP/1.1\r\n")

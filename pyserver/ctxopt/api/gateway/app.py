@@ -137,7 +137,7 @@ def build_app(
             read_ms = (time.perf_counter() - arrived) * 1000
             going = await prepared_up(request, body, fmt, headers, owner, read_ms)
         prepared = going.prepared
-        url = f"{upstreams[prefix]}/{path}"
+        url = f"{upstreams[prefix]}/{request.raw_path}"  # as the client encoded it
         if request.query:
             url = f"{url}?{request.query}"
         extra = [

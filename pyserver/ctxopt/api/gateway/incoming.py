@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope
+
+# What a path keeps as is when it is encoded again (RFC 3986's pchar and "/")
+PATH_SAFE = "/:@!$&'()*+,;=-._~"
 
 
 class TooLarge(Exception):
@@ -23,11 +27,14 @@ class TooLarge(Exception):
 @dataclass(frozen=True, slots=True)
 class Incoming:
     """One HTTP request under a prefix: `path` is what follows the prefix (no
-    leading slash), header names are lower case (as the ASGI server gives them)."""
+    leading slash; percent-decoded, for routing), `raw_path` the same as the
+    client wrote it (what goes upstream), header names are lower case (as the
+    ASGI server gives them)."""
 
     method: str
     prefix: str
     path: str
+    raw_path: str
     query: str
     headers: list[tuple[str, str]]
 
@@ -50,7 +57,13 @@ def incoming(scope: Scope) -> Incoming | None:
         return None
     headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
     query = scope.get("query_string", b"").decode("latin-1")
-    return Incoming(scope["method"], prefix, path, query, headers)
+    raw = scope.get("raw_path")
+    lead = f"/{prefix}/".encode("latin-1")
+    if isinstance(raw, bytes) and raw.startswith(lead):
+        raw_path = raw[len(lead) :].decode("latin-1")
+    else:  # no raw path, or the prefix itself encoded: the decoded path encoded again
+        raw_path = quote(path, safe=PATH_SAFE)
+    return Incoming(scope["method"], prefix, path, raw_path, query, headers)
 
 
 async def read_body(receive: Receive, limit: int) -> bytes:
