@@ -3,8 +3,10 @@
 httpx's `AsyncClient` wraps each request in auth, redirect, cookie and event
 hook handling and re-wraps the answer's headers, none of which a relay uses:
 about a tenth of a call's Python in the event loop at 1,000 messages. The pool
-underneath is the same (HTTP/1.1 over h11, TCP_NODELAY, certifi's CAs for
-TLS, no proxy from the environment), and what goes up is what the client sent
+underneath is the same (HTTP/1.1 over h11, TCP_NODELAY, no proxy from the
+environment; TLS trusts the system's CAs and certifi's, where httpx's client
+trusted certifi's alone, so a CA installed on the host, a company proxy's,
+is trusted too), and what goes up is what the client sent
 (less what `forward.upstream_headers` drops) plus `Host` and `Content-Length`:
 httpx's own defaults (its user agent, `accept-encoding: gzip, deflate`) are
 not added, so a client that asked for no compression gets none.
