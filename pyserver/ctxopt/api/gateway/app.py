@@ -84,6 +84,7 @@ def build_app(
         "gemini": config.upstream_gemini.rstrip("/"),
     }
     holder: dict[str, Upstreams] = {}
+    too_large = f"request body over {config.max_message_bytes} bytes"
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -119,9 +120,8 @@ def build_app(
         fmt = wire_format(prefix, path) if request.method == "POST" else None
         headers = request.by_name()
         declared = request.header("content-length") or ""
-        too_large = _error(413, f"request body over {config.max_message_bytes} bytes")
         if declared.isdigit() and int(declared) > config.max_message_bytes:
-            await too_large(scope, receive, send)
+            await _error(413, too_large)(scope, receive, send)
             return
         if (fmt is None or config.gateway_mode == "off") and declared.isdigit() and int(declared):
             going = streamed_up(request, receive, int(declared), fmt)
@@ -129,7 +129,7 @@ def build_app(
             try:
                 body = await read_body(receive, config.max_message_bytes)
             except TooLarge:
-                await too_large(scope, receive, send)
+                await _error(413, too_large)(scope, receive, send)
                 return
             except ClientDisconnect:
                 await Response(status_code=400)(scope, receive, send)
