@@ -61,6 +61,15 @@ PIECES = [
     "E\t\t",
     "\r",
     "3  ",
+    # names are found in a text's UTF-8 bytes: characters outside ASCII (one
+    # unpaired surrogate too) around and inside words, hyphens, digits first
+    "é",
+    "日本",
+    "\udcff",
+    "-",
+    "a-b/c-d",
+    "9ab_c",
+    "xY",
 ]
 TEXTS = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[./][A-Za-z_][A-Za-z0-9_-]*)*")

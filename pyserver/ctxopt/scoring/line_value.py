@@ -35,13 +35,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import chain
+from typing import AnyStr
 
 from ctxopt.scoring.text_memo import TextMemo
 
 # A name worth matching: dotted or slashed paths, snake_case, camelCase or
 # CapWords with an inner capital; plain words (`self`, `list`) match everywhere.
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[./][A-Za-z_][A-Za-z0-9_-]*)*")
+# The characters `_NAME` matches; a table turning every other byte into a space.
+_NAME_BYTES = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./-"
+_RUN_BYTES = bytes(byte if byte in _NAME_BYTES else 32 for byte in range(256))
 _INNER_CAPITAL = re.compile(r"[a-z][A-Z]")
+# What every code name holds (`_is_code_name`): a run without one names nothing.
+_MARK = re.compile(rb"[_./]|[a-z][A-Z]")
 MIN_NAME_CHARS = 4
 # The model citing lines: `sed -n '120,140p'`, `line 131`, `file.py:131`.
 # Searched from their literal parts (a pattern that starts with \d or \b is
@@ -83,9 +89,18 @@ def _names(text: str) -> frozenset[str]:
     >>> sorted(names("edit django/db/query.py then call compute_total(x) in Cart"))
     ['compute_total', 'db/query.py', 'django/db/query.py', 'query.py']
     """
-    # each distinct match once (a set in C): texts repeat their words; the
-    # matches are resolved through the cache by map, without a Python loop
-    return frozenset(chain.from_iterable(map(_code_names, set(_NAME.findall(text)))))
+    # `_NAME` only matches characters of `_NAME_BYTES`, and holds no anchor or
+    # lookaround: its matches in a text are those in each maximal run of these
+    # characters. The runs split out in C (UTF-8 gives a non-ASCII character
+    # bytes >= 0x80, which are no run's), each distinct one resolved once per
+    # process: `_NAME.findall` of every text walked its characters in the
+    # regex engine
+    return frozenset(chain.from_iterable(map(_run_names, set(_runs(text)))))
+
+
+def _runs(text: str) -> list[bytes]:
+    """The text's maximal runs of `_NAME_BYTES`, in order."""
+    return text.encode("utf-8", "surrogatepass").translate(_RUN_BYTES).split()
 
 
 names_memo = TextMemo(_names, PROFILE_CACHE_SIZE)
@@ -93,10 +108,17 @@ names = names_memo.lookup
 
 
 @lru_cache(maxsize=NAME_CACHE_SIZE)
-def _code_names(match: str) -> tuple[str, ...]:
-    """The code names one `_NAME` match stands for. Agent text repeats the
-    same words and paths on line after line: resolving each distinct match
+def _run_names(run: bytes) -> tuple[str, ...]:
+    """The code names one run of `_NAME_BYTES` holds. Agent text repeats the
+    same words and paths on line after line: resolving each distinct run
     once is most of what profiling a text's lines used to cost."""
+    if _MARK.search(run) is None:  # most runs: a plain word has no code name
+        return ()
+    return tuple(chain.from_iterable(map(_code_names, _NAME.findall(run.decode("ascii")))))
+
+
+def _code_names(match: str) -> tuple[str, ...]:
+    """The code names one `_NAME` match stands for."""
     name = match.strip("./-")
     if "/" in name:
         parts = name.split("/")
@@ -166,7 +188,7 @@ def _error_lines(text: str, lines: Sequence[str]) -> frozenset[int]:
         offsets.add(0)
     if not offsets:
         return frozenset()
-    numbers = dict.fromkeys(_line_numbers(text, sorted(offsets)))
+    numbers = dict.fromkeys(_line_numbers(text, sorted(offsets), "\n"))
     return frozenset(n for n in numbers if is_error(lines[n]))
 
 
@@ -178,12 +200,12 @@ def _places(text: str, piece: str) -> Iterator[int]:
         at = text.find(piece, at + 1)
 
 
-def _line_numbers(text: str, offsets: Sequence[int]) -> list[int]:
+def _line_numbers(text: AnyStr, offsets: Sequence[int], newline: AnyStr) -> list[int]:
     """The line number of each offset into `text` (offsets ascending)."""
     numbers: list[int] = []
     line, counted = 0, 0
     for at in offsets:
-        line += text.count("\n", counted, at)
+        line += text.count(newline, counted, at)
         counted = at
         numbers.append(line)
     return numbers
@@ -243,17 +265,32 @@ class LineProfile:
     headers: tuple[int | None, ...]  # each line's enclosing def/class header
 
     def lines_naming(self, identifiers: frozenset[str]) -> list[int]:
-        """The numbers of the lines whose `names` hold one of `identifiers`:
-        only lines where one of them is written can (a name is a piece of
-        its line), so only those are read, and only for texts holding one."""
+        """The numbers of the lines whose `names` hold one of `identifiers`.
+
+        A line's names are its runs' (`_run_names`), and a name is a piece of
+        the run it comes from: so only the runs where one of them is written
+        are resolved, each once, found in the whole text by `bytes.find` (a
+        Python step per occurrence, none per line; names are ASCII, so the
+        UTF-8 bytes hold them where the text does)."""
         wanted = identifiers & self.all_names
         if not wanted:
             return []
-        text = "\n".join(self.lines)
-        offsets = {at for name in wanted for at in _places(text, name)}
-        candidates = dict.fromkeys(_line_numbers(text, sorted(offsets)))
-        lines = self.lines
-        return [n for n in candidates if not wanted.isdisjoint(names(lines[n]))]
+        encoded = "\n".join(self.lines).encode("utf-8", "surrogatepass")
+        runs = encoded.translate(_RUN_BYTES)  # byte for byte; a newline is a space
+        size = len(runs)
+        resolved: dict[int, bool] = {}  # run start -> whether its names hold one
+        for name in wanted:
+            piece = name.encode("ascii")
+            at = runs.find(piece)
+            while at >= 0:
+                start = runs.rfind(b" ", 0, at) + 1
+                end = runs.find(b" ", at)
+                end = size if end < 0 else end
+                if start not in resolved:
+                    resolved[start] = not wanted.isdisjoint(_run_names(runs[start:end]))
+                at = runs.find(piece, end)  # a run names one or not as a whole
+        starts = sorted(start for start, naming in resolved.items() if naming)
+        return list(dict.fromkeys(_line_numbers(encoded, starts, b"\n")))
 
 
 def _profile(text: str) -> LineProfile:
