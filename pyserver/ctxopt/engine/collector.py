@@ -32,7 +32,7 @@ class Collector:
         self.tuning = tuning
         self.analyzer = analyzer
         self.counter = counter
-        self.trimmer = Trimmer(analyzer.terms)
+        self.trimmer = Trimmer(analyzer)
 
     def scores(
         self,
