@@ -72,8 +72,10 @@ _ERROR = re.compile(
 # Each alternative of _ERROR holds one of these (or starts its line with "E").
 _ERROR_MARKS = ("Traceback", 'File "', "Error", "Exception", "FAILED", "error:")
 _HEADER = re.compile(r"^\s*(?:async\s+def|def|class|function|func|fn|impl|struct|interface)\b")
-# A line of the whole text that `_HEADER` matches once `_body` took its
-# numbered prefix off (or that this matches without one): none, and no line
+# What a line's code starts with where `_HEADER` matches it (`function` is a `func`).
+_HEADER_WORDS = ("async", "def", "class", "func", "fn", "impl", "struct", "interface")
+# A line of the whole text that `_HEADER` matches once its `_NUMBERED`
+# prefix is off (or that this matches without one): none, and no line
 # has an enclosing header.
 _HEADER_IN_TEXT = re.compile(
     r"^[^\S\n]*(?:\d+(?:[\t:|]| {2}))?[^\S\n]*"
@@ -359,27 +361,30 @@ def enclosing_headers(lines: Sequence[str]) -> tuple[int | None, ...]:
     """Per line, its enclosing `def`/`class` header: the nearest header above
     it that is indented less and still open (no line since went back to its
     indentation). A numbered listing's prefix is ignored; blank lines close
-    nothing. One pass, a stack of open headers."""
+    nothing; a tab indents to the next multiple of 4. One pass, a stack of
+    open headers."""
     open_headers: list[tuple[int, int]] = []  # (indent, line number)
     enclosing: list[int | None] = []
+    numbered = _NUMBERED.match
     for number, line in enumerate(lines):
-        body = _body(line)
-        if not body.strip():
+        found = numbered(line)
+        body = line[found.end() :] if found else line
+        code = body.lstrip()
+        if not code:
             enclosing.append(open_headers[-1][1] if open_headers else None)
             continue
-        expanded = body.expandtabs(4)
-        indent = len(expanded) - len(expanded.lstrip())
+        if "\t" in body:
+            expanded = body.expandtabs(4)
+            indent = len(expanded) - len(expanded.lstrip())
+        else:  # expandtabs changes tabs only: the plain indent, without the copy
+            indent = len(body) - len(code)
         while open_headers and open_headers[-1][0] >= indent:
             open_headers.pop()
         enclosing.append(open_headers[-1][1] if open_headers else None)
-        if _HEADER.match(body):
+        # `_HEADER` matches only where the code starts with one of its words
+        if code.startswith(_HEADER_WORDS) and _HEADER.match(body):
             open_headers.append((indent, number))
     return tuple(enclosing)
-
-
-def _body(line: str) -> str:
-    numbered = _NUMBERED.match(line)
-    return line[numbered.end() :] if numbered else line
 
 
 def excerpt_lines(
@@ -398,7 +403,12 @@ def excerpt_lines(
     n = len(scores)
     kept: set[int] = set()
     spent = 0.0
-    for line in sorted((i for i in range(n) if scores[i] > 0), key=lambda i: (-scores[i], i)):
+    cost_of = costs.__getitem__
+    # best first, ties by line: a stable sort keeps the lines' order among equals
+    ranked = sorted(
+        [i for i, score in enumerate(scores) if score > 0], key=scores.__getitem__, reverse=True
+    )
+    for line in ranked:
         if line in kept:
             continue
         window = set(range(max(0, line - context), min(n, line + context + 1)))
@@ -406,7 +416,7 @@ def excerpt_lines(
         while header is not None:  # the method's def, then its class
             window.add(header)
             header = headers[header]
-        cost = sum(costs[i] for i in window - kept)
+        cost = sum(map(cost_of, window - kept))  # summed in the same order as ever
         if spent + cost > budget:
             continue
         kept |= window
