@@ -64,6 +64,10 @@ NAME_CACHE_SIZE = 65536  # distinct name-like words and paths resolved
 MAX_CITED_RANGE = 400  # a wider range is a whole-file read, not a citation
 # A line's own number as `nl -ba`, `cat -n`, `grep -n` or a traceback prints it.
 _NUMBERED = re.compile(r"^\s*(\d+)(?:[\t:|]| {2})")
+# `_NUMBERED` in a whole text: on its first line, and after each newline (its
+# `\s` less the newline: a line holds none), a search for the newline first.
+_NUMBERED_FIRST = re.compile(r"[^\S\n]*(\d+)(?:[\t:|]| {2})")
+_NUMBERED_LATER = re.compile(r"\n[^\S\n]*(\d+)(?:[\t:|]| {2})")
 _TRACEBACK_AT = re.compile(r'File "[^"]+", line (\d+)')
 _ERROR = re.compile(
     r"Traceback \(most recent call last\)|^\s*File \"[^\"]+\", line \d+"
@@ -174,6 +178,25 @@ def own_number(line: str) -> int | None:
         return None
     at = _TRACEBACK_AT.search(line)
     return int(at.group(1)) if at else None
+
+
+def _own_numbers(text: str, lines: Sequence[str]) -> tuple[int | None, ...]:
+    """Each line's `own_number`, found in the whole text: the numbered lines
+    by one search in C (most lines of most outputs print no number), then
+    the lines where `File "` is and no number was found."""
+    numbers: list[int | None] = [None] * len(lines)
+    first = _NUMBERED_FIRST.match(text)
+    if first is not None:
+        numbers[0] = int(first.group(1))
+    later = list(_NUMBERED_LATER.finditer(text))
+    starts = [match.start() + 1 for match in later]  # each one's line, after its newline
+    for number, match in zip(_line_numbers(text, starts, "\n"), later, strict=True):
+        numbers[number] = int(match.group(1))
+    at_files = list(_places(text, 'File "'))
+    for number in dict.fromkeys(_line_numbers(text, at_files, "\n")):
+        if numbers[number] is None:
+            numbers[number] = own_number(lines[number])
+    return tuple(numbers)
 
 
 def is_error(line: str) -> bool:
@@ -297,7 +320,7 @@ class LineProfile:
 
 def _profile(text: str) -> LineProfile:
     lines = tuple(text.split("\n"))
-    numbers = tuple(own_number(line) for line in lines)
+    numbers = _own_numbers(text, lines)
     return LineProfile(
         lines,
         numbers,
