@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import chain
+from itertools import chain, compress, count
 from typing import AnyStr
 
 from ctxopt.scoring.text_memo import TextMemo
@@ -131,7 +131,7 @@ def _code_names(match: str) -> tuple[str, ...]:
         found = ["/".join(parts[i:]) for i in range(len(parts))]
     else:
         found = [name]
-    return tuple(n for n in found if _is_code_name(n))
+    return tuple(filter(_is_code_name, found))
 
 
 def _is_code_name(name: str) -> bool:
@@ -370,9 +370,9 @@ def line_scores(text: LineProfile, facts: LineFacts, weights: LineWeights) -> li
     for number in text.lines_naming(facts.identifiers):
         scores[number] += weights.identifier
     if facts.cited and not facts.cited.isdisjoint(text.all_numbers):
-        for number, own in enumerate(text.numbers):
-            if own in facts.cited:
-                scores[number] += weights.cited
+        # the lines printing a cited number, picked out in C (each line once)
+        for number in compress(count(), map(facts.cited.__contains__, text.numbers)):
+            scores[number] += weights.cited
     for number in text.errors:
         scores[number] += weights.error
     for number in facts.echoed:
