@@ -121,6 +121,7 @@ def plain_headers(lines: list[str]) -> tuple[int | None, ...]:
 @example("Ex\nclass A:\n    def f(self):\n        raise KeyError")
 @example('ok\n  File "a.py", line 3\nE  assert')
 @example("    12\tdef f():\n    13\t    x = 1")
+@example("x = defaults\n    def f(self):\n        y")
 @example('E\n\nok\nFile "x\n", line 5\nasync\ndef g()')
 def test_a_profile_is_its_lines_plain_definitions(text: str) -> None:
     lines = text.split("\n")
