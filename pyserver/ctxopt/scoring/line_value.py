@@ -76,8 +76,9 @@ _ERROR = re.compile(
 # Each alternative of _ERROR holds one of these (or starts its line with "E").
 _ERROR_MARKS = ("Traceback", 'File "', "Error", "Exception", "FAILED", "error:")
 _HEADER = re.compile(r"^\s*(?:async\s+def|def|class|function|func|fn|impl|struct|interface)\b")
-# What a line's code starts with where `_HEADER` matches it (`function` is a `func`).
-_HEADER_WORDS = ("async", "def", "class", "func", "fn", "impl", "struct", "interface")
+# A word every `_HEADER` (and `_HEADER_IN_TEXT`) match holds, a line's code
+# starting with it for `_HEADER` (`function` is a `func`).
+_HEADER_WORDS = ("def", "class", "async", "func", "fn", "impl", "struct", "interface")
 # A line of the whole text that `_HEADER` matches once its `_NUMBERED`
 # prefix is off (or that this matches without one): none, and no line
 # has an enclosing header.
@@ -86,9 +87,6 @@ _HEADER_IN_TEXT = re.compile(
     r"(?:async[^\S\n]+def|def|class|function|func|fn|impl|struct|interface)\b",
     re.MULTILINE,
 )
-# A word every match of `_HEADER_IN_TEXT` holds one of (`async def` a `def`,
-# `function` a `func`).
-_HEADER_IN_TEXT_WORDS = ("def", "class", "func", "fn", "impl", "struct", "interface")
 
 
 def _names(text: str) -> frozenset[str]:
@@ -98,12 +96,10 @@ def _names(text: str) -> frozenset[str]:
     >>> sorted(names("edit django/db/query.py then call compute_total(x) in Cart"))
     ['compute_total', 'db/query.py', 'django/db/query.py', 'query.py']
     """
-    # `_NAME` only matches characters of `_NAME_BYTES`, and holds no anchor or
-    # lookaround: its matches in a text are those in each maximal run of these
-    # characters. The runs split out in C (UTF-8 gives a non-ASCII character
-    # bytes >= 0x80, which are no run's), each distinct one resolved once per
-    # process: `_NAME.findall` of every text walked its characters in the
-    # regex engine
+    # `_NAME` matches only `_NAME_BYTES` and has no anchor or lookaround: its
+    # matches are those in each maximal run of them. The runs split out in C
+    # (a non-ASCII character's UTF-8 bytes are no run's), each distinct one
+    # resolved once per process: `_NAME.findall` walked every character
     return frozenset(chain.from_iterable(map(_run_names, set(_runs(text)))))
 
 
@@ -203,11 +199,10 @@ def _own_numbers(text: str, lines: Sequence[str]) -> tuple[int | None, ...]:
 
 
 def _has_header(text: str) -> bool:
-    """Whether a line of `text` matches `_HEADER_IN_TEXT`. Only a line holding
-    one of `_HEADER_IN_TEXT_WORDS` can, so only those lines are tried, each
-    once from its start (a search of the whole text tried the pattern at
-    every character: 40 ms of a 10,000-chunk first plan)."""
-    for word in _HEADER_IN_TEXT_WORDS:
+    """Whether a line of `text` matches `_HEADER_IN_TEXT`, tried only at the
+    lines holding one of `_HEADER_WORDS` (a search of the whole text tried
+    the pattern at every character: 40 ms of a 10,000-chunk first plan)."""
+    for word in _HEADER_WORDS:
         at = text.find(word)
         while at >= 0:
             if _HEADER_IN_TEXT.match(text, text.rfind("\n", 0, at) + 1):
@@ -309,12 +304,9 @@ class LineProfile:
 
     def lines_naming(self, identifiers: frozenset[str]) -> list[int]:
         """The numbers of the lines whose `names` hold one of `identifiers`.
-
-        A line's names are its runs' (`_run_names`), and a name is a piece of
-        the run it comes from: so only the runs where one of them is written
-        are resolved, each once, found in the whole text by `bytes.find` (a
-        Python step per occurrence, none per line; names are ASCII, so the
-        UTF-8 bytes hold them where the text does)."""
+        A line's names are its runs' (`_run_names`), each a piece of its run:
+        only the runs where one is written (ASCII: found by `bytes.find` in
+        the UTF-8 text) are resolved, each once, none per line."""
         wanted = identifiers & self.all_names
         if not wanted:
             return []
