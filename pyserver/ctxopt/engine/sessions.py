@@ -198,11 +198,10 @@ class LiveSessions:
         for chunk_id in change.removals:
             session.remove(chunk_id)
         decode = self.term_blobs.decode
-        for item in change.upserts:
-            doc = docs.get(item.chunk.id)
-            if doc is None:
-                doc = decode(item.chunk.text, item.term_blob)
-            session.restore_entry(entry_of(item), doc)
+        session.restore_entries(
+            [entry_of(item) for item in change.upserts],
+            [docs.get(i.chunk.id) or decode(i.chunk.text, i.term_blob) for i in change.upserts],
+        )
         if change.collections is not None:
             session.collections = change.collections
         if change.removals and session.needs_compaction():

@@ -92,7 +92,9 @@ class _TokenAnalyzer:
     def __init__(self, split_identifiers: bool, stopwords: bool, stem: bool) -> None:
         self.split_identifiers = split_identifiers
         self.stopwords = stopwords
-        self._stemmer = Stemmer.Stemmer("english") if stem else None
+        # PyStemmer's own cache (10,000 words by default) only doubles the cost
+        # of a miss: every word stemmed here is then cached per raw token above.
+        self._stemmer = Stemmer.Stemmer("english", 0) if stem else None
         self._stem_lock = threading.Lock()  # PyStemmer objects are not thread-safe
 
     def __call__(self, raw: bytes) -> tuple[str, ...]:
