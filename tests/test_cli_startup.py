@@ -79,6 +79,31 @@ def busy_port() -> Iterator[int]:
         ([], {"CTXOPT_LOG_FORMAT": "xml"}, "CTXOPT_LOG_FORMAT: expected one of json, text"),
         ([], {"CTXOPT_FSYNC": "sometimes"}, "CTXOPT_FSYNC: expected one of full, normal"),
         (["--workers", "0"], {"CTXOPT_WORKERS": "4"}, "--workers: must be at least 1"),
+        (
+            [],
+            {"CTXOPT_GATEWAY_RECENT_TURNS": "-1"},
+            "CTXOPT_GATEWAY_RECENT_TURNS: must be at least 0",
+        ),
+        (
+            [],
+            {"CTXOPT_GATEWAY_RECENT_SHARE": "1.5"},
+            "CTXOPT_GATEWAY_RECENT_SHARE: must be at most 1",
+        ),
+        (
+            [],
+            {"CTXOPT_GATEWAY_TRIGGER_PERCENT": "0"},
+            "CTXOPT_GATEWAY_TRIGGER_PERCENT: must be at least 1",
+        ),
+        (
+            [],
+            {"CTXOPT_GATEWAY_TRIGGER_PERCENT": "50", "CTXOPT_GATEWAY_LANDING_PERCENT": "60"},
+            "CTXOPT_GATEWAY_LANDING_PERCENT: must not be above CTXOPT_GATEWAY_TRIGGER_PERCENT",
+        ),
+        (
+            ["--gateway-full-landing-percent", "40"],
+            {},
+            "--gateway-full-landing-percent: must not be above CTXOPT_GATEWAY_LANDING_PERCENT",
+        ),
     ],
 )
 def test_a_bad_setting_is_named_and_nothing_is_created(

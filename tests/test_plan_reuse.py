@@ -1,8 +1,10 @@
 """A warm plan reuses the session's last shrunk texts, query relevance and
-slot facts (planner/reuse.py, scoring/hybrid.py, planner/slot_facts.py) only
-while nothing they read changed: after any change of a chunk, a committed
-plan, a removal, a pin, other roots or a new query a session must get exactly
-the plan a fresh engine makes after the same writes."""
+slot facts (planner/reuse.py, scoring/hybrid.py, planner/slot_facts.py), and
+the same call on an unchanged session its last plan (engine/collector.py),
+only while nothing they read changed: after any change of a chunk, a
+committed plan, a removal, a pin, a policy, a reference, other roots or a new
+query a session must get exactly the plan a fresh engine makes after the
+same writes."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from functools import partial
 import pytest
 from ctxopt.config import Config
 from ctxopt.engine import Engine
-from ctxopt.model import Chunk, ChunkKind, ChunkUpdate, Plan, Role
+from ctxopt.engine.collector import Collector
+from ctxopt.model import Chunk, ChunkKind, ChunkUpdate, GcPolicy, Plan, Role
 from ctxopt.planner import slot_facts, values
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -50,6 +53,8 @@ STEPS = st.one_of(
     st.tuples(st.just("edit"), st.integers(0, 99)),
     st.tuples(st.just("remove"), st.integers(0, 99)),
     st.tuples(st.just("pin"), st.integers(0, 99)),
+    st.tuples(st.just("policy"), st.integers(0, 99)),
+    st.tuples(st.just("refer"), st.integers(0, 99)),
     st.tuples(st.just("commit"), st.integers(0, 99)),
 )
 
@@ -116,6 +121,15 @@ def test_a_warm_session_plans_as_a_fresh_engine_would(steps: list[tuple[str, int
             chunks[at] = replace(chunks[at], pinned=not chunks[at].pinned)
             pin = [ChunkUpdate(chunks[at].id, pinned=chunks[at].pinned)]
             write = partial(Engine.update, owner="", session_id=S, updates=pin)
+        elif step == "policy":  # no column the stamps compare but the policy's
+            locked = [ChunkUpdate(chunks[at].id, policy=GcPolicy.LOCKED)]
+            chunks[at] = replace(chunks[at], policy=GcPolicy.LOCKED)
+            write = partial(Engine.update, owner="", session_id=S, updates=locked)
+        elif step == "refer":  # only the reference graph changes: the latest chunk cites one
+            cited_id = chunks[k % (len(chunks) - 1)].id
+            cited = [ChunkUpdate(chunks[-1].id, references=(cited_id,))]
+            chunks[-1] = replace(chunks[-1], references=(cited_id,))
+            write = partial(Engine.update, owner="", session_id=S, updates=cited)
         if write is not None:
             writes.append(write)
             done = write(warm)
@@ -172,7 +186,26 @@ def test_reused_columns_are_read_only() -> None:
     engine.append("", S, initial())
     plan_of(engine, "refund", 2)
     book = engine.sessions.get("", S).line_book()
-    reused = values._last_shrinks._by_book[book][1]
+    reused = values._last_shrinks._by_owner[book][1]
     with pytest.raises(ValueError, match="read-only"):
         reused.tokens[0] = 0.0
+    engine.close()
+
+
+def test_the_same_call_on_an_unchanged_session_gets_its_last_plan_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Planned once; each answer its own object (a caller sets its `server_ms`);
+    any write, or other options, plans again."""
+    planned = counted_calls(monkeypatch, Collector, "_plan")
+    engine = Engine(Config(data_dir=":memory:"))
+    engine.append("", S, initial())
+    first, again = plan_of(engine, "refund", 2), plan_of(engine, "refund", 2)
+    assert len(planned) == 1
+    assert shown(again) == shown(first) and again is not first
+    plan_of(engine, "tax margin", 2)
+    assert len(planned) == 2
+    engine.update("", S, [ChunkUpdate("m3", boost=0.5)])
+    plan_of(engine, "tax margin", 2)
+    assert len(planned) == 3
     engine.close()

@@ -9,14 +9,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
-import pytest
 from ctxopt.api.gateway.formats.anthropic import AnthropicMessages
 from ctxopt.api.gateway.pipeline import Pipeline
 from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.gateway.schedule import schedule
 from ctxopt.config import Config
 from ctxopt.engine import Engine
-from ctxopt.errors import InvalidArgument
 from ctxopt.model import Action
 from ctxopt.prices import ANTHROPIC_CACHE
 
@@ -251,8 +249,3 @@ def test_the_count_yields_where_the_latest_turns_would_not_fit_the_ceiling() -> 
     assert prepared.note.startswith("full collection"), prepared.note
     assert prepared.tokens_after <= WINDOW
     assert unchanged_suffix(sent(prepared), messages) < 6
-
-
-def test_a_negative_count_of_latest_turns_is_refused() -> None:
-    with pytest.raises(InvalidArgument, match="CTXOPT_GATEWAY_RECENT_TURNS"):
-        pipeline(gateway_recent_turns=-1)

@@ -46,7 +46,29 @@ _AT_LEAST: dict[str, float] = {
     "neighbour_share": 0,
     "old_generation_after": 0,
     "incremental_batch": 1,
+    "gateway_window_tokens": 0,
+    "gateway_trigger_percent": 1,
+    "gateway_landing_percent": 0,
+    "gateway_full_landing_percent": 0,
+    "gateway_arrival_share": 0,
+    "gateway_recent_share": 0,
+    "gateway_recent_turns": 0,
+    "gateway_engine_deadline_ms": 0,
 }
+# The most a numeric setting may take: percents of a window, shares of a size.
+_AT_MOST: dict[str, float] = {
+    "gateway_trigger_percent": 100,
+    "gateway_landing_percent": 100,
+    "gateway_full_landing_percent": 100,
+    "gateway_arrival_share": 1,
+    "gateway_recent_share": 1,
+}
+# Settings that must lie below another: a collection lands under where it starts,
+# a full one no higher than a minor one.
+_BELOW: tuple[tuple[str, str], ...] = (
+    ("gateway_landing_percent", "gateway_trigger_percent"),
+    ("gateway_full_landing_percent", "gateway_landing_percent"),
+)
 
 
 class Names:
@@ -93,9 +115,16 @@ def check_settings(config: Config, name: Names) -> None:
         choices = _choices(hints[f.name])
         if choices and value not in choices:
             raise InvalidArgument(name(f.name), value, f"expected one of {', '.join(choices)}")
-        least = _AT_LEAST.get(f.name)
+        least, most = _AT_LEAST.get(f.name), _AT_MOST.get(f.name)
         if least is not None and value < least:
             raise InvalidArgument(name(f.name), value, f"must be at least {least:g}")
+        if most is not None and value > most:
+            raise InvalidArgument(name(f.name), value, f"must be at most {most:g}")
+    for lower, upper in _BELOW:
+        if getattr(config, lower) > getattr(config, upper):
+            raise InvalidArgument(
+                name(lower), getattr(config, lower), f"must not be above {name(upper)}"
+            )
 
 
 def check_serve(config: Config, name: Names) -> None:

@@ -12,6 +12,7 @@ from ctxopt.engine.session_checks import check_query_embedding
 from ctxopt.model import OptimizeOptions, Plan, Strategy, Weights
 from ctxopt.planner.knobs import Tuning
 from ctxopt.planner.plan import idle_plan, is_triggered, plan_session
+from ctxopt.planner.reuse import LastResult, Stamp
 from ctxopt.planner.texts import Trimmer
 from ctxopt.planner.values import TextTools
 from ctxopt.roots import Marks, mark
@@ -33,6 +34,7 @@ class Collector:
         self.analyzer = analyzer
         self.counter = counter
         self.trimmer = Trimmer(analyzer.terms)
+        self._last_plans: LastResult[Plan] = LastResult()
 
     def scores(
         self,
@@ -58,10 +60,21 @@ class Collector:
 
     def plan(self, session: Session, options: OptimizeOptions) -> Plan:
         """Mark; below the threshold that is all, else score and plan. Marking,
-        scoring and planning read one snapshot of the session."""
+        scoring and planning read one snapshot of the session. A plan is a
+        function of the session's chunks, its collection count and the options
+        alone, so the same call on an unchanged session gets the last plan back
+        (a copy: the caller sets its own `server_ms`)."""
         if options.strategy == Strategy.UNSPECIFIED:
             options = replace(options, strategy=Strategy.HYBRID)
         check_query_embedding(session.embedding_dim, options.query_embedding)
+        made_from = Stamp((session.revision, session.collections, options), ())
+        plan = self._last_plans.get(session, made_from)
+        if plan is None:
+            plan = self._plan(session, options)
+            self._last_plans.put(session, made_from, plan)
+        return replace(plan)
+
+    def _plan(self, session: Session, options: OptimizeOptions) -> Plan:
         view = session.view()
         marks = mark(view, options.roots)
         if not is_triggered(view, options):

@@ -1,8 +1,8 @@
 """What a warm plan reuses from the session's last plan, and when it may.
 
 A plan's work that depends only on the session's state and the request is
-kept per session (keyed by its line book, which lives as long as the
-session) with a `Stamp` of what it was made from: scalars compared with
+kept per session (keyed by an object that lives as long as the session:
+its line book, or the session itself) with a `Stamp` of what it was made from: scalars compared with
 `==` (the text index's and the line book's versions, which bump on every
 change of a text, a removal or an echo line; the request's knobs) and the
 columns it read, compared whole with numpy (a pin, a policy or a root change
@@ -21,8 +21,6 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 import numpy.typing as npt
-
-from ctxopt.text.lines import LineBook
 
 T = TypeVar("T")
 
@@ -57,17 +55,17 @@ class LastResult(Generic[T]):
     """One stage's last result per session, with the stamp it was made from."""
 
     def __init__(self) -> None:
-        self._by_book: WeakKeyDictionary[LineBook, tuple[Stamp, T]] = WeakKeyDictionary()
+        self._by_owner: WeakKeyDictionary[object, tuple[Stamp, T]] = WeakKeyDictionary()
         self._lock = threading.Lock()  # plans of different sessions run in parallel
 
-    def get(self, book: LineBook, now: Stamp) -> T | None:
+    def get(self, owner: object, now: Stamp) -> T | None:
         """The result made from a state that `now` stamps the same, else None."""
         with self._lock:
-            found = self._by_book.get(book)
+            found = self._by_owner.get(owner)
         if found is None or not found[0].same_as(now):
             return None
         return found[1]
 
-    def put(self, book: LineBook, made_from: Stamp, result: T) -> None:
+    def put(self, owner: object, made_from: Stamp, result: T) -> None:
         with self._lock:
-            self._by_book[book] = (made_from, result)
+            self._by_owner[owner] = (made_from, result)

@@ -44,6 +44,9 @@ class Session:
         self.owner = owner
         self.lock = threading.RLock()
         self.collections = 0
+        # bumped by every change of a chunk, its slot or its links: what a plan
+        # reads besides `collections` (the collector's memo of its last plan)
+        self.revision = 0
         self.analyzer = analyzer  # the one that indexed the text; line links use its terms too
         # kept across a compaction, as the quoted marks are (text/lines.py)
         self._lines = LineBook()
@@ -265,6 +268,7 @@ class Session:
         """Hold `entry` at its slot; `index_text` False when the slot's document
         in the index already is this text, `doc` its terms when known."""
         chunk, slot, cols = entry.chunk, entry.slot, self.columns
+        self.revision += 1
         self.entries[chunk.id] = entry
         cols.alive[slot] = True
         cols.tokens[slot] = entry.tokens
@@ -299,6 +303,7 @@ class Session:
         """Release `entry`'s slot; `keep_text` leaves its document in the index
         (the same text comes back at once)."""
         chunk, slot = entry.chunk, entry.slot
+        self.revision += 1
         del self.entries[chunk.id]
         self.columns.alive[slot] = False
         self.tokens_total -= entry.tokens

@@ -72,7 +72,6 @@ from ctxopt.api.gateway.threads import Threads
 from ctxopt.api.gateway.truncation import truncate
 from ctxopt.config import Config
 from ctxopt.engine import Engine
-from ctxopt.errors import InvalidArgument
 from ctxopt.model import Budget, Chunk, OptimizeOptions, Role, Roots, Strategy
 from ctxopt.prices import price_of
 
@@ -89,10 +88,6 @@ MINOR_SLACK = 0.05
 
 class Pipeline:
     def __init__(self, engine: Engine, config: Config) -> None:
-        if config.gateway_recent_turns < 0:
-            raise InvalidArgument(
-                "CTXOPT_GATEWAY_RECENT_TURNS", config.gateway_recent_turns, "must not be negative"
-            )
         self.engine = engine
         self.config = config
         self.conversations = ConversationStates()
