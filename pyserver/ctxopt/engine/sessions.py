@@ -135,9 +135,12 @@ class LiveSessions:
         session.collections = stored.collections
         decode, decode_lines = self.term_blobs.decode, self.line_blobs.decode
         kept = self._kept.setdefault(session, _KeptFacts())
+        session.restore_entries(
+            [entry_of(item) for item in stored.chunks],
+            [decode(item.chunk.text, item.term_blob) for item in stored.chunks],
+        )
         for item in stored.chunks:
             text = item.chunk.text
-            session.restore_entry(entry_of(item), decode(text, item.term_blob))
             facts = decode_lines(text, item.line_blob) if item.line_blob is not None else None
             if facts is not None:
                 tell(text, facts)

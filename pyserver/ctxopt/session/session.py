@@ -232,8 +232,7 @@ class Session:
         does after a restart."""
         version = self.index.version
         self._clear()
-        for entry in entries:
-            self.restore_entry(entry)
+        self.restore_entries(entries)
         self.index.advance_version(version)
 
     # ---- internals -----------------------------------------------------
