@@ -204,8 +204,9 @@ class BM25Index:
         first = len(self._postings)
         term_ids.update(zip(fresh, range(first, first + len(fresh)), strict=True))
         self._postings.extend(array("Q") for _ in fresh)
-        tids = np.array(list(map(term_ids.__getitem__, flat_terms)), dtype=np.int64)
-        tfs = np.array(list(chain.from_iterable(counts)), dtype=np.uint64)
+        total = len(flat_terms)
+        tids = np.fromiter(map(term_ids.__getitem__, flat_terms), dtype=np.int64, count=total)
+        tfs = np.fromiter(chain.from_iterable(counts), dtype=np.uint64, count=total)
 
         uid0, version0 = self._next_uid, self._version
         uids = np.arange(uid0, uid0 + n, dtype=np.int64)
