@@ -146,24 +146,22 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    colours = dict(zip(FLOOR_STEPS, plt.get_cmap("tab10").colors, strict=False))
     for i, r in enumerate(rows):
         bottom = 0.0
         for step in FLOOR_STEPS:
             value = r["ms_per_1k_chunks"][step]
-            ax.bar(2 * i, value, bottom=bottom, label=step if i == 0 else None)
+            first = i == 0
+            ax.bar(2 * i, value, bottom=bottom, color=colours[step], label=step if first else None)
             bottom += value
-        ax.bar(
-            2 * i + 0.9,
-            r["ms_per_1k_chunks"]["engine_append"],
-            color="grey",
-            label="engine append" if i == 0 else None,
-        )
+        engine_ms = r["ms_per_1k_chunks"]["engine_append"]
+        ax.bar(2 * i + 0.9, engine_ms, color="grey", label="engine append" if i == 0 else None)
     ax.axhline(GOAL_MS_PER_1K, color="k", linestyle="--", label="goal (append + first plan)")
     ax.set_xticks([2 * i + 0.45 for i in range(len(rows))])
     ax.set_xticklabels([f"{r['chunks']:,} chunks" for r in rows])
     ax.set_ylabel("CPU ms per 1,000 chunks")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
