@@ -61,6 +61,20 @@ PIECES = [
     "E\t\t",
     "\r",
     "3  ",
+    # names are found in a text's UTF-8 bytes: characters outside ASCII (one
+    # unpaired surrogate too) around and inside words, hyphens, digits first
+    "é",
+    "日本",
+    "\udcff",
+    "-",
+    "a-b/c-d",
+    "9ab_c",
+    "xY",
+    # indents: Python's whitespace beyond ASCII, tabs among spaces
+    "    ",
+    "\u00a0",
+    "\x1c",
+    " \t ",
 ]
 TEXTS = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[./][A-Za-z_][A-Za-z0-9_-]*)*")
@@ -82,18 +96,39 @@ def plain_number(line: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def plain_headers(lines: list[str]) -> tuple[int | None, ...]:
+    """The definition of each line's enclosing header, without the shortcuts."""
+    open_headers: list[tuple[int, int]] = []  # (indent, line number)
+    enclosing: list[int | None] = []
+    for number, line in enumerate(lines):
+        numbered = line_value._NUMBERED.match(line)
+        body = line[numbered.end() :] if numbered else line
+        if not body.strip():
+            enclosing.append(open_headers[-1][1] if open_headers else None)
+            continue
+        expanded = body.expandtabs(4)
+        indent = len(expanded) - len(expanded.lstrip())
+        while open_headers and open_headers[-1][0] >= indent:
+            open_headers.pop()
+        enclosing.append(open_headers[-1][1] if open_headers else None)
+        if line_value._HEADER.match(body):
+            open_headers.append((indent, number))
+    return tuple(enclosing)
+
+
 @settings(max_examples=300, deadline=None)
 @given(TEXTS)
 @example("Ex\nclass A:\n    def f(self):\n        raise KeyError")
 @example('ok\n  File "a.py", line 3\nE  assert')
 @example("    12\tdef f():\n    13\t    x = 1")
+@example("x = defaults\n    def f(self):\n        y")
 @example('E\n\nok\nFile "x\n", line 5\nasync\ndef g()')
 def test_a_profile_is_its_lines_plain_definitions(text: str) -> None:
     lines = text.split("\n")
     made = line_value.profile(text)
     assert made.lines == tuple(lines)
     assert made.errors == frozenset(i for i, line in enumerate(lines) if line_value.is_error(line))
-    assert made.headers == line_value.enclosing_headers(lines)
+    assert made.headers == line_value.enclosing_headers(lines) == plain_headers(lines)
     assert made.numbers == tuple(plain_number(line) for line in lines)
     line_names = [plain_names(line) for line in lines]
     assert made.all_names == line_value.names(text) == frozenset().union(*line_names)
@@ -113,6 +148,68 @@ def test_the_lines_naming_identifiers_are_the_lines_whose_names_hold_one(
     for identifiers in (held, frozenset(extra), frozenset(extra) | set(list(held)[:2])):
         expected = [i for i, found in enumerate(line_names) if found & identifiers]
         assert line_value.profile(text).lines_naming(identifiers) == expected
+
+
+CODE = ["def f():", "async def g():", "class A:", "function h() {", "fn main()", "impl X"]
+CODE += ["x = 1", "return x", "defined", "", "\t"]
+CODE_LINES = st.lists(
+    st.tuples(
+        st.sampled_from(["", "    12\t", "  7: ", "3  "]),
+        st.lists(st.sampled_from([" ", "\t", "    ", "\u00a0", "\x1c", "\r"]), max_size=4),
+        st.sampled_from(CODE),
+    ).map(lambda parts: parts[0] + "".join(parts[1]) + parts[2]),
+    max_size=30,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(CODE_LINES)
+@example(["async def f():", "    x = 1", "\tdef g():", "\t\ty", " \tz"])
+def test_enclosing_headers_are_their_plain_definition(lines: list[str]) -> None:
+    """Code read by its words and indents without copying each line: still
+    the headers the plain pass (each line's tabs expanded) finds."""
+    assert line_value.enclosing_headers(lines) == plain_headers(lines)
+
+
+def plain_excerpt(
+    headers: list[int | None], scores: list[float], costs: list[float], budget: float
+) -> tuple[int, ...]:
+    """The definition of an excerpt's lines (context 1), without the shortcuts."""
+    n = len(scores)
+    kept: set[int] = set()
+    spent = 0.0
+    for line in sorted((i for i in range(n) if scores[i] > 0), key=lambda i: (-scores[i], i)):
+        if line in kept:
+            continue
+        window = set(range(max(0, line - 1), min(n, line + 2)))
+        header = headers[line]
+        while header is not None:
+            window.add(header)
+            header = headers[header]
+        cost = sum(costs[i] for i in window - kept)
+        if spent + cost > budget:
+            continue
+        kept |= window
+        spent += cost
+    return tuple(sorted(kept))
+
+
+@settings(max_examples=500, deadline=None)
+@given(CODE_LINES, st.data())
+def test_an_excerpts_lines_are_their_plain_definition(
+    lines: list[str], data: st.DataObject
+) -> None:
+    """Ranked by a stable sort and costed through `map`: still the plain
+    ranking (ties by line) and the same float sums, so the same lines."""
+    headers = list(line_value.enclosing_headers(lines))
+    n = len(lines)
+    scores = data.draw(
+        st.lists(st.sampled_from([0.0, 0.5, 1.0, 1.0, 2.25]), min_size=n, max_size=n)
+    )
+    costs = data.draw(st.lists(st.floats(0.01, 9.0), min_size=n, max_size=n))
+    budget = data.draw(st.floats(0.0, 40.0))
+    made = line_value.excerpt_lines(headers, scores, costs, budget, context=1)
+    assert made == plain_excerpt(headers, scores, costs, budget)
 
 
 CITING = ["line", "lines", "Line", "xline", "_line", " ", "\n", "12", "7", "٣", ",", "p", "P"]

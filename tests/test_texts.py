@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from ctxopt.planner.texts import Trimmer, mask_text
+from ctxopt.planner.knobs import TRIM_CONTEXT_LINES
+from ctxopt.planner.texts import Trimmer, _excerpt, mask_text
+from ctxopt.scoring.line_value import select_lines
 from ctxopt.session import stash_id
 from ctxopt.text.analyzer import Analyzer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 LOG = "\n".join(
     [f"line {i}: compiling module {i}" for i in range(40)]
@@ -20,7 +24,7 @@ def trim(trimmer: Trimmer, query: str, goal: int = 120) -> str:
 
 
 def test_trim_keeps_the_query_lines_and_names_what_it_left_out() -> None:
-    excerpt = trim(Trimmer(Analyzer().terms), "KeyError in the config parser")
+    excerpt = trim(Trimmer(Analyzer()), "KeyError in the config parser")
     assert "ERROR KeyError: 'section' in config parser" in excerpt
     assert excerpt.startswith("[ctxopt: trimmed log; showing lines ")
     assert f"full text in stash {stash_id('log', LOG)}" in excerpt
@@ -29,24 +33,49 @@ def test_trim_keeps_the_query_lines_and_names_what_it_left_out() -> None:
 
 
 def test_without_query_terms_the_head_and_tail_stay() -> None:
-    excerpt = trim(Trimmer(Analyzer().terms), "")
+    excerpt = trim(Trimmer(Analyzer()), "")
     body = excerpt.split("\n")[1:]
     assert body[0] == "line 0: compiling module 0" and body[-1] == "line 79: ok"
 
 
 def test_same_state_same_bytes_cached_or_not() -> None:
-    warm = Trimmer(Analyzer().terms)
+    warm = Trimmer(Analyzer())
     first = trim(warm, "config parser")
-    assert trim(warm, "config parser") == first == trim(Trimmer(Analyzer().terms), "config parser")
+    assert trim(warm, "config parser") == first == trim(Trimmer(Analyzer()), "config parser")
     # terms the text lacks change nothing: the excerpt is the no-query one
-    assert trim(warm, "zebra quantum") == trim(Trimmer(Analyzer().terms), "")
+    assert trim(warm, "zebra quantum") == trim(Trimmer(Analyzer()), "")
+
+
+TRIM_PIECES = ["config", "Config", "configs", "parser", "parse_config", "KeyError", "a/config.py"]
+TRIM_PIECES += [" ", "\t", ".", "é", "\n", "\n\n", "x" * 60]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from(TRIM_PIECES), max_size=60).map("".join),
+    st.sampled_from(["config parser", "KeyError parse", "zebra", ""]),
+    st.integers(min_value=1, max_value=80),
+)
+def test_a_trim_scores_each_line_by_the_query_terms_its_own_terms_hold(
+    text: str, query: str, goal: int
+) -> None:
+    """The query terms' lines come from the text's postings, not from
+    analysing each line: still the excerpt each line's own terms give."""
+    analyzer = Analyzer()
+    terms = frozenset(analyzer.terms(query))
+    lines = text.split("\n")
+    scores = [float(len(terms.intersection(analyzer.terms(line)))) for line in lines]
+    per_char = TOKENS / max(len(text), 1)
+    costs = [(len(line) + 1) * per_char for line in lines]
+    expected = _excerpt("c", lines, select_lines(scores, costs, goal, TRIM_CONTEXT_LINES), "c@s")
+    assert Trimmer(analyzer).trim("c", text, "c@s", terms, goal, TOKENS) == expected
 
 
 def test_caches_stay_bounded() -> None:
-    trimmer = Trimmer(Analyzer().terms, cache_size=3)
+    trimmer = Trimmer(Analyzer(), cache_size=3)
     for goal in range(50, 60):
         trim(trimmer, "parser", goal)
-    assert len(trimmer._excerpts) == 3 and len(trimmer._lines) == 1
+    assert len(trimmer._excerpts) == 3
 
 
 def test_mask_is_stable_and_names_the_stash() -> None:

@@ -33,7 +33,7 @@ class Collector:
         self.tuning = tuning
         self.analyzer = analyzer
         self.counter = counter
-        self.trimmer = Trimmer(analyzer.terms)
+        self.trimmer = Trimmer(analyzer)
         self._last_plans: LastResult[Plan] = LastResult()
 
     def scores(

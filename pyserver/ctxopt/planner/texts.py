@@ -11,11 +11,12 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
 from ctxopt.planner.knobs import MASK_EDGE_CHARS, TRIM_CONTEXT_LINES
 from ctxopt.scoring import line_value
+from ctxopt.text.analyzer import Analyzer
+from ctxopt.text.lines import text_lines
 
 GAP_MARK = "[...]"
 
@@ -55,17 +56,19 @@ def _show(runs: Sequence[tuple[int, int]]) -> str:
 class Trimmer:
     """TRIM excerpts, fast on the second sight of a text.
 
-    A line's score is how many distinct query terms it holds. Each distinct
-    text is analysed once into term -> line postings, so a plan only looks up
-    the query's terms; and since the excerpt depends only on the query terms
-    present in the text, excerpts are cached under those (most chunks hold
-    none of a new query's terms and hit the cache turn after turn).
+    A line's score is how many distinct query terms it holds. The lines of
+    each query term come from the text's postings (`TextLines.term_lines`:
+    found among the text's distinct tokens in C and kept per text, the
+    terms asked only; analysing every line of a text for all its terms was
+    most of a first plan's trims, ~2-3% of it); and since the excerpt
+    depends only on the query terms present in the text, excerpts are
+    cached under those (most chunks hold none of a new query's terms and
+    hit the cache turn after turn).
     """
 
-    def __init__(self, terms: Callable[[str], list[str]], cache_size: int = 8192) -> None:
-        self._terms = terms
+    def __init__(self, analyzer: Analyzer, cache_size: int = 8192) -> None:
+        self._analyzer = analyzer
         self._cache_size = cache_size
-        self._lines: OrderedDict[str, _Lines] = OrderedDict()
         self._excerpts: OrderedDict[tuple[str, tuple[str, ...], int, int], str] = OrderedDict()
         self._lock = threading.Lock()  # plans of different sessions run in parallel
 
@@ -79,52 +82,31 @@ class Trimmer:
         total_tokens: int,
     ) -> str:
         """An excerpt of the query-relevant lines of `text`, about `target_tokens` long."""
-        indexed = self._indexed(stash, text)
-        present = tuple(sorted(t for t in query_terms if t in indexed.postings))
+        split = text_lines(text)
+        postings = split.term_lines(query_terms, self._analyzer)
+        present = tuple(sorted(t for t in query_terms if postings[t]))
         key = (stash, present, target_tokens, total_tokens)
         with self._lock:
             excerpt = self._excerpts.get(key)
             if excerpt is not None:
                 self._excerpts.move_to_end(key)
                 return excerpt
-        scores = [0.0] * len(indexed.lines)
+        lines = split.lines
+        scores = [0.0] * len(lines)
         for term in present:
-            for line in indexed.postings[term]:
+            for line in postings[term]:
                 scores[line] += 1.0
         tokens_per_char = total_tokens / max(len(text), 1)
-        costs = [length * tokens_per_char for length in indexed.lengths]
+        costs = [(len(line) + 1) * tokens_per_char for line in lines]
         excerpt = _excerpt(
             chunk_id,
-            indexed.lines,
+            lines,
             line_value.select_lines(scores, costs, target_tokens, TRIM_CONTEXT_LINES),
             stash,
         )
         with self._lock:
             remember(self._excerpts, key, excerpt, self._cache_size)
         return excerpt
-
-    def _indexed(self, stash: str, text: str) -> _Lines:
-        with self._lock:
-            found = self._lines.get(stash)
-            if found is not None:
-                self._lines.move_to_end(stash)
-                return found
-        lines = text.split("\n")
-        postings: dict[str, list[int]] = {}
-        for number, line in enumerate(lines):
-            for term in set(self._terms(line)):
-                postings.setdefault(term, []).append(number)
-        indexed = _Lines(lines, postings, [len(line) + 1 for line in lines])
-        with self._lock:
-            remember(self._lines, stash, indexed, self._cache_size)
-        return indexed
-
-
-@dataclass(frozen=True, slots=True)
-class _Lines:
-    lines: list[str]
-    postings: dict[str, list[int]]  # term -> numbers of the lines holding it
-    lengths: list[int]  # characters, newline included
 
 
 K = TypeVar("K")
@@ -137,7 +119,7 @@ def remember(cache: OrderedDict[K, V], key: K, value: V, size: int) -> None:
         cache.popitem(last=False)
 
 
-def _excerpt(chunk_id: str, lines: list[str], kept: list[int], stash: str) -> str:
+def _excerpt(chunk_id: str, lines: Sequence[str], kept: list[int], stash: str) -> str:
     kept_set = set(kept)
     omitted = _ranges([i for i in range(len(lines)) if i not in kept_set])
     out = [

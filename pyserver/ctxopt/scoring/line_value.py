@@ -34,14 +34,20 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import chain
+from itertools import chain, compress, count
+from typing import AnyStr
 
 from ctxopt.scoring.text_memo import TextMemo
 
 # A name worth matching: dotted or slashed paths, snake_case, camelCase or
 # CapWords with an inner capital; plain words (`self`, `list`) match everywhere.
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[./][A-Za-z_][A-Za-z0-9_-]*)*")
+# The characters `_NAME` matches; a table turning every other byte into a space.
+_NAME_BYTES = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./-"
+_RUN_BYTES = bytes(byte if byte in _NAME_BYTES else 32 for byte in range(256))
 _INNER_CAPITAL = re.compile(r"[a-z][A-Z]")
+# What every code name holds (`_is_code_name`): a run without one names nothing.
+_MARK = re.compile(rb"[_./]|[a-z][A-Z]")
 MIN_NAME_CHARS = 4
 # The model citing lines: `sed -n '120,140p'`, `line 131`, `file.py:131`.
 # Searched from their literal parts (a pattern that starts with \d or \b is
@@ -58,6 +64,10 @@ NAME_CACHE_SIZE = 65536  # distinct name-like words and paths resolved
 MAX_CITED_RANGE = 400  # a wider range is a whole-file read, not a citation
 # A line's own number as `nl -ba`, `cat -n`, `grep -n` or a traceback prints it.
 _NUMBERED = re.compile(r"^\s*(\d+)(?:[\t:|]| {2})")
+# `_NUMBERED` in a whole text: on its first line, and after each newline (its
+# `\s` less the newline: a line holds none), a search for the newline first.
+_NUMBERED_FIRST = re.compile(r"[^\S\n]*(\d+)(?:[\t:|]| {2})")
+_NUMBERED_LATER = re.compile(r"\n[^\S\n]*(\d+)(?:[\t:|]| {2})")
 _TRACEBACK_AT = re.compile(r'File "[^"]+", line (\d+)')
 _ERROR = re.compile(
     r"Traceback \(most recent call last\)|^\s*File \"[^\"]+\", line \d+"
@@ -66,8 +76,11 @@ _ERROR = re.compile(
 # Each alternative of _ERROR holds one of these (or starts its line with "E").
 _ERROR_MARKS = ("Traceback", 'File "', "Error", "Exception", "FAILED", "error:")
 _HEADER = re.compile(r"^\s*(?:async\s+def|def|class|function|func|fn|impl|struct|interface)\b")
-# A line of the whole text that `_HEADER` matches once `_body` took its
-# numbered prefix off (or that this matches without one): none, and no line
+# A word every `_HEADER` (and `_HEADER_IN_TEXT`) match holds, a line's code
+# starting with it for `_HEADER` (`function` is a `func`).
+_HEADER_WORDS = ("def", "class", "async", "func", "fn", "impl", "struct", "interface")
+# A line of the whole text that `_HEADER` matches once its `_NUMBERED`
+# prefix is off (or that this matches without one): none, and no line
 # has an enclosing header.
 _HEADER_IN_TEXT = re.compile(
     r"^[^\S\n]*(?:\d+(?:[\t:|]| {2}))?[^\S\n]*"
@@ -83,9 +96,16 @@ def _names(text: str) -> frozenset[str]:
     >>> sorted(names("edit django/db/query.py then call compute_total(x) in Cart"))
     ['compute_total', 'db/query.py', 'django/db/query.py', 'query.py']
     """
-    # each distinct match once (a set in C): texts repeat their words; the
-    # matches are resolved through the cache by map, without a Python loop
-    return frozenset(chain.from_iterable(map(_code_names, set(_NAME.findall(text)))))
+    # `_NAME` matches only `_NAME_BYTES` and has no anchor or lookaround: its
+    # matches are those in each maximal run of them. The runs split out in C
+    # (a non-ASCII character's UTF-8 bytes are no run's), each distinct one
+    # resolved once per process: `_NAME.findall` walked every character
+    return frozenset(chain.from_iterable(map(_run_names, set(_runs(text)))))
+
+
+def _runs(text: str) -> list[bytes]:
+    """The text's maximal runs of `_NAME_BYTES`, in order."""
+    return text.encode("utf-8", "surrogatepass").translate(_RUN_BYTES).split()
 
 
 names_memo = TextMemo(_names, PROFILE_CACHE_SIZE)
@@ -93,17 +113,24 @@ names = names_memo.lookup
 
 
 @lru_cache(maxsize=NAME_CACHE_SIZE)
-def _code_names(match: str) -> tuple[str, ...]:
-    """The code names one `_NAME` match stands for. Agent text repeats the
-    same words and paths on line after line: resolving each distinct match
+def _run_names(run: bytes) -> tuple[str, ...]:
+    """The code names one run of `_NAME_BYTES` holds. Agent text repeats the
+    same words and paths on line after line: resolving each distinct run
     once is most of what profiling a text's lines used to cost."""
+    if _MARK.search(run) is None:  # most runs: a plain word has no code name
+        return ()
+    return tuple(chain.from_iterable(map(_code_names, _NAME.findall(run.decode("ascii")))))
+
+
+def _code_names(match: str) -> tuple[str, ...]:
+    """The code names one `_NAME` match stands for."""
     name = match.strip("./-")
     if "/" in name:
         parts = name.split("/")
         found = ["/".join(parts[i:]) for i in range(len(parts))]
     else:
         found = [name]
-    return tuple(n for n in found if _is_code_name(n))
+    return tuple(filter(_is_code_name, found))
 
 
 def _is_code_name(name: str) -> bool:
@@ -152,6 +179,39 @@ def own_number(line: str) -> int | None:
     return int(at.group(1)) if at else None
 
 
+def _own_numbers(text: str, lines: Sequence[str]) -> tuple[int | None, ...]:
+    """Each line's `own_number`, found in the whole text: the numbered lines
+    by one search in C (most lines of most outputs print no number), then
+    the lines where `File "` is and no number was found."""
+    numbers: list[int | None] = [None] * len(lines)
+    first = _NUMBERED_FIRST.match(text)
+    if first is not None:
+        numbers[0] = int(first.group(1))
+    later = list(_NUMBERED_LATER.finditer(text))
+    starts = [match.start() + 1 for match in later]  # each one's line, after its newline
+    for number, match in zip(_line_numbers(text, starts, "\n"), later, strict=True):
+        numbers[number] = int(match.group(1))
+    at_files = list(_places(text, 'File "'))
+    for number in dict.fromkeys(_line_numbers(text, at_files, "\n")):
+        if numbers[number] is None:
+            numbers[number] = own_number(lines[number])
+    return tuple(numbers)
+
+
+def _has_header(text: str) -> bool:
+    """Whether a line of `text` matches `_HEADER_IN_TEXT`, tried only at the
+    lines holding one of `_HEADER_WORDS` (a search of the whole text tried
+    the pattern at every character: 40 ms of a 10,000-chunk first plan)."""
+    for word in _HEADER_WORDS:
+        at = text.find(word)
+        while at >= 0:
+            if _HEADER_IN_TEXT.match(text, text.rfind("\n", 0, at) + 1):
+                return True
+            end = text.find("\n", at)
+            at = text.find(word, end) if end >= 0 else -1
+    return False
+
+
 def is_error(line: str) -> bool:
     return _ERROR.search(line) is not None
 
@@ -166,7 +226,7 @@ def _error_lines(text: str, lines: Sequence[str]) -> frozenset[int]:
         offsets.add(0)
     if not offsets:
         return frozenset()
-    numbers = dict.fromkeys(_line_numbers(text, sorted(offsets)))
+    numbers = dict.fromkeys(_line_numbers(text, sorted(offsets), "\n"))
     return frozenset(n for n in numbers if is_error(lines[n]))
 
 
@@ -178,12 +238,12 @@ def _places(text: str, piece: str) -> Iterator[int]:
         at = text.find(piece, at + 1)
 
 
-def _line_numbers(text: str, offsets: Sequence[int]) -> list[int]:
+def _line_numbers(text: AnyStr, offsets: Sequence[int], newline: AnyStr) -> list[int]:
     """The line number of each offset into `text` (offsets ascending)."""
     numbers: list[int] = []
     line, counted = 0, 0
     for at in offsets:
-        line += text.count("\n", counted, at)
+        line += text.count(newline, counted, at)
         counted = at
         numbers.append(line)
     return numbers
@@ -243,29 +303,41 @@ class LineProfile:
     headers: tuple[int | None, ...]  # each line's enclosing def/class header
 
     def lines_naming(self, identifiers: frozenset[str]) -> list[int]:
-        """The numbers of the lines whose `names` hold one of `identifiers`:
-        only lines where one of them is written can (a name is a piece of
-        its line), so only those are read, and only for texts holding one."""
+        """The numbers of the lines whose `names` hold one of `identifiers`.
+        A line's names are its runs' (`_run_names`), each a piece of its run:
+        only the runs where one is written (ASCII: found by `bytes.find` in
+        the UTF-8 text) are resolved, each once, none per line."""
         wanted = identifiers & self.all_names
         if not wanted:
             return []
-        text = "\n".join(self.lines)
-        offsets = {at for name in wanted for at in _places(text, name)}
-        candidates = dict.fromkeys(_line_numbers(text, sorted(offsets)))
-        lines = self.lines
-        return [n for n in candidates if not wanted.isdisjoint(names(lines[n]))]
+        encoded = "\n".join(self.lines).encode("utf-8", "surrogatepass")
+        runs = encoded.translate(_RUN_BYTES)  # byte for byte; a newline is a space
+        size = len(runs)
+        resolved: dict[int, bool] = {}  # run start -> whether its names hold one
+        for name in wanted:
+            piece = name.encode("ascii")
+            at = runs.find(piece)
+            while at >= 0:
+                start = runs.rfind(b" ", 0, at) + 1
+                end = runs.find(b" ", at)
+                end = size if end < 0 else end
+                if start not in resolved:
+                    resolved[start] = not wanted.isdisjoint(_run_names(runs[start:end]))
+                at = runs.find(piece, end)  # a run names one or not as a whole
+        starts = sorted(start for start, naming in resolved.items() if naming)
+        return list(dict.fromkeys(_line_numbers(encoded, starts, b"\n")))
 
 
 def _profile(text: str) -> LineProfile:
     lines = tuple(text.split("\n"))
-    numbers = tuple(own_number(line) for line in lines)
+    numbers = _own_numbers(text, lines)
     return LineProfile(
         lines,
         numbers,
         _error_lines(text, lines),
         names(text),
         frozenset(n for n in numbers if n is not None),
-        enclosing_headers(lines) if _HEADER_IN_TEXT.search(text) else (None,) * len(lines),
+        enclosing_headers(lines) if _has_header(text) else (None,) * len(lines),
     )
 
 
@@ -308,9 +380,9 @@ def line_scores(text: LineProfile, facts: LineFacts, weights: LineWeights) -> li
     for number in text.lines_naming(facts.identifiers):
         scores[number] += weights.identifier
     if facts.cited and not facts.cited.isdisjoint(text.all_numbers):
-        for number, own in enumerate(text.numbers):
-            if own in facts.cited:
-                scores[number] += weights.cited
+        # the lines printing a cited number, picked out in C (each line once)
+        for number in compress(count(), map(facts.cited.__contains__, text.numbers)):
+            scores[number] += weights.cited
     for number in text.errors:
         scores[number] += weights.error
     for number in facts.echoed:
@@ -322,27 +394,30 @@ def enclosing_headers(lines: Sequence[str]) -> tuple[int | None, ...]:
     """Per line, its enclosing `def`/`class` header: the nearest header above
     it that is indented less and still open (no line since went back to its
     indentation). A numbered listing's prefix is ignored; blank lines close
-    nothing. One pass, a stack of open headers."""
+    nothing; a tab indents to the next multiple of 4. One pass, a stack of
+    open headers."""
     open_headers: list[tuple[int, int]] = []  # (indent, line number)
     enclosing: list[int | None] = []
+    numbered = _NUMBERED.match
     for number, line in enumerate(lines):
-        body = _body(line)
-        if not body.strip():
+        found = numbered(line)
+        body = line[found.end() :] if found else line
+        code = body.lstrip()
+        if not code:
             enclosing.append(open_headers[-1][1] if open_headers else None)
             continue
-        expanded = body.expandtabs(4)
-        indent = len(expanded) - len(expanded.lstrip())
+        if "\t" in body:
+            expanded = body.expandtabs(4)
+            indent = len(expanded) - len(expanded.lstrip())
+        else:  # expandtabs changes tabs only: the plain indent, without the copy
+            indent = len(body) - len(code)
         while open_headers and open_headers[-1][0] >= indent:
             open_headers.pop()
         enclosing.append(open_headers[-1][1] if open_headers else None)
-        if _HEADER.match(body):
+        # `_HEADER` matches only where the code starts with one of its words
+        if code.startswith(_HEADER_WORDS) and _HEADER.match(body):
             open_headers.append((indent, number))
     return tuple(enclosing)
-
-
-def _body(line: str) -> str:
-    numbered = _NUMBERED.match(line)
-    return line[numbered.end() :] if numbered else line
 
 
 def excerpt_lines(
@@ -361,7 +436,12 @@ def excerpt_lines(
     n = len(scores)
     kept: set[int] = set()
     spent = 0.0
-    for line in sorted((i for i in range(n) if scores[i] > 0), key=lambda i: (-scores[i], i)):
+    cost_of = costs.__getitem__
+    # best first, ties by line: a stable sort keeps the lines' order among equals
+    ranked = sorted(
+        [i for i, score in enumerate(scores) if score > 0], key=scores.__getitem__, reverse=True
+    )
+    for line in ranked:
         if line in kept:
             continue
         window = set(range(max(0, line - context), min(n, line + context + 1)))
@@ -369,7 +449,7 @@ def excerpt_lines(
         while header is not None:  # the method's def, then its class
             window.add(header)
             header = headers[header]
-        cost = sum(costs[i] for i in window - kept)
+        cost = sum(map(cost_of, window - kept))  # summed in the same order as ever
         if spent + cost > budget:
             continue
         kept |= window
