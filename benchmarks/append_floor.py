@@ -147,7 +147,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4))
-    colours = dict(zip(FLOOR_STEPS, plt.get_cmap("tab10").colors, strict=False))
+    palette = plt.get_cmap("tab10")
+    colours = {step: palette(i) for i, step in enumerate(FLOOR_STEPS)}
     for i, r in enumerate(rows):
         bottom = 0.0
         for step in FLOOR_STEPS:
