@@ -164,14 +164,20 @@ class LiveSessions:
         counts = self.count_blobs.decode(stored.counts)
         if counts is not None:
             self.counter.tell(counts)
+        # a text's term blob, then its line blob: its digest is made once
+        docs: list[DocTerms | None] = []
         told: list[tuple[str, TextFacts]] = []
+        held: list[tuple[str, int]] = []
         for item in stored.chunks:
             text = item.chunk.text
-            session.restore_entry(entry_of(item), decode(text, item.term_blob))
+            docs.append(decode(text, item.term_blob))
             facts = decode_lines(text, item.line_blob) if item.line_blob is not None else None
             if facts is not None:
                 told.append((text, facts))
-                kept.hold(session.slot_by_id[item.chunk.id], facts.held)
+                held.append((item.chunk.id, facts.held))
+        session.restore_entries([entry_of(item) for item in stored.chunks], docs)
+        for chunk_id, facts_held in held:
+            kept.hold(session.slot_by_id[chunk_id], facts_held)
         tell(told)
         return session
 
@@ -255,11 +261,10 @@ class LiveSessions:
         for chunk_id in change.removals:
             session.remove(chunk_id)
         decode = self.term_blobs.decode
-        for item in change.upserts:
-            doc = docs.get(item.chunk.id)
-            if doc is None:
-                doc = decode(item.chunk.text, item.term_blob)
-            session.restore_entry(entry_of(item), doc)
+        session.restore_entries(
+            [entry_of(item) for item in change.upserts],
+            [docs.get(i.chunk.id) or decode(i.chunk.text, i.term_blob) for i in change.upserts],
+        )
         if change.collections is not None:
             session.collections = change.collections
         if change.removals and session.needs_compaction():
