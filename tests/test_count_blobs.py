@@ -19,7 +19,7 @@ from ctxopt.tokens import KEY_BYTES, TokenCounter, count_key
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.test_line_blobs import S, forget_made_facts, plans, session_chunks
+from tests.test_line_blobs import S, forget_made_facts, fresh, plans, session_chunks, stored
 
 COUNTER = TokenCounter()
 BLOBS = CountBlobs(COUNTER)
@@ -44,25 +44,6 @@ def tokenised(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(TokenCounter, "_cl100k", spied)
     return seen
-
-
-def stored(data_dir: Path, tag: str) -> list[object]:
-    """A session appended and planned (its counts stored), then closed; its plans."""
-    engine = Engine(Config(data_dir=str(data_dir)))
-    engine.append("", S, session_chunks(tag))
-    planned = plans(engine)
-    engine.close()
-    return planned
-
-
-def fresh(tag: str) -> list[object]:
-    forget_made_facts()
-    engine = Engine(Config(data_dir=":memory:"))
-    engine.append("", S, session_chunks(tag))
-    try:
-        return plans(engine)
-    finally:
-        engine.close()
 
 
 def kept_blob(data_dir: Path) -> bytes | None:

@@ -97,7 +97,7 @@ def made(text: str) -> TextFacts:
 
 
 def stored(data_dir: Path, tag: str) -> list[object]:
-    """A session appended and planned (its facts stored), then closed; its plans."""
+    """A session appended and planned (its facts and counts stored), then closed; its plans."""
     engine = Engine(Config(data_dir=str(data_dir)))
     engine.append("", S, session_chunks(tag))
     planned = plans(engine)
