@@ -24,7 +24,7 @@ from ctxopt.planner.texts import ANCHORED_CACHE_SIZE, ranged_excerpt, remember
 from ctxopt.scoring import line_value
 from ctxopt.scoring.line_facts import SessionFacts, facts_of
 from ctxopt.session import SessionView
-from ctxopt.text.lines import LineBook, text_lines
+from ctxopt.text.lines import LineBook
 
 TokenCount = Callable[[str], int]
 T = TypeVar("T")
@@ -124,6 +124,7 @@ _NO_CHANGE: tuple[frozenset[str], frozenset[int], frozenset[str]] = (
     frozenset(),
 )
 _memos_lock = threading.Lock()
+_NONE: frozenset[int] = frozenset()
 
 
 def output_levels(
@@ -150,6 +151,12 @@ def output_levels(
     previous = memo.facts if memo.knobs == knobs else None
     remembered = memo.by_slot if previous is not None else {}
     names, cited, terms = _changes(previous, facts) if previous is not None else _NO_CHANGE
+    # the outputs a moved query term can reach: those the session index says
+    # hold one of the query's terms, at this plan or the last (`facts_of`
+    # reads no other output's lines for them); every append moves every
+    # term's rarity, and searching each output's lines for them was most of
+    # the check's cost
+    term_reach = (previous.term_holders | facts.term_holders) if terms and previous is not None else _NONE
     out: dict[int, tuple[LineLevel, ...]] = {}
     kept: dict[int, _Remembered] = {}
     for slot in slots:
@@ -169,7 +176,8 @@ def output_levels(
             was is None
             or was.stash != stash
             or was.tokens != entry.tokens
-            or _touched(text, names, cited, terms, facts)
+            or slot in term_reach
+            or _named(text, names, cited)
         ):
             was = _Remembered(
                 stash,
@@ -204,19 +212,9 @@ def _compact(changed: frozenset[T]) -> frozenset[T]:
     return frozenset(list(changed))
 
 
-def _touched(
-    text: str,
-    names: frozenset[str],
-    cited: frozenset[int],
-    terms: frozenset[str],
-    facts: SessionFacts,
-) -> bool:
-    """Whether a change of the session's facts reaches this text's lines."""
-    if names or cited:
-        lines = line_value.profile(text)
-        if not names.isdisjoint(lines.all_names) or not cited.isdisjoint(lines.all_numbers):
-            return True
-    if not terms:
+def _named(text: str, names: frozenset[str], cited: frozenset[int]) -> bool:
+    """Whether the text holds one of the changed names or cited numbers."""
+    if not names and not cited:
         return False
-    postings = text_lines(text).term_lines(terms, facts.analyzer)
-    return any(postings[term] for term in terms)
+    lines = line_value.profile(text)
+    return not names.isdisjoint(lines.all_names) or not cited.isdisjoint(lines.all_numbers)
