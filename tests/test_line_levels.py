@@ -18,6 +18,7 @@ from ctxopt.scoring import line_value
 from ctxopt.scoring.line_facts import SessionFacts
 from ctxopt.scoring.line_value import LineWeights
 from ctxopt.text.analyzer import Analyzer
+from ctxopt.text.lines import TextLines
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -207,3 +208,82 @@ def test_pooled_model_facts_of_a_grown_session_are_its_texts_pooled(
     expected_cited = frozenset().union(*map(line_value.cited_numbers, held))
     assert pooled == (expected_names, expected_cited)
     assert read == list(held[cut:])
+
+
+TERMS = ("refund", "margin", "ledger")
+
+
+def holding(step: int, terms: frozenset[str]) -> str:
+    """An output of its own lines, with a line naming each of `terms`."""
+    return listing(step) + "".join(f"\n{90 + k:6d}\t# {t} noted" for k, t in enumerate(terms))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["", "refund", "margin ledger", "refund ledger", "tax"]),
+            st.frozensets(st.sampled_from(TERMS), max_size=2),
+            st.booleans(),
+        ),
+        min_size=2,
+        max_size=6,
+    )
+)
+def test_outputs_a_moved_query_term_reaches_plan_as_a_fresh_engine_would(
+    steps: list[tuple[str, frozenset[str], bool]],
+) -> None:
+    """Outputs holding some, none or a dropped one of the query's terms, the
+    query changing or not, each plan after an append: the outputs re-checked
+    for moved terms (those the index says hold one, now or at the last plan)
+    give the plans a fresh engine makes."""
+    tuning = Tuning(line_tight_share=0.1)
+    growing = Engine(Config(data_dir=":memory:"), tuning)
+    chunks: list[Chunk] = [chunk("task", "repair the pricing module", turn=0)]
+    growing.append("", S, chunks)
+    for step, (query, terms, output) in enumerate(steps):
+        text = holding(step, terms) if output else filler(30, str(step))
+        kind = ChunkKind.TOOL_RESULT if output else ChunkKind.MESSAGE
+        new = [chunk(f"c{step}", text, kind=kind, turn=step + 1)]
+        chunks += new
+        growing.append("", S, new)
+        fresh = Engine(Config(data_dir=":memory:"), tuning)
+        fresh.append("", S, chunks)
+        assert shown(plan_of(growing, query)) == shown(plan_of(fresh, query)), step
+        fresh.close()
+    growing.close()
+
+
+def test_an_append_searches_no_output_without_a_query_term_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An append moves the query term's rarity; only the output holding it is
+    searched for it again, not each output's lines."""
+    searched: list[str] = []
+    term_lines = TextLines.term_lines
+
+    def counted(self: TextLines, terms: frozenset[str], analyzer: Analyzer) -> Any:
+        searched.append("\n".join(self.lines))
+        return term_lines(self, terms, analyzer)
+
+    monkeypatch.setattr(TextLines, "term_lines", counted)
+    engine = Engine(Config(data_dir=":memory:"))
+    outputs = [holding(0, frozenset({"refund"})), *(listing(step) for step in range(1, 4))]
+    engine.append(
+        "",
+        S,
+        [
+            chunk("task", "repair the pricing module", turn=0),
+            *(
+                chunk(f"o{k}", text, kind=ChunkKind.TOOL_RESULT, turn=1 + k)
+                for k, text in enumerate(outputs)
+            ),
+        ],
+    )
+    plan_of(engine, "refund")
+    searched.clear()
+    engine.append("", S, [chunk("n", filler(40, "n"), turn=9)])
+    plan_of(engine, "refund")
+    assert outputs[0] in searched
+    assert not set(outputs[1:]) & set(searched)
+    engine.close()

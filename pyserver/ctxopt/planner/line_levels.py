@@ -156,7 +156,9 @@ def output_levels(
     # reads no other output's lines for them); every append moves every
     # term's rarity, and searching each output's lines for them was most of
     # the check's cost
-    term_reach = (previous.term_holders | facts.term_holders) if terms and previous is not None else _NONE
+    term_reach = (
+        (previous.term_holders | facts.term_holders) if terms and previous is not None else _NONE
+    )
     out: dict[int, tuple[LineLevel, ...]] = {}
     kept: dict[int, _Remembered] = {}
     for slot in slots:
