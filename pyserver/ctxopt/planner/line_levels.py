@@ -22,7 +22,7 @@ from weakref import WeakKeyDictionary
 from ctxopt.planner.knobs import Tuning
 from ctxopt.planner.texts import ANCHORED_CACHE_SIZE, ranged_excerpt, remember
 from ctxopt.scoring import line_value
-from ctxopt.scoring.line_facts import SessionFacts, facts_of
+from ctxopt.scoring.line_facts import SessionFacts, facts_of, relevance_of
 from ctxopt.session import SessionView
 from ctxopt.text.lines import LineBook
 
@@ -105,6 +105,7 @@ class _Remembered:
     tokens: int
     anchors: tuple[int, ...]
     quoted: frozenset[int]
+    relevance: tuple[tuple[int, float], ...]  # `relevance_of`'s key part
     levels: tuple[LineLevel, ...]
 
 
@@ -159,6 +160,7 @@ def output_levels(
     term_reach = (
         (previous.term_holders | facts.term_holders) if terms and previous is not None else _NONE
     )
+    named = _named(names, cited)
     out: dict[int, tuple[LineLevel, ...]] = {}
     kept: dict[int, _Remembered] = {}
     for slot in slots:
@@ -171,21 +173,24 @@ def output_levels(
             if was.anchors == anchors and was.quoted == quoted:
                 # the same lines in a new object: remember this one, so the
                 # next plan compares by identity again
-                was = _Remembered(was.stash, was.tokens, anchors, quoted, was.levels)
+                was = _Remembered(was.stash, was.tokens, anchors, quoted, was.relevance, was.levels)
             else:
                 was = None
-        if (
-            was is None
-            or was.stash != stash
-            or was.tokens != entry.tokens
-            or slot in term_reach
-            or _named(text, names, cited)
-        ):
+        if was is None or was.stash != stash or was.tokens != entry.tokens or named(text):
+            was = None
+        elif slot in term_reach:
+            # the sizes differ only if what the terms add per line does (a
+            # text holding one of them, or the same mix, keeps them)
+            relevance = relevance_of(facts, slot, text)[1]
+            if relevance != was.relevance:
+                was = None
+        if was is None:
             was = _Remembered(
                 stash,
                 entry.tokens,
                 anchors,
                 quoted,
+                relevance_of(facts, slot, text)[1],
                 levels_of(session, book, slot, facts, tuning, count_tokens),
             )
         kept[slot] = was
@@ -214,9 +219,18 @@ def _compact(changed: frozenset[T]) -> frozenset[T]:
     return frozenset(list(changed))
 
 
-def _named(text: str, names: frozenset[str], cited: frozenset[int]) -> bool:
-    """Whether the text holds one of the changed names or cited numbers."""
+def _named(names: frozenset[str], cited: frozenset[int]) -> Callable[[str], bool]:
+    """Whether a text holds one of the changed names or cited numbers (no
+    text's names are read when none changed, the usual append)."""
     if not names and not cited:
-        return False
-    lines = line_value.profile(text)
-    return not names.isdisjoint(lines.all_names) or not cited.isdisjoint(lines.all_numbers)
+        return _never
+
+    def holds(text: str) -> bool:
+        lines = line_value.profile(text)
+        return not names.isdisjoint(lines.all_names) or not cited.isdisjoint(lines.all_numbers)
+
+    return holds
+
+
+def _never(text: str) -> bool:
+    return False
