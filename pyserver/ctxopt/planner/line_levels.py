@@ -161,14 +161,16 @@ def output_levels(
         (previous.term_holders | facts.term_holders) if terms and previous is not None else _NONE
     )
     named = _named(names, cited)
-    out: dict[int, tuple[LineLevel, ...]] = {}
     kept: dict[int, _Remembered] = {}
+    # bound once: the loop visits every output of the session on every plan
+    entry_at, anchors_of, quoted_of = session.entry_at, book.anchors, book.quoted_lines
+    recalled = remembered.get
     for slot in slots:
-        entry = session.entry_at(slot)
+        entry = entry_at(slot)
         text = entry.chunk.text
-        stash = entry.stash_id()
-        anchors, quoted = book.anchors(slot), book.quoted_lines(slot)
-        was = remembered.get(slot)
+        anchors, quoted = anchors_of(slot), quoted_of(slot)
+        was = recalled(slot)
+        relevance: tuple[tuple[int, float], ...] | None = None
         if was is not None and (was.anchors is not anchors or was.quoted is not quoted):
             if was.anchors == anchors and was.quoted == quoted:
                 # the same lines in a new object: remember this one, so the
@@ -176,7 +178,12 @@ def output_levels(
                 was = _Remembered(was.stash, was.tokens, anchors, quoted, was.relevance, was.levels)
             else:
                 was = None
-        if was is None or was.stash != stash or was.tokens != entry.tokens or named(text):
+        if (
+            was is None
+            or was.tokens != entry.tokens
+            or was.stash != entry.stash_id()
+            or named(text)
+        ):
             was = None
         elif slot in term_reach:
             # the sizes differ only if what the terms add per line does (a
@@ -186,17 +193,16 @@ def output_levels(
                 was = None
         if was is None:
             was = _Remembered(
-                stash,
+                entry.stash_id(),
                 entry.tokens,
                 anchors,
                 quoted,
-                relevance_of(facts, slot, text)[1],
+                relevance_of(facts, slot, text)[1] if relevance is None else relevance,
                 levels_of(session, book, slot, facts, tuning, count_tokens),
             )
         kept[slot] = was
-        out[slot] = was.levels
     memo.facts, memo.knobs, memo.by_slot = facts, knobs, kept
-    return out
+    return {slot: was.levels for slot, was in kept.items()}
 
 
 def _changes(
