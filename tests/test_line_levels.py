@@ -287,3 +287,36 @@ def test_an_append_searches_no_output_without_a_query_term_for_it(
     assert outputs[0] in searched
     assert not set(outputs[1:]) & set(searched)
     engine.close()
+
+
+def test_an_output_whose_query_term_moved_keeps_its_sizes_unmade(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An append moves the rarity of the one query term an output holds: what
+    the term adds to its lines is the same, so its sizes are kept without
+    being made again (nor their facts gathered)."""
+    made: list[int] = []
+    levels_of = line_levels.levels_of
+
+    def counted(*args: Any) -> tuple[line_levels.LineLevel, ...]:
+        made.append(args[2])
+        return levels_of(*args)
+
+    monkeypatch.setattr(line_levels, "levels_of", counted)
+    engine = Engine(Config(data_dir=":memory:"))
+    engine.append(
+        "",
+        S,
+        [
+            chunk("task", "repair the pricing module", turn=0),
+            chunk("o0", holding(0, frozenset({"refund"})), kind=ChunkKind.TOOL_RESULT, turn=1),
+            *(chunk(f"n{step}", filler(40, str(step)), turn=1 + step) for step in range(1, 4)),
+        ],
+    )
+    plan_of(engine, "refund")
+    assert made == [1]
+    for step in range(4, 7):
+        engine.append("", S, [chunk(f"n{step}", filler(40, str(step)), turn=1 + step)])
+        plan_of(engine, "refund")
+    assert made == [1]
+    engine.close()
