@@ -138,13 +138,8 @@ def test_the_changed_names_are_a_small_set() -> None:
     assert sys.getsizeof(names) < sys.getsizeof(frozenset(range(100)))
 
 
-def test_an_output_whose_echo_lines_are_made_again_equal_keeps_its_sizes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A second model chunk quoting the line an earlier one quoted makes the
-    book answer the output's quoted lines again (a new, equal set): its
-    sizes are kept, not made again."""
-    quote = f"THOUGHT: wrong:\n{19:6d}\t    # amounts round after the tax in pass 0 part 1"
+def slots_made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The slots whose sizes `levels_of` makes from now on, in order."""
     made: list[int] = []
     levels_of = line_levels.levels_of
 
@@ -153,6 +148,17 @@ def test_an_output_whose_echo_lines_are_made_again_equal_keeps_its_sizes(
         return levels_of(*args)
 
     monkeypatch.setattr(line_levels, "levels_of", counted)
+    return made
+
+
+def test_an_output_whose_echo_lines_are_made_again_equal_keeps_its_sizes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A second model chunk quoting the line an earlier one quoted makes the
+    book answer the output's quoted lines again (a new, equal set): its
+    sizes are kept, not made again."""
+    quote = f"THOUGHT: wrong:\n{19:6d}\t    # amounts round after the tax in pass 0 part 1"
+    made = slots_made(monkeypatch)
     engine = Engine(Config(data_dir=":memory:"))
     engine.append(
         "",
@@ -295,14 +301,7 @@ def test_an_output_whose_query_term_moved_keeps_its_sizes_unmade(
     """An append moves the rarity of the one query term an output holds: what
     the term adds to its lines is the same, so its sizes are kept without
     being made again (nor their facts gathered)."""
-    made: list[int] = []
-    levels_of = line_levels.levels_of
-
-    def counted(*args: Any) -> tuple[line_levels.LineLevel, ...]:
-        made.append(args[2])
-        return levels_of(*args)
-
-    monkeypatch.setattr(line_levels, "levels_of", counted)
+    made = slots_made(monkeypatch)
     engine = Engine(Config(data_dir=":memory:"))
     engine.append(
         "",

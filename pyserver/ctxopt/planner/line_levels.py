@@ -4,8 +4,9 @@
 within `Tuning.line_budget` of its tokens, then its best lines within
 `line_tight_share`). `output_levels` gives them for every output of a plan,
 and keeps them per session (its line book) from one plan to the next: an
-output's sizes are made again only when its text, its echoed lines, or a
-name, cited number or query term its text holds changed since the last plan.
+output's sizes are made again only when its text, its echoed lines, a
+name or cited number its text holds, or what the query's terms add to its
+lines changed since the last plan.
 Gathering every output's facts on every plan had become most of a plan's
 time (at 1,000 chunks, about 7 of 9 ms in-process).
 """
