@@ -72,15 +72,28 @@ def shown(plan: Plan) -> list[tuple[str, str, str]]:
 def test_a_growing_session_plans_as_a_fresh_engine_would(
     steps: list[tuple[str, str]],
 ) -> None:
+    plans_as_fresh(
+        [
+            (
+                [
+                    chunk(f"m{step}", saying, role=Role.MODEL, turn=2 * step + 1),
+                    chunk(f"o{step}", listing(step), kind=ChunkKind.TOOL_RESULT, turn=2 * step + 2),
+                ],
+                query,
+            )
+            for step, (saying, query) in enumerate(steps)
+        ]
+    )
+
+
+def plans_as_fresh(steps: list[tuple[list[Chunk], str]]) -> None:
+    """Per step, append its chunks and plan for its query: the same plan as
+    a fresh engine given all the chunks so far."""
     tuning = Tuning(line_tight_share=0.1)
     growing = Engine(Config(data_dir=":memory:"), tuning)
     chunks: list[Chunk] = [chunk("task", "repair the pricing module", turn=0)]
     growing.append("", S, chunks)
-    for step, (saying, query) in enumerate(steps):
-        new = [
-            chunk(f"m{step}", saying, role=Role.MODEL, turn=2 * step + 1),
-            chunk(f"o{step}", listing(step), kind=ChunkKind.TOOL_RESULT, turn=2 * step + 2),
-        ]
+    for step, (new, query) in enumerate(steps):
         chunks += new
         growing.append("", S, new)
         fresh = Engine(Config(data_dir=":memory:"), tuning)
@@ -243,21 +256,19 @@ def test_outputs_a_moved_query_term_reaches_plan_as_a_fresh_engine_would(
     query changing or not, each plan after an append: the outputs re-checked
     for moved terms (those the index says hold one, now or at the last plan)
     give the plans a fresh engine makes."""
-    tuning = Tuning(line_tight_share=0.1)
-    growing = Engine(Config(data_dir=":memory:"), tuning)
-    chunks: list[Chunk] = [chunk("task", "repair the pricing module", turn=0)]
-    growing.append("", S, chunks)
-    for step, (query, terms, output) in enumerate(steps):
-        text = holding(step, terms) if output else filler(30, str(step))
-        kind = ChunkKind.TOOL_RESULT if output else ChunkKind.MESSAGE
-        new = [chunk(f"c{step}", text, kind=kind, turn=step + 1)]
-        chunks += new
-        growing.append("", S, new)
-        fresh = Engine(Config(data_dir=":memory:"), tuning)
-        fresh.append("", S, chunks)
-        assert shown(plan_of(growing, query)) == shown(plan_of(fresh, query)), step
-        fresh.close()
-    growing.close()
+    plans_as_fresh(
+        [
+            (
+                [
+                    chunk(f"c{step}", holding(step, terms), kind=ChunkKind.TOOL_RESULT, turn=step)
+                    if output
+                    else chunk(f"c{step}", filler(30, str(step)), turn=step)
+                ],
+                query,
+            )
+            for step, (query, terms, output) in enumerate(steps, start=1)
+        ]
+    )
 
 
 def test_an_append_searches_no_output_without_a_query_term_for_it(
