@@ -24,6 +24,7 @@ run bench_memory "$PY" -m benchmarks.bench_memory --smoke --out "$out/bench_memo
 run quality "$PY" -m benchmarks.quality --smoke --out "$out/quality.json"
 run bench_excerpts "$PY" -m benchmarks.bench_excerpts --smoke --out "$out/bench_excerpts.json"
 run bench_cold "$PY" -m benchmarks.bench_cold --smoke --out "$out/bench_cold.json"
+run append_floor "$PY" -m benchmarks.append_floor --smoke --out "$out/append_floor.json"
 run bench_warm "$PY" -m benchmarks.bench_warm --sizes 100 --repeats 3 --out "$out/bench_warm.json"
 run plan_digests "$PY" -m benchmarks.plan_digests --sizes 60 --out "$out/plan_digests.json"
 run headroom "$PY" -m benchmarks.quality.headroom --smoke --out "$out/headroom.json"

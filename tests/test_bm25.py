@@ -229,3 +229,68 @@ def test_a_relink_with_new_text_indexes_the_new_text() -> None:
     session.restore_entry(replace(entry, chunk=replace(entry.chunk, text="timeout in the loop")))
     assert session.index.document_frequency("keyerror") == 0
     assert session.index.document_frequency("timeout") == 1
+
+
+# ---- bulk indexing equals indexing one document at a time --------------------
+
+
+def index_state(index: BM25Index) -> tuple[object, ...]:
+    """Everything a reader of the index can observe, and the postings behind it."""
+    terms = len(index._postings)
+    return (
+        index.version,
+        len(index),
+        dict(index._term_ids),
+        [p.tobytes() for p in index._postings],
+        index._df[:terms].tolist(),
+        index._term_changed[:terms].tolist(),
+        index._doc_terms[: index._end],
+        index._slot_uid[: index._end].tolist(),
+        index._doc_len[: index._end].tolist(),
+        index._total_len,
+        index._end,
+    )
+
+
+counted_st = st.dictionaries(st.sampled_from([*WORDS, "unseen"]), st.integers(1, 3), max_size=6)
+batch_st = st.lists(st.tuples(st.integers(0, SLOTS - 1), counted_st), max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(before=batch_st, batches=st.lists(batch_st, max_size=3), query=query_st)
+def test_bulk_indexing_equals_indexing_one_document_at_a_time(
+    before: list[tuple[int, dict[str, int]]],
+    batches: list[list[tuple[int, dict[str, int]]]],
+    query: list[str],
+) -> None:
+    """Any batch (empty, repeated or occupied slots fall back to one at a time)
+    leaves the index as `set_doc_counts` in order does, postings and versions
+    included; so do the scores read between batches."""
+    one, bulk = BM25Index(), BM25Index()
+    for slot, counted in before:
+        one.set_doc_counts(slot, list(counted), list(counted.values()))
+        bulk.set_doc_counts(slot, list(counted), list(counted.values()))
+    for batch in batches:
+        for slot, counted in batch:
+            one.set_doc_counts(slot, list(counted), list(counted.values()))
+        bulk.set_docs_counts(
+            [slot for slot, _ in batch],
+            [list(counted) for _, counted in batch],
+            [list(counted.values()) for _, counted in batch],
+        )
+        assert index_state(bulk) == index_state(one)
+        assert np.array_equal(bulk.scores(query, SLOTS), one.scores(query, SLOTS))
+
+
+def test_a_bulk_batch_whose_terms_and_counts_differ_in_length_is_refused() -> None:
+    with pytest.raises(ValueError, match="terms, counts"):
+        BM25Index().set_docs_counts([0, 1], [["alpha"], ["beta"]], [[1], [1, 2]])
+
+
+def test_a_bulk_batch_of_empty_documents_counts_them_in_the_corpus() -> None:
+    bulk, one = BM25Index(), index_of({0: ["alpha"]})
+    bulk.set_doc(0, ["alpha"])
+    bulk.set_docs_counts([1, 2], [[], []], [[], []])
+    one.set_doc(1, [])
+    one.set_doc(2, [])
+    assert index_state(bulk) == index_state(one)

@@ -3,7 +3,7 @@ server's configuration, unknown enum numbers named by field."""
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from ctxopt.api.grpc import convert
@@ -13,6 +13,7 @@ from ctxopt.model import (
     DEFAULT_RECENT_TURNS,
     Action,
     Breakdown,
+    Chunk,
     ChunkKind,
     Decision,
     Decisions,
@@ -24,6 +25,8 @@ from ctxopt.model import (
     Weights,
 )
 from ctxopt.v1 import ctxopt_pb2 as pb
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def test_a_chunk_keeps_every_field() -> None:
@@ -131,3 +134,80 @@ def test_a_plan_keeps_decisions_repairs_and_totals() -> None:
         110,
         120,
     )
+
+
+def _plain_chunk(msg: pb.Chunk) -> Chunk:
+    """The plain definition `chunk_from_pb` reaches with less work: every field read."""
+    return Chunk(
+        id=msg.id,
+        role=Role(msg.role),
+        kind=ChunkKind(msg.kind),
+        text=msg.text,
+        tokens=msg.tokens,
+        created_at_ms=msg.created_at_ms,
+        turn=msg.turn,
+        pinned=msg.pinned,
+        policy=GcPolicy(msg.policy),
+        group_id=msg.group_id,
+        parent_id=msg.parent_id,
+        references=tuple(msg.references),
+        file_path=msg.file_path,
+        line_start=msg.line_start,
+        line_end=msg.line_end,
+        tags=tuple(msg.tags),
+        topic_id=msg.topic_id,
+        task_id=msg.task_id,
+        boost=msg.boost,
+        embedding=tuple(msg.embedding),
+        summary_of=tuple(msg.summary_of),
+        metadata=dict(msg.metadata),
+    )
+
+
+_texts = st.text(max_size=6)
+_ids = st.lists(_texts, max_size=3)
+_numbers = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+_chunk_fields = st.fixed_dictionaries(
+    {},
+    optional={
+        "id": _texts,
+        "role": st.sampled_from([int(r) for r in Role]),
+        "kind": st.sampled_from([int(k) for k in ChunkKind]),
+        "text": _texts,
+        "tokens": _numbers,
+        "created_at_ms": st.integers(min_value=-(2**63), max_value=2**63 - 1),
+        "turn": _numbers,
+        "pinned": st.booleans(),
+        "policy": st.sampled_from([int(p) for p in GcPolicy]),
+        "group_id": _texts,
+        "parent_id": _texts,
+        "references": _ids,
+        "file_path": _texts,
+        "line_start": _numbers,
+        "line_end": _numbers,
+        "tags": _ids,
+        "topic_id": _texts,
+        "task_id": _texts,
+        "boost": st.floats(allow_nan=False, width=64),
+        "embedding": st.lists(st.floats(allow_nan=False, width=32), max_size=3),
+        "summary_of": _ids,
+        "metadata": st.dictionaries(_texts, _texts, max_size=2),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fields=_chunk_fields)
+def test_a_chunk_read_from_its_set_fields_equals_reading_every_field(
+    fields: dict[str, Any],
+) -> None:
+    msg = pb.Chunk(**fields)
+    assert convert.chunk_from_pb(msg, "chunks[0]") == _plain_chunk(msg)
+
+
+@pytest.mark.parametrize("name", ["role", "kind", "policy"])
+def test_each_unknown_enum_field_is_named(name: str) -> None:
+    fields: dict[str, Any] = {name: 42}
+    msg = pb.Chunk(id="c", text="x", **fields)
+    with pytest.raises(InvalidArgument, match=rf"chunks\[0\]\.{name}"):
+        convert.chunk_from_pb(msg, "chunks[0]")

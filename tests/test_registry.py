@@ -12,7 +12,11 @@ from ctxopt.engine import Engine
 from ctxopt.model import UpsertStatus
 from ctxopt.session import Session
 from ctxopt.session import session as session_module
+from ctxopt.session.columns import Entry
 from ctxopt.text.analyzer import Analyzer
+from ctxopt.text.termblob import DocTerms
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests import factory
 from tests.factory import chunk
@@ -136,3 +140,59 @@ def test_a_compacted_session_plans_like_a_fresh_one_with_the_same_chunks(
         (d.chunk_id, d.action, d.replacement_text) for d in plans[1].decisions
     ]
     assert plans[0].kept_ids == plans[1].kept_ids
+
+
+# ---- a batch of entries equals restoring them one at a time -------------------
+
+_WORDS = ["parser", "raised", "KeyError", "the", "timeout", "loop", "café", "x" * 90]
+_texts = st.lists(st.sampled_from(_WORDS), max_size=5).map(" ".join)
+_entry_st = st.tuples(
+    st.sampled_from(["a", "b", "c", "d", "e"]),
+    _texts,
+    st.sampled_from(["", "f.py", "g.py"]),
+    st.lists(st.sampled_from(["a", "b", "z"]), max_size=2),
+    st.booleans(),  # its terms known (as a commit knows them) or analysed
+)
+
+
+def session_state(session: Session) -> tuple[object, ...]:
+    n = session.n_slots
+    view = session.view()
+    index = session.index
+    return (
+        session.entries,
+        session.slot_ids,
+        [getattr(view.columns, name).tolist() for name in view.columns.NAMES],
+        {name: dict(getattr(session.hubs, name)) for name in ("by_file", "by_group")},
+        session.out_edges,
+        dict(session.in_edges),
+        session.tokens_total,
+        index.version,
+        [index.document_frequency(w) for w in ("parser", "keyerror", "timeout", "café")],
+        index.scores(["parser", "keyerror", "café", "x" * 80], n).tolist(),
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches=st.lists(st.lists(_entry_st, max_size=6), max_size=3), removed=st.booleans())
+def test_restoring_a_batch_equals_restoring_each_entry_in_order(
+    batches: list[list[tuple[str, str, str, list[str], bool]]], removed: bool
+) -> None:
+    """New, known, removed and repeated ids, known and unknown terms: the
+    batch leaves the session as `restore_entry` one entry at a time does."""
+    analyzer = Analyzer()
+    one, batched = Session("s", "", analyzer), Session("s", "", analyzer)
+    for number, batch in enumerate(batches):
+        entries, docs = [], []
+        for chunk_id, text, path, refs, known in batch:
+            made = chunk(chunk_id, text or "-", file_path=path, references=tuple(refs))
+            slot = one.slots_for([chunk_id])[chunk_id]
+            entries.append(Entry(made, slot, len(text) + 1, number, 0))
+            docs.append(DocTerms.of(analyzer.terms(made.text)) if known else None)
+        for entry, doc in zip(entries, docs, strict=True):
+            one.restore_entry(entry, doc)
+        batched.restore_entries(entries, docs)
+        assert session_state(batched) == session_state(one)
+        if removed and batch:
+            one.remove(batch[0][0])
+            batched.remove(batch[0][0])

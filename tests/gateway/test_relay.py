@@ -238,3 +238,53 @@ def test_an_answer_the_provider_cuts_short_reaches_the_client_broken(
         _post(buffering, _body(1_000)).read()
     wire.cut = False
     assert _post(buffering, _body(1_000)).content == ANSWER
+
+
+def test_the_provider_gets_the_clients_headers_and_none_of_the_gateways_own(
+    buffering: ServerProcess, wire: Wire
+) -> None:
+    # a client that sends no user agent and asks for no compression: none is added on the
+    # way up (an HTTP client library's defaults would add both, and a gzip answer would
+    # then reach a client that never asked for one)
+    raw = _body(1_000)
+    host, port = buffering.gateway_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as client:
+        client.sendall(
+            b"POST /anthropic/v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json"
+            b"\r\nx-api-key: k\r\nx-ctxopt-session: s\r\ncontent-length: %d\r\n\r\n%s"
+            % (len(raw), raw)
+        )
+        assert client.recv(65536).startswith(b"HTTP/1.1 200 ")
+    head = wire.requests[-1].partition(b"\r\n\r\n")[0].split(b"\r\n")
+    assert head[0] == b"POST /v1/messages HTTP/1.1"
+    fields = dict(line.split(b": ", 1) for line in head[1:])
+    assert {k.lower() for k in fields} == {
+        b"host",
+        b"content-type",
+        b"x-api-key",
+        b"content-length",
+    }
+    assert fields[b"Host"] == wire.url.removeprefix("http://").encode()
+    assert fields[b"Content-Length"] == b"%d" % len(raw)
+
+
+def test_a_method_the_gateway_does_not_relay_is_answered_405_here(
+    buffering: ServerProcess, wire: Wire
+) -> None:
+    answer = httpx.request("TRACE", f"{buffering.gateway_url}/anthropic/v1/messages", timeout=30)
+    assert answer.status_code == 405
+    assert not wire.began.wait(0.5) and not wire.requests
+
+
+def test_a_path_goes_up_encoded_as_the_client_encoded_it(
+    buffering: ServerProcess, wire: Wire
+) -> None:
+    raw = _body(1_000)
+    url = f"{buffering.gateway_url}/anthropic/v1/files/a%20b%2Fc"
+    headers = {"x-api-key": "k", "content-type": "application/json"}
+    assert httpx.post(url, content=raw, headers=headers, timeout=30).status_code == 200
+    assert wire.requests[-1].startswith(b"POST /v1/files/a%20b%2Fc HTTP/1.1\r\n")
+    # a prefix the client encoded too: the path is encoded again, as it was decoded
+    url = f"{buffering.gateway_url}/%61nthropic/v1/files/a%20b"
+    assert httpx.post(url, content=raw, headers=headers, timeout=30).status_code == 200
+    assert wire.requests[-1].startswith(b"POST /v1/files/a%20b HTTP/1.1\r\n")

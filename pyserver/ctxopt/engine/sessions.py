@@ -135,9 +135,12 @@ class LiveSessions:
         session.collections = stored.collections
         decode, decode_lines = self.term_blobs.decode, self.line_blobs.decode
         kept = self._kept.setdefault(session, _KeptFacts())
+        session.restore_entries(
+            [entry_of(item) for item in stored.chunks],
+            [decode(item.chunk.text, item.term_blob) for item in stored.chunks],
+        )
         for item in stored.chunks:
             text = item.chunk.text
-            session.restore_entry(entry_of(item), decode(text, item.term_blob))
             facts = decode_lines(text, item.line_blob) if item.line_blob is not None else None
             if facts is not None:
                 tell(text, facts)
@@ -198,11 +201,10 @@ class LiveSessions:
         for chunk_id in change.removals:
             session.remove(chunk_id)
         decode = self.term_blobs.decode
-        for item in change.upserts:
-            doc = docs.get(item.chunk.id)
-            if doc is None:
-                doc = decode(item.chunk.text, item.term_blob)
-            session.restore_entry(entry_of(item), doc)
+        session.restore_entries(
+            [entry_of(item) for item in change.upserts],
+            [docs.get(i.chunk.id) or decode(i.chunk.text, i.term_blob) for i in change.upserts],
+        )
         if change.collections is not None:
             session.collections = change.collections
         if change.removals and session.needs_compaction():

@@ -37,13 +37,11 @@ class WarmConversation:
         present = set(wanted)
         for stale in [i for i in session.entries if i not in present]:
             session.remove(stale)
-        for chunk, count in zip(chunks, tokens, strict=True):
-            session.upsert(chunk, count, 0)
+        session.restore_entries(session.staged(chunks, tokens, 0))
         if [session.slot_ids[s] for s in session.live_slots()] == wanted:
             return session
         self.session = Session(session.id, "", self._analyzer)
-        for chunk, count in zip(chunks, tokens, strict=True):
-            self.session.upsert(chunk, count, 0)
+        self.session.restore_entries(self.session.staged(chunks, tokens, 0))
         return self.session
 
 

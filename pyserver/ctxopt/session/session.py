@@ -174,6 +174,41 @@ class Session:
         slot = self._slot_for(entry.chunk.id, wanted=entry.slot)
         self._link(replace(entry, slot=slot) if slot != entry.slot else entry, True, doc)
 
+    def restore_entries(
+        self, entries: Sequence[Entry], docs: Sequence[DocTerms | None] | None = None
+    ) -> None:
+        """`restore_entry` of each entry in order (`docs[i]` the terms of
+        `entries[i]`'s text, or None), the new chunks' texts analysed and
+        indexed together: an append of a thousand new chunks does per batch
+        what one chunk does per chunk."""
+        wanted = [None] * len(entries) if docs is None else docs
+        slots: list[int] = []
+        known: list[DocTerms | None] = []
+        texts: list[str] = []
+        for entry, doc in zip(entries, wanted, strict=True):
+            if entry.chunk.id in self.entries:
+                self._index_new(slots, known, texts)
+                self.restore_entry(entry, doc)
+                continue
+            slot = self._slot_for(entry.chunk.id, wanted=entry.slot)
+            self._link(replace(entry, slot=slot) if slot != entry.slot else entry, False)
+            slots.append(slot)
+            known.append(doc)
+            texts.append(entry.chunk.text)
+        self._index_new(slots, known, texts)
+
+    def _index_new(self, slots: list[int], docs: list[DocTerms | None], texts: list[str]) -> None:
+        """Index the texts of chunks just linked at `slots` (analysing those
+        without known terms), then forget them."""
+        for i, doc in enumerate(docs):
+            if doc is None:
+                docs[i] = DocTerms.of(self.analyzer.terms(texts[i]))
+        ready = [doc for doc in docs if doc is not None]
+        self.index.set_docs_counts(slots, [d.terms for d in ready], [d.counts for d in ready])
+        slots.clear()
+        docs.clear()
+        texts.clear()
+
     def remove(self, chunk_id: str) -> Entry | None:
         entry = self.entries.get(chunk_id)
         if entry is not None:
@@ -197,8 +232,7 @@ class Session:
         does after a restart."""
         version = self.index.version
         self._clear()
-        for entry in entries:
-            self.restore_entry(entry)
+        self.restore_entries(entries)
         self.index.advance_version(version)
 
     # ---- internals -----------------------------------------------------

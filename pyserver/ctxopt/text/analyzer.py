@@ -92,7 +92,9 @@ class _TokenAnalyzer:
     def __init__(self, split_identifiers: bool, stopwords: bool, stem: bool) -> None:
         self.split_identifiers = split_identifiers
         self.stopwords = stopwords
-        self._stemmer = Stemmer.Stemmer("english") if stem else None
+        # PyStemmer's own cache (10,000 words by default) only doubles the cost
+        # of a miss: every word stemmed here is then cached per raw token above.
+        self._stemmer = Stemmer.Stemmer("english", 0) if stem else None
         self._stem_lock = threading.Lock()  # PyStemmer objects are not thread-safe
 
     def __call__(self, raw: bytes) -> tuple[str, ...]:
@@ -178,10 +180,17 @@ class Analyzer:
         split, stopwords, stem = self._options
         return self if split else Analyzer(split_identifiers=True, stopwords=stopwords, stem=stem)
 
+    def raw_tokens(self, text: str) -> list[bytes]:
+        """The runs of `text` whose terms `terms` looks up, in order (UTF-8).
+
+        >>> Analyzer().raw_tokens("Don't panic: ünïcode")
+        [b'Don', b't', b'panic', b'\\xc3\\xbcn\\xc3\\xafcode']
+        """
+        return text.encode("utf-8", "surrogatepass").translate(self._table).split()
+
     def terms(self, text: str) -> list[str]:
         """The terms of `text` in order (a term repeats as often as it occurs)."""
-        raw_tokens = text.encode("utf-8", "surrogatepass").translate(self._table).split()
-        return list(chain.from_iterable(map(self._cache.__getitem__, raw_tokens)))
+        return list(chain.from_iterable(map(self._cache.__getitem__, self.raw_tokens(text))))
 
     def line_postings(self, text: str, terms: frozenset[str]) -> dict[str, tuple[int, ...]]:
         """Per term of `terms` the text holds, the numbers of the lines

@@ -25,6 +25,7 @@ import sys
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import chain
 from typing import Protocol, TypeVar
 
 import numpy as np
@@ -176,6 +177,80 @@ class BM25Index:
         self._total_len += length
         self._end = max(self._end, slot + 1)
         self._live_postings += len(tids)
+
+    def set_docs_counts(
+        self, slots: Sequence[int], terms: Sequence[Sequence[str]], counts: Sequence[Sequence[int]]
+    ) -> None:
+        """`set_doc_counts(slot, t, c)` for each of `zip(slots, terms, counts)`
+        in order, in bulk when every slot is empty (an append of new chunks):
+        the same term ids, postings in the same order, frequencies, lengths and
+        versions, with numpy doing per batch what the one-document path does
+        per document."""
+        n = len(slots)
+        if not n == len(terms) == len(counts):
+            raise ValueError(
+                f"slots, terms, counts: lengths differ ({n}, {len(terms)}, {len(counts)})"
+            )
+        if not self._bulk_fits(slots):
+            for slot, doc_terms, doc_counts in zip(slots, terms, counts, strict=True):
+                self.set_doc_counts(slot, doc_terms, doc_counts)
+            return
+        sizes = np.fromiter(map(len, terms), dtype=np.int64, count=n)
+        if not np.array_equal(sizes, np.fromiter(map(len, counts), dtype=np.int64, count=n)):
+            raise ValueError("terms, counts: a document's terms and counts differ in length")
+        flat_terms = list(chain.from_iterable(terms))
+        term_ids = self._term_ids
+        fresh = [t for t in dict.fromkeys(flat_terms) if t not in term_ids]
+        first = len(self._postings)
+        term_ids.update(zip(fresh, range(first, first + len(fresh)), strict=True))
+        self._postings.extend(array("Q") for _ in fresh)
+        total = len(flat_terms)
+        tids = np.fromiter(map(term_ids.__getitem__, flat_terms), dtype=np.int64, count=total)
+        tfs = np.fromiter(chain.from_iterable(counts), dtype=np.uint64, count=total)
+
+        uid0, version0 = self._next_uid, self._version
+        uids = np.arange(uid0, uid0 + n, dtype=np.int64)
+        doc_of = np.repeat(np.arange(n, dtype=np.int64), sizes)
+        keys = (uids[doc_of].astype(np.uint64) << np.uint64(_TF_BITS)) | tfs
+        order = np.argsort(tids, kind="stable")  # each term's postings stay in document order
+        sorted_tids = tids[order]
+        packed = memoryview(keys[order].tobytes())
+        starts = np.flatnonzero(np.diff(sorted_tids, prepend=-1))  # each term's first
+        edges = np.append(starts, len(sorted_tids)).tolist()
+        postings, width = self._postings, keys.itemsize
+        for tid, start, end in zip(sorted_tids[starts].tolist(), edges, edges[1:], strict=False):
+            postings[tid].frombytes(packed[start * width : end * width])
+
+        bounds = np.concatenate(([0], np.cumsum(sizes)))
+        lengths = np.concatenate(([0], np.cumsum(tfs, dtype=np.int64)))
+        doc_lengths = lengths[bounds[1:]] - lengths[bounds[:-1]]
+        slot_array = np.array(slots, dtype=np.int64)
+        self._next_uid += n
+        self._version += n
+        self._ensure_capacity(int(slot_array.max()), uid0 + n - 1)
+        self._df += np.bincount(tids, minlength=len(self._df))
+        np.maximum.at(self._term_changed, tids, version0 + 1 + doc_of)
+        self._slot_uid[slot_array] = uids
+        self._uid_slot[uids] = slot_array
+        self._doc_len[slot_array] = doc_lengths
+        distinct = tids.astype(np.uint32).tobytes()
+        for slot, start, end in zip(slots, bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            self._doc_terms[slot] = distinct[4 * start : 4 * end]
+        self._docs += n
+        self._total_len += int(lengths[-1])
+        self._end = max(self._end, int(slot_array.max()) + 1)
+        self._live_postings += len(tids)
+
+    def _bulk_fits(self, slots: Sequence[int]) -> bool:
+        """Whether `set_docs_counts` may take the bulk path: some slots, all
+        distinct, valid and empty, and uids to spare (no removal or compaction
+        would happen between the documents)."""
+        if not slots or len(set(slots)) != len(slots):
+            return False
+        if min(slots) < 0 or max(slots) > _MAX_SLOT or self._next_uid + len(slots) > _UID_LIMIT:
+            return False
+        held = [s for s in slots if s < len(self._slot_uid)]
+        return not held or bool((self._slot_uid[held] < 0).all())
 
     def remove_doc(self, slot: int) -> None:
         """Drop the document at `slot`; KeyError when the slot is empty."""

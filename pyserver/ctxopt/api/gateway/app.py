@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import logging
 import re
-import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-import httpx
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ctxopt.api.auth import Tokens, Unauthenticated
 from ctxopt.api.gateway import windows
@@ -33,11 +32,13 @@ from ctxopt.api.gateway.formats.conversation import WireFormat
 from ctxopt.api.gateway.formats.gemini import GeminiContents
 from ctxopt.api.gateway.formats.openai_chat import OpenAIChat
 from ctxopt.api.gateway.formats.openai_responses import OpenAIResponses
-from ctxopt.api.gateway.forward import Relayed, relay, upstream_headers
+from ctxopt.api.gateway.forward import Answer, Relayed, relay, upstream_headers
+from ctxopt.api.gateway.incoming import Incoming, TooLarge, body_stream, incoming, read_body
 from ctxopt.api.gateway.observe import call_row
 from ctxopt.api.gateway.pipeline import Pipeline
 from ctxopt.api.gateway.prepared import Outcome, Prepared
 from ctxopt.api.gateway.stream_usage import ask_for_usage
+from ctxopt.api.gateway.upstream import Upstreams, Upward
 from ctxopt.config import Config
 from ctxopt.usage.log import UsageLog
 
@@ -48,15 +49,14 @@ PREFIXES = ("anthropic", "openai", "gemini")
 _GEMINI_CALL = re.compile(
     r"^v1(beta|alpha)?/models/[^/:]+:(generateContent|streamGenerateContent)$"
 )
+# Relayed under a prefix; any other method is answered 405 (CONNECT, TRACE: never sent on)
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 _FORMATS: dict[str, WireFormat] = {
     "anthropic": AnthropicMessages(),
     "chat": OpenAIChat(),
     "responses": OpenAIResponses(),
     "gemini": GeminiContents(),
 }
-# Upstream reads wait this long between two bytes: a model may think a while.
-READ_TIMEOUT_S = 600.0
-KEEPALIVE = 100  # idle upstream connections kept for the next requests
 
 
 def wire_format(prefix: str, path: str) -> WireFormat | None:
@@ -75,73 +75,71 @@ def wire_format(prefix: str, path: str) -> WireFormat | None:
 
 def build_app(
     pipeline: Pipeline, config: Config, tokens: Tokens, usage: UsageLog | None = None
-) -> Starlette:
-    """The gateway; with `usage`, each model call is recorded in it, and the
+) -> ASGIApp:
+    """The gateway (an ASGI app); with `usage`, each model call is recorded in it, and the
     dashboard (`/ui/`) and `/metrics` are served beside the prefixes."""
     upstreams = {
         "anthropic": config.upstream_anthropic.rstrip("/"),
         "openai": config.upstream_openai.rstrip("/"),
         "gemini": config.upstream_gemini.rstrip("/"),
     }
-    holder: dict[str, httpx.AsyncClient] = {}
+    holder: dict[str, Upstreams] = {}
+    too_large = f"request body over {config.max_message_bytes} bytes"
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        timeout = httpx.Timeout(connect=30.0, read=READ_TIMEOUT_S, write=60.0, pool=30.0)
-        # no Nagle delay between a request's head and body on the way up either
-        nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-        # one upstream connection per request in flight, however many: with httpx's
-        # default pool (100), 100 requests the provider sits on stalled every other
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE)
-        transport = httpx.AsyncHTTPTransport(socket_options=nodelay, limits=limits)
-        async with httpx.AsyncClient(
-            timeout=timeout, trust_env=False, transport=transport
-        ) as client:
-            holder["client"] = client
+        async with Upstreams() as pool:
+            holder["pool"] = pool
             yield
 
-    async def gateway(request: Request) -> Response:
+    async def gateway(scope: Scope, receive: Receive, send: Send) -> None:
+        """The model routes and every other path under a prefix, on raw ASGI."""
         arrived = time.perf_counter()
-        prefix = request.path_params["prefix"]
-        if prefix not in upstreams:
-            return await not_found(request)
+        request = incoming(scope) if scope["type"] == "http" else None
+        if request is None or request.prefix not in upstreams or request.method not in METHODS:
+            await site(scope, receive, send)  # lifespan, the dashboard, 404, 405
+            return
+        prefix, path = request.prefix, request.path
         owner = ""  # the ctxopt identity, as gRPC and MCP have it ("" with auth off)
         if tokens.required:
             try:
                 owner = tokens.owner(
-                    [("authorization", f"Bearer {request.headers.get(TOKEN_HEADER, '')}")]
+                    [("authorization", f"Bearer {request.header(TOKEN_HEADER) or ''}")]
                 )
             except Unauthenticated:
-                return _error(401, f"missing or unknown {TOKEN_HEADER} header")
-        header = request.headers.get(windows.WINDOW_HEADER)
+                await _error(401, f"missing or unknown {TOKEN_HEADER} header")(scope, receive, send)
+                return
+        header = request.header(windows.WINDOW_HEADER)
         if header is not None:
             try:
                 windows.parse_window(header)
             except ValueError:
-                return _error(
-                    400, f"{windows.WINDOW_HEADER}: not a positive whole number: {header[:40]!r}"
-                )
-        path = request.path_params["path"]
+                message = f"{windows.WINDOW_HEADER}: not a positive whole number: {header[:40]!r}"
+                await _error(400, message)(scope, receive, send)
+                return
         fmt = wire_format(prefix, path) if request.method == "POST" else None
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        declared = request.headers.get("content-length", "")
+        headers = request.by_name()
+        declared = request.header("content-length") or ""
         if declared.isdigit() and int(declared) > config.max_message_bytes:
-            return _error(413, f"request body over {config.max_message_bytes} bytes")
+            await _error(413, too_large)(scope, receive, send)
+            return
         if (fmt is None or config.gateway_mode == "off") and declared.isdigit() and int(declared):
-            going = streamed_up(request, int(declared), fmt)
+            going = streamed_up(request, receive, int(declared), fmt)
         else:
             try:
-                body = await _body(request, config.max_message_bytes)
-            except _TooLarge:
-                return _error(413, f"request body over {config.max_message_bytes} bytes")
+                body = await read_body(receive, config.max_message_bytes)
+            except TooLarge:
+                await _error(413, too_large)(scope, receive, send)
+                return
             except ClientDisconnect:
-                return Response(status_code=400)
+                await Response(status_code=400)(scope, receive, send)
+                return
             read_ms = (time.perf_counter() - arrived) * 1000
-            going = await prepared_up(request, body, fmt, path, headers, owner, read_ms)
+            going = await prepared_up(request, body, fmt, headers, owner, read_ms)
         prepared = going.prepared
-        url = f"{upstreams[prefix]}/{path}"
-        if request.url.query:
-            url = f"{url}?{request.url.query}"
+        url = f"{upstreams[prefix]}/{request.raw_path}"  # as the client encoded it
+        if request.query:
+            url = f"{url}?{request.query}"
         extra = [
             ("x-ctxopt-outcome", prepared.outcome.value),
             ("x-ctxopt-tokens-before", str(prepared.tokens_before)),
@@ -177,45 +175,40 @@ def build_app(
                     )
                 )
 
-        return await relay(
-            holder["client"],
-            request.method,
-            url,
-            going.headers,
-            going.content,
-            extra,
-            fmt,
-            done,
-            strip_usage=going.strip_usage,
-        )
+        upward = Upward(request.method, url, going.headers, going.content)
+        answer = Answer(extra, fmt, done, strip_usage=going.strip_usage)
+        await relay(holder["pool"], upward, answer, scope, receive, send)
 
-    def streamed_up(request: Request, length: int, fmt: WireFormat | None) -> _Outgoing:
-        """A body nothing reads or changes: it goes up as it arrives, framed as httpx
-        frames a body it holds (h11 ends it at the declared length)."""
-        forwarded = upstream_headers(request.headers.items())
+    def streamed_up(
+        request: Incoming, receive: Receive, length: int, fmt: WireFormat | None
+    ) -> _Outgoing:
+        """A body nothing reads or changes: it goes up as it arrives, framed as a body
+        held whole is (h11 ends it at the declared length)."""
+        forwarded = upstream_headers(request.headers)
         forwarded.append(("Content-Length", str(length)))
         prepared = Prepared(b"", Outcome.PASS_THROUGH)
         if fmt is not None:
             prepared = pipeline.passed_through(fmt)
-        return _Outgoing(prepared, request.stream(), forwarded)
+        return _Outgoing(prepared, body_stream(receive), forwarded)
 
     async def prepared_up(
-        request: Request,
+        request: Incoming,
         body: bytes,
         fmt: WireFormat | None,
-        path: str,
         headers: dict[str, str],
         owner: str,
         read_ms: float,
     ) -> _Outgoing:
         """A body read whole: pruned when it is a message call (mode on or shadow)."""
-        forwarded = upstream_headers(request.headers.items())
+        forwarded = upstream_headers(request.headers)
         prepared = Prepared(body, Outcome.PASS_THROUGH)
         if fmt is not None and config.gateway_mode == "off":
             prepared = pipeline.passed_through(fmt, body)  # no worker thread for nothing
         elif fmt is not None:
             try:
-                prepared = await prepare_within(pipeline, config, fmt, path, body, headers, owner)
+                prepared = await prepare_within(
+                    pipeline, config, fmt, request.path, body, headers, owner
+                )
             except Exception:  # never worse: a gateway bug still forwards the request
                 log.exception("gateway: %s request forwarded unchanged after an error", fmt.name)
         strip_usage = False
@@ -232,13 +225,12 @@ def build_app(
         names = ", ".join(f"/{p}" for p in PREFIXES)
         return _error(404, f"no route {request.url.path!r}: the gateway serves {names}")
 
-    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
     routes = [
         *(dashboard_routes(pipeline.engine, usage, tokens) if usage is not None else []),
-        Route("/{prefix}/{path:path}", gateway, methods=methods),
-        Route("/{path:path}", not_found, methods=methods),
+        Route("/{path:path}", not_found, methods=list(METHODS)),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    site = Starlette(routes=routes, lifespan=lifespan)
+    return gateway
 
 
 @dataclass(slots=True)
@@ -250,25 +242,6 @@ class _Outgoing:
     headers: list[tuple[str, str]]
     strip_usage: bool = False  # the gateway asked a Chat stream for usage (stream_usage.py)
     read_ms: float = 0.0  # 0 for a body that streams up
-
-
-class _TooLarge(Exception):
-    pass
-
-
-async def _body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _TooLarge
-    # joined once: growing a buffer copies the body at every step (1 MB at 1,000 messages)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            raise _TooLarge
-    return b"".join(chunks)
 
 
 def _error(status: int, message: str) -> JSONResponse:

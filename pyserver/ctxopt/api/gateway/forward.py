@@ -17,14 +17,16 @@ import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
-import httpx
-from starlette.background import BackgroundTask
+import httpcore
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from ctxopt.api.gateway.formats.conversation import WireFormat
 from ctxopt.api.gateway.stream_usage import UsageStripper
+from ctxopt.api.gateway.upstream import ERRORS, Opened, Upstreams, Upward
 from ctxopt.api.gateway.usage import Reported
 
 HOP_BY_HOP = frozenset(
@@ -138,75 +140,90 @@ class UsageSniffer:
                 self.reported.update(self._fmt.name, item)
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """How the answer comes back: with `extra_headers`, read for usage in `fmt`'s
+    terms, `done(...)` once its last byte has gone out; with `strip_usage`, an
+    uncompressed event stream loses its usage-only chunks (the gateway asked for
+    them; stream_usage.py)."""
+
+    extra_headers: list[tuple[str, str]]
+    fmt: WireFormat | None
+    done: Callable[[Relayed], None]
+    strip_usage: bool = False
+
+
 async def relay(
-    client: httpx.AsyncClient,
-    method: str,
-    url: str,
-    headers: list[tuple[str, str]],
-    content: bytes | AsyncIterator[bytes],
-    extra_headers: list[tuple[str, str]],
-    fmt: WireFormat | None,
-    done: Callable[[Relayed], None],
-    *,
-    strip_usage: bool = False,
-) -> Response:
-    """Send upstream (`content` as it arrives, when not held whole) and relay the
-    answer back unchanged (plus `extra_headers`): streamed as it arrives, or in
-    one piece when its declared length is at most WHOLE_ANSWER_BYTES; `done(...)`
-    runs once the last byte has gone out (not when the client leaves before its
-    body is read: 400, nothing sent on, nothing recorded). With
-    `strip_usage`, an uncompressed event stream loses its usage-only chunks (the
-    gateway asked for them; stream_usage.py)."""
+    upstreams: Upstreams,
+    upward: Upward,
+    answer: Answer,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+) -> None:
+    """Send `upward` and relay the answer back to the ASGI `send` unchanged (plus
+    `answer.extra_headers`): streamed as it arrives, or in one piece when its
+    declared length is at most WHOLE_ANSWER_BYTES; `answer.done(...)` runs once
+    the last byte has gone out (not when the client leaves before its body is
+    read: 400, nothing sent on, nothing recorded)."""
     sending = time.perf_counter()
-    request = client.build_request(method, url, headers=headers, content=content)
+    extra_headers, done = answer.extra_headers, answer.done
     try:
-        upstream = await client.send(request, stream=True)
+        upstream = await upstreams.open(upward)
     except ClientDisconnect:  # mid-body: the upstream connection is closed unfinished
-        return Response(status_code=400)
-    except httpx.HTTPError as e:
+        await Response(status_code=400)(scope, receive, send)
+        return
+    except ERRORS as e:
         done(Relayed(502, Reported()))
-        where = f"{request.url.scheme}://{request.url.netloc.decode()}"
+        parts = urlsplit(upward.url)
+        where = f"{parts.scheme}://{parts.netloc}"
         message = f"ctxopt gateway: upstream {where} unreachable ({type(e).__name__})"
-        return JSONResponse(
+        unreachable = JSONResponse(
             {"error": {"type": "upstream_unreachable", "message": message}},
             status_code=502,
             headers=dict(extra_headers),
         )
+        await unreachable(scope, receive, send)
+        return
     answered = time.perf_counter()
     sniffer = UsageSniffer(
-        fmt,
-        upstream.headers.get("content-type", ""),
-        upstream.headers.get("content-encoding", ""),
+        answer.fmt,
+        upstream.header(b"content-type"),
+        upstream.header(b"content-encoding"),
     )
 
-    plain = upstream.headers.get("content-encoding", "identity").strip().lower() == "identity"
-    sse = "text/event-stream" in upstream.headers.get("content-type", "")
-    stripper = UsageStripper() if strip_usage and plain and sse else None
+    plain = (upstream.header(b"content-encoding") or "identity").strip().lower() == "identity"
+    sse = "text/event-stream" in upstream.header(b"content-type")
+    stripper = UsageStripper() if answer.strip_usage and plain and sse else None
 
     def finished() -> None:
         upstream_ms = (answered - sending) * 1000
         relay_ms = (time.perf_counter() - answered) * 1000
-        done(Relayed(upstream.status_code, sniffer.finish(), upstream_ms, relay_ms))
+        done(Relayed(upstream.status, sniffer.finish(), upstream_ms, relay_ms))
 
-    length = upstream.headers.get("content-length", "")
+    length = upstream.header(b"content-length")
     if stripper is None and length.isdigit() and int(length) <= WHOLE_ANSWER_BYTES:
         # an answer of a known small length (every unary one): the client waits for all
         # of it anyway, so it goes in one piece, without a streamed response's machinery
         pieces: list[bytes] = []
         try:
-            async for chunk in upstream.aiter_raw():
+            async for chunk in upstream.chunks():
                 sniffer.feed(chunk)
                 pieces.append(chunk)
-        except httpx.HTTPError:  # cut short: the client gets a broken answer, as streamed
-            return _answer(upstream, _broken(pieces, upstream, finished), extra_headers)
+        except ERRORS:  # cut short: the client gets a broken answer, as streamed
+            broken = _broken(pieces, upstream, finished)
+            await _answer(upstream, broken, extra_headers)(scope, receive, send)
+            return
         await upstream.aclose()
-        answer = b"".join(pieces)
-        whole = Response(answer, upstream.status_code, background=BackgroundTask(finished))
-        return _answer(upstream, whole, extra_headers)
+        head = _headers(upstream, extra_headers, keep_length=True)
+        await send({"type": "http.response.start", "status": upstream.status, "headers": head})
+        await send({"type": "http.response.body", "body": b"".join(pieces)})
+        finished()  # after the last byte: the log line and ledger row wait on nothing
+        return
 
     async def body() -> AsyncIterator[bytes]:
         try:
-            async for chunk in upstream.aiter_raw():
+            async for chunk in upstream.chunks():
                 sniffer.feed(chunk)
                 if stripper is None:
                     yield chunk
@@ -218,28 +235,38 @@ async def relay(
             await upstream.aclose()
             finished()
 
-    response = StreamingResponse(body(), status_code=upstream.status_code)
-    return _answer(upstream, response, extra_headers, keep_length=stripper is None)
+    # streamed: Starlette's response also listens for the client leaving, which
+    # closes the upstream answer (a model may generate for minutes)
+    response = StreamingResponse(body(), status_code=upstream.status)
+    streamed = _answer(upstream, response, extra_headers, keep_length=stripper is None)
+    await streamed(scope, receive, send)
+
+
+def _headers(
+    upstream: Opened, extra_headers: list[tuple[str, str]], *, keep_length: bool
+) -> list[tuple[bytes, bytes]]:
+    """The upstream's headers (less hop-by-hop ones, and its length when the relay
+    changes the body) plus `extra_headers`."""
+    dropped = HOP_BY_HOP if keep_length else HOP_BY_HOP | {"content-length"}
+    return [(k, v) for k, v in upstream.headers if k.decode("latin-1").lower() not in dropped] + [
+        (k.encode("latin-1"), v.encode("latin-1")) for k, v in extra_headers
+    ]
 
 
 def _answer(
-    upstream: httpx.Response,
+    upstream: Opened,
     response: Response,
     extra_headers: list[tuple[str, str]],
     *,
     keep_length: bool = True,
 ) -> Response:
-    """`response` under the upstream's headers (less hop-by-hop ones, and its length
-    when the relay changes the body) plus `extra_headers`."""
-    dropped = HOP_BY_HOP if keep_length else HOP_BY_HOP | {"content-length"}
-    response.raw_headers = [
-        (k, v) for k, v in upstream.headers.raw if k.decode("latin-1").lower() not in dropped
-    ] + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra_headers]
+    """`response` under the upstream's headers (see `_headers`)."""
+    response.raw_headers = _headers(upstream, extra_headers, keep_length=keep_length)
     return response
 
 
 def _broken(
-    pieces: list[bytes], upstream: httpx.Response, finished: Callable[[], None]
+    pieces: list[bytes], upstream: Opened, finished: Callable[[], None]
 ) -> StreamingResponse:
     """The bytes an upstream sent before it cut its answer short, then the break."""
 
@@ -247,9 +274,9 @@ def _broken(
         try:
             for piece in pieces:
                 yield piece
-            raise httpx.RemoteProtocolError("upstream answer cut short")
+            raise httpcore.RemoteProtocolError("upstream answer cut short")
         finally:
             await upstream.aclose()
             finished()
 
-    return StreamingResponse(body(), status_code=upstream.status_code)
+    return StreamingResponse(body(), status_code=upstream.status)

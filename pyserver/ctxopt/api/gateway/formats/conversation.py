@@ -10,6 +10,7 @@ engine never sees a format, and a format never sees the engine.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -269,19 +270,21 @@ def build(
     ]
     same = 0
     if previous is not None:
-        limit = min(len(raw_turns), len(previous.raw_turns))
-        while same < limit and _same(raw_turns[same], previous.raw_turns[same]):
+        before = previous.raw_turns
+        limit = min(len(raw_turns), len(before))
+        # the run of the very objects first, in one pass (a call per turn cost 0.5 ms
+        # at 1,000 messages), then equal JSON the host wrote again
+        same = next(
+            (i for i, now, then in zip(itertools.count(), raw_turns, before) if now is not then),
+            limit,
+        )
+        while same < limit and raw_turns[same] == before[same]:
             same += 1
     old = previous.turns[:same] if previous is not None else []
     turns = old + [make_turn(i, raw_turns[i]) for i in range(same, len(raw_turns))]
     renders = previous.renders if previous is not None else Renders()
     marks = previous.marks if previous is not None else HostMarks()
     return Conversation(model, frame, turns, raw_turns, frame_raw, same, renders, marks)
-
-
-def _same(value: Any, before: Any) -> bool:
-    """Equal JSON; the same object when reuse.py spliced it from the last body."""
-    return value is before or value == before
 
 
 class WireFormat(Protocol):
