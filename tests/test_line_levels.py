@@ -18,6 +18,7 @@ from ctxopt.scoring import line_value
 from ctxopt.scoring.line_facts import SessionFacts
 from ctxopt.scoring.line_value import LineWeights
 from ctxopt.text.analyzer import Analyzer
+from ctxopt.text.lines import TextLines
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -71,15 +72,28 @@ def shown(plan: Plan) -> list[tuple[str, str, str]]:
 def test_a_growing_session_plans_as_a_fresh_engine_would(
     steps: list[tuple[str, str]],
 ) -> None:
+    plans_as_fresh(
+        [
+            (
+                [
+                    chunk(f"m{step}", saying, role=Role.MODEL, turn=2 * step + 1),
+                    chunk(f"o{step}", listing(step), kind=ChunkKind.TOOL_RESULT, turn=2 * step + 2),
+                ],
+                query,
+            )
+            for step, (saying, query) in enumerate(steps)
+        ]
+    )
+
+
+def plans_as_fresh(steps: list[tuple[list[Chunk], str]]) -> None:
+    """Per step, append its chunks and plan for its query: the same plan as
+    a fresh engine given all the chunks so far."""
     tuning = Tuning(line_tight_share=0.1)
     growing = Engine(Config(data_dir=":memory:"), tuning)
     chunks: list[Chunk] = [chunk("task", "repair the pricing module", turn=0)]
     growing.append("", S, chunks)
-    for step, (saying, query) in enumerate(steps):
-        new = [
-            chunk(f"m{step}", saying, role=Role.MODEL, turn=2 * step + 1),
-            chunk(f"o{step}", listing(step), kind=ChunkKind.TOOL_RESULT, turn=2 * step + 2),
-        ]
+    for step, (new, query) in enumerate(steps):
         chunks += new
         growing.append("", S, new)
         fresh = Engine(Config(data_dir=":memory:"), tuning)
@@ -137,13 +151,8 @@ def test_the_changed_names_are_a_small_set() -> None:
     assert sys.getsizeof(names) < sys.getsizeof(frozenset(range(100)))
 
 
-def test_an_output_whose_echo_lines_are_made_again_equal_keeps_its_sizes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A second model chunk quoting the line an earlier one quoted makes the
-    book answer the output's quoted lines again (a new, equal set): its
-    sizes are kept, not made again."""
-    quote = f"THOUGHT: wrong:\n{19:6d}\t    # amounts round after the tax in pass 0 part 1"
+def slots_made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The slots whose sizes `levels_of` makes from now on, in order."""
     made: list[int] = []
     levels_of = line_levels.levels_of
 
@@ -152,6 +161,17 @@ def test_an_output_whose_echo_lines_are_made_again_equal_keeps_its_sizes(
         return levels_of(*args)
 
     monkeypatch.setattr(line_levels, "levels_of", counted)
+    return made
+
+
+def test_an_output_whose_echo_lines_are_made_again_equal_keeps_its_sizes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A second model chunk quoting the line an earlier one quoted makes the
+    book answer the output's quoted lines again (a new, equal set): its
+    sizes are kept, not made again."""
+    quote = f"THOUGHT: wrong:\n{19:6d}\t    # amounts round after the tax in pass 0 part 1"
+    made = slots_made(monkeypatch)
     engine = Engine(Config(data_dir=":memory:"))
     engine.append(
         "",
@@ -207,3 +227,106 @@ def test_pooled_model_facts_of_a_grown_session_are_its_texts_pooled(
     expected_cited = frozenset().union(*map(line_value.cited_numbers, held))
     assert pooled == (expected_names, expected_cited)
     assert read == list(held[cut:])
+
+
+TERMS = ("refund", "margin", "ledger")
+
+
+def holding(step: int, terms: frozenset[str]) -> str:
+    """An output of its own lines, with a line naming each of `terms`."""
+    return listing(step) + "".join(f"\n{90 + k:6d}\t# {t} noted" for k, t in enumerate(terms))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["", "refund", "margin ledger", "refund ledger", "tax"]),
+            st.frozensets(st.sampled_from(TERMS), max_size=2),
+            st.booleans(),
+        ),
+        min_size=2,
+        max_size=6,
+    )
+)
+def test_outputs_a_moved_query_term_reaches_plan_as_a_fresh_engine_would(
+    steps: list[tuple[str, frozenset[str], bool]],
+) -> None:
+    """Outputs holding some, none or a dropped one of the query's terms, the
+    query changing or not, each plan after an append: the outputs re-checked
+    for moved terms (those the index says hold one, now or at the last plan)
+    give the plans a fresh engine makes."""
+    plans_as_fresh(
+        [
+            (
+                [
+                    chunk(f"c{step}", holding(step, terms), kind=ChunkKind.TOOL_RESULT, turn=step)
+                    if output
+                    else chunk(f"c{step}", filler(30, str(step)), turn=step)
+                ],
+                query,
+            )
+            for step, (query, terms, output) in enumerate(steps, start=1)
+        ]
+    )
+
+
+def test_an_append_searches_no_output_without_a_query_term_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An append moves the query term's rarity; only the output holding it is
+    searched for it again, not each output's lines."""
+    searched: list[str] = []
+    term_lines = TextLines.term_lines
+
+    def counted(self: TextLines, terms: frozenset[str], analyzer: Analyzer) -> Any:
+        searched.append("\n".join(self.lines))
+        return term_lines(self, terms, analyzer)
+
+    monkeypatch.setattr(TextLines, "term_lines", counted)
+    engine = Engine(Config(data_dir=":memory:"))
+    outputs = [holding(0, frozenset({"refund"})), *(listing(step) for step in range(1, 4))]
+    engine.append(
+        "",
+        S,
+        [
+            chunk("task", "repair the pricing module", turn=0),
+            *(
+                chunk(f"o{k}", text, kind=ChunkKind.TOOL_RESULT, turn=1 + k)
+                for k, text in enumerate(outputs)
+            ),
+        ],
+    )
+    plan_of(engine, "refund")
+    searched.clear()
+    engine.append("", S, [chunk("n", filler(40, "n"), turn=9)])
+    plan_of(engine, "refund")
+    assert outputs[0] in searched
+    assert not set(outputs[1:]) & set(searched)
+    engine.close()
+
+
+def test_an_output_whose_query_term_moved_keeps_its_sizes_unmade(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An append moves the rarity of the one query term an output holds: what
+    the term adds to its lines is the same, so its sizes are kept without
+    being made again (nor their facts gathered)."""
+    made = slots_made(monkeypatch)
+    engine = Engine(Config(data_dir=":memory:"))
+    engine.append(
+        "",
+        S,
+        [
+            chunk("task", "repair the pricing module", turn=0),
+            chunk("o0", holding(0, frozenset({"refund"})), kind=ChunkKind.TOOL_RESULT, turn=1),
+            *(chunk(f"n{step}", filler(40, str(step)), turn=1 + step) for step in range(1, 4)),
+        ],
+    )
+    plan_of(engine, "refund")
+    assert made == [1]
+    for step in range(4, 7):
+        engine.append("", S, [chunk(f"n{step}", filler(40, str(step)), turn=1 + step)])
+        plan_of(engine, "refund")
+    assert made == [1]
+    engine.close()

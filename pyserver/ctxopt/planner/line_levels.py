@@ -4,8 +4,9 @@
 within `Tuning.line_budget` of its tokens, then its best lines within
 `line_tight_share`). `output_levels` gives them for every output of a plan,
 and keeps them per session (its line book) from one plan to the next: an
-output's sizes are made again only when its text, its echoed lines, or a
-name, cited number or query term its text holds changed since the last plan.
+output's sizes are made again only when its text, its echoed lines, a
+name or cited number its text holds, or what the query's terms add to its
+lines changed since the last plan.
 Gathering every output's facts on every plan had become most of a plan's
 time (at 1,000 chunks, about 7 of 9 ms in-process).
 """
@@ -22,9 +23,9 @@ from weakref import WeakKeyDictionary
 from ctxopt.planner.knobs import Tuning
 from ctxopt.planner.texts import ANCHORED_CACHE_SIZE, ranged_excerpt, remember
 from ctxopt.scoring import line_value
-from ctxopt.scoring.line_facts import SessionFacts, facts_of
+from ctxopt.scoring.line_facts import SessionFacts, facts_of, relevance_of
 from ctxopt.session import SessionView
-from ctxopt.text.lines import LineBook, text_lines
+from ctxopt.text.lines import LineBook
 
 TokenCount = Callable[[str], int]
 T = TypeVar("T")
@@ -105,6 +106,7 @@ class _Remembered:
     tokens: int
     anchors: tuple[int, ...]
     quoted: frozenset[int]
+    relevance: tuple[tuple[int, float], ...]  # `relevance_of`'s key part
     levels: tuple[LineLevel, ...]
 
 
@@ -124,6 +126,7 @@ _NO_CHANGE: tuple[frozenset[str], frozenset[int], frozenset[str]] = (
     frozenset(),
 )
 _memos_lock = threading.Lock()
+_NONE: frozenset[int] = frozenset()
 
 
 def output_levels(
@@ -150,38 +153,57 @@ def output_levels(
     previous = memo.facts if memo.knobs == knobs else None
     remembered = memo.by_slot if previous is not None else {}
     names, cited, terms = _changes(previous, facts) if previous is not None else _NO_CHANGE
-    out: dict[int, tuple[LineLevel, ...]] = {}
+    # the outputs a moved query term can reach: those the session index says
+    # hold one of the query's terms, at this plan or the last (`facts_of`
+    # reads no other output's lines for them); every append moves every
+    # term's rarity, and searching each output's lines for them was most of
+    # the check's cost
+    term_reach = (
+        (previous.term_holders | facts.term_holders) if terms and previous is not None else _NONE
+    )
+    named = _named(names, cited)
     kept: dict[int, _Remembered] = {}
+    # bound once: the loop visits every output of the session on every plan
+    entry_at, anchors_of, quoted_of = session.entry_at, book.anchors, book.quoted_lines
+    recalled = remembered.get
     for slot in slots:
-        entry = session.entry_at(slot)
+        entry = entry_at(slot)
         text = entry.chunk.text
-        stash = entry.stash_id()
-        anchors, quoted = book.anchors(slot), book.quoted_lines(slot)
-        was = remembered.get(slot)
+        anchors, quoted = anchors_of(slot), quoted_of(slot)
+        was = recalled(slot)
+        relevance: tuple[tuple[int, float], ...] | None = None
         if was is not None and (was.anchors is not anchors or was.quoted is not quoted):
             if was.anchors == anchors and was.quoted == quoted:
                 # the same lines in a new object: remember this one, so the
                 # next plan compares by identity again
-                was = _Remembered(was.stash, was.tokens, anchors, quoted, was.levels)
+                was = _Remembered(was.stash, was.tokens, anchors, quoted, was.relevance, was.levels)
             else:
                 was = None
         if (
             was is None
-            or was.stash != stash
             or was.tokens != entry.tokens
-            or _touched(text, names, cited, terms, facts)
+            or was.stash != entry.stash_id()
+            or named(text)
         ):
+            was = None
+        elif slot in term_reach:
+            # the sizes differ only if what the terms add per line does (a
+            # text holding one of them, or the same mix, keeps them)
+            relevance = relevance_of(facts, slot, text)[1]
+            if relevance != was.relevance:
+                was = None
+        if was is None:
             was = _Remembered(
-                stash,
+                entry.stash_id(),
                 entry.tokens,
                 anchors,
                 quoted,
+                relevance_of(facts, slot, text)[1] if relevance is None else relevance,
                 levels_of(session, book, slot, facts, tuning, count_tokens),
             )
         kept[slot] = was
-        out[slot] = was.levels
     memo.facts, memo.knobs, memo.by_slot = facts, knobs, kept
-    return out
+    return {slot: was.levels for slot, was in kept.items()}
 
 
 def _changes(
@@ -204,19 +226,18 @@ def _compact(changed: frozenset[T]) -> frozenset[T]:
     return frozenset(list(changed))
 
 
-def _touched(
-    text: str,
-    names: frozenset[str],
-    cited: frozenset[int],
-    terms: frozenset[str],
-    facts: SessionFacts,
-) -> bool:
-    """Whether a change of the session's facts reaches this text's lines."""
-    if names or cited:
+def _named(names: frozenset[str], cited: frozenset[int]) -> Callable[[str], bool]:
+    """Whether a text holds one of the changed names or cited numbers (no
+    text's names are read when none changed, the usual append)."""
+    if not names and not cited:
+        return _never
+
+    def holds(text: str) -> bool:
         lines = line_value.profile(text)
-        if not names.isdisjoint(lines.all_names) or not cited.isdisjoint(lines.all_numbers):
-            return True
-    if not terms:
-        return False
-    postings = text_lines(text).term_lines(terms, facts.analyzer)
-    return any(postings[term] for term in terms)
+        return not names.isdisjoint(lines.all_names) or not cited.isdisjoint(lines.all_numbers)
+
+    return holds
+
+
+def _never(text: str) -> bool:
+    return False

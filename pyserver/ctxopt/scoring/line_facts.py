@@ -70,17 +70,27 @@ def facts_of(
     identifiers = facts.identifiers & lines.all_names
     cited = facts.cited & lines.all_numbers
     echoed = frozenset(book.anchors(slot)) | book.quoted_lines(slot)
+    relevance, added = relevance_of(facts, slot, text)
+    key = (identifiers, cited, echoed, added, facts.weights)
+    return LineFacts(relevance, identifiers, cited, echoed), key
+
+
+def relevance_of(
+    facts: SessionFacts, slot: int, text: str
+) -> tuple[dict[int, float], tuple[tuple[int, float], ...]]:
+    """Per line of the output, the summed weight of the query terms it holds,
+    and what `line_scores` adds per line for them (the part of `facts_of`'s
+    key the query makes)."""
     relevance: dict[int, float] = {}
     if facts.query_weights and slot in facts.term_holders:
         postings = text_lines(text).term_lines(frozenset(facts.query_weights), facts.analyzer)
         for term, weight in facts.query_weights.items():
             for number in postings[term]:
                 relevance[number] = relevance.get(number, 0.0) + weight
-    # the key holds what `line_scores` adds per line, not the raw weights: as a
-    # session grows every query term's rarity moves a little, and a text with
-    # one of the terms (or the same mix) still scores its lines the same
+    # what `line_scores` adds per line, not the raw weights: as a session
+    # grows every query term's rarity moves a little, and a text with one of
+    # the terms (or the same mix) still scores its lines the same
     top = max(relevance.values(), default=0.0)
     scale = facts.weights.relevance
     added = sorted((n, scale * weight / top) for n, weight in relevance.items()) if top > 0 else []
-    key = (identifiers, cited, echoed, tuple(added), facts.weights)
-    return LineFacts(relevance, identifiers, cited, echoed), key
+    return relevance, tuple(added)
