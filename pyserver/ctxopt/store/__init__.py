@@ -1,4 +1,4 @@
-"""The durable store: `store` (the Store and its one write path, `Change`),
+"""The durable store: `store` (the Store and its one write path, `commit`),
 `originals` (the stash side of a write: originals kept, the change a plan or
 a removal commits), `owners` (the one ownership rule), `caps` (stash
 retention), `files` (the database file and its directory), `rows` (records
@@ -16,8 +16,15 @@ from ctxopt.store.originals import (
     stored_of,
 )
 from ctxopt.store.owners import require_owner
-from ctxopt.store.rows import Restash, SessionSummary, StashEntry, StoredChunk, StoredSession
-from ctxopt.store.store import Change, Fsync, Store
+from ctxopt.store.rows import (
+    Change,
+    Restash,
+    SessionSummary,
+    StashEntry,
+    StoredChunk,
+    StoredSession,
+)
+from ctxopt.store.store import Fsync, Store
 
 __all__ = [
     "DB_FILE",

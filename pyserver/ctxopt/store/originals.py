@@ -14,8 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from ctxopt.model import Action, Plan
 from ctxopt.session import Entry, Session
-from ctxopt.store.rows import Restash, StashEntry, StoredChunk
-from ctxopt.store.store import Change
+from ctxopt.store.rows import Change, Restash, StashEntry, StoredChunk
 
 
 @dataclass

@@ -38,6 +38,25 @@ class StoredChunk:
 
 
 @dataclass(frozen=True, slots=True)
+class Change:
+    """One write to a session: what changes, committed in one transaction.
+
+    `upserts` are live chunks written whole; `removals` live chunk ids dropped;
+    `stash` originals stored; `restash` stored originals given a newer decision;
+    `unstash` stash ids brought back into the window; `collections` the
+    session's new collection count (None: unchanged)."""
+
+    session_id: str
+    owner: str
+    upserts: Sequence[StoredChunk] = ()
+    removals: Sequence[str] = ()
+    stash: Sequence[StashEntry] = ()
+    restash: Sequence[Restash] = ()
+    unstash: Sequence[str] = ()
+    collections: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class StoredSession:
     session_id: str
     owner: str
@@ -112,6 +131,9 @@ RESTASH_SQL = (
 )
 SET_LINE_BLOB_SQL = "UPDATE chunks SET line_blob = ? WHERE session_id = ? AND chunk_id = ?"
 PLAN_COUNTS_SQL = "SELECT blob FROM plan_counts WHERE session_id = ?"
+# a session's owner, collections and its plans' token counts (NULL: none)
+SESSION_HEAD_SQL = """SELECT owner, collections,
+(SELECT blob FROM plan_counts WHERE session_id = ?1) FROM sessions WHERE session_id = ?1"""
 # a session gone meanwhile gets no row
 SET_COUNTS_SQL = """INSERT INTO plan_counts SELECT ?1, ?2
 WHERE EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1)

@@ -50,7 +50,6 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -67,14 +66,14 @@ from ctxopt.store.rows import (
     LIVE_UPSERT,
     PLAN_COUNTS_SQL,
     RESTASH_SQL,
+    SESSION_HEAD_SQL,
     SET_COUNTS_SQL,
     SET_LINE_BLOB_SQL,
     STASH_NAMES,
     STASH_SELECT,
-    Restash,
+    Change,
     SessionSummary,
     StashEntry,
-    StoredChunk,
     StoredSession,
     entry_from,
     entry_values,
@@ -103,25 +102,6 @@ logger = logging.getLogger(__name__)
 Fsync = Literal["full", "normal"]
 
 _UPSERT_STASH = upsert_sql("stash", STASH_NAMES, ("session_id", "stash_id"))
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One write to a session: what changes, committed in one transaction.
-
-    `upserts` are live chunks written whole; `removals` live chunk ids dropped;
-    `stash` originals stored; `restash` stored originals given a newer decision;
-    `unstash` stash ids brought back into the window; `collections` the
-    session's new collection count (None: unchanged)."""
-
-    session_id: str
-    owner: str
-    upserts: Sequence[StoredChunk] = ()
-    removals: Sequence[str] = ()
-    stash: Sequence[StashEntry] = ()
-    restash: Sequence[Restash] = ()
-    unstash: Sequence[str] = ()
-    collections: int | None = None
 
 
 class Store:
@@ -290,16 +270,13 @@ class Store:
             cur.executemany(SET_LINE_BLOB_SQL, [(blob, session_id, i) for i, blob in rows])
 
     def plan_counts(self, session_id: str) -> bytes | None:
-        """The stored token counts of the session's plans (None: none; a value
-        of another type is the caller's to refuse)."""
+        """The stored token counts of the session's plans (text/countblob.py)."""
         with self._reading() as cur:
             row = cur.execute(PLAN_COUNTS_SQL, (session_id,)).fetchone()
         return None if row is None else row[0]
 
     def keep_counts(self, session_id: str, blob: bytes) -> None:
-        """Store the token counts a session's plans made (text/countblob.py),
-        replacing those stored; like `keep_line_facts`, a cache beside the
-        session, and a session gone meanwhile gets none."""
+        """Replace them (as `keep_line_facts`: a session gone gets none)."""
         with self._transaction() as cur:
             cur.execute(SET_COUNTS_SQL, (session_id, blob))
 
@@ -495,16 +472,11 @@ def _claim(cur: sqlite3.Cursor, session_id: str, owner: str) -> None:
 
 
 def _load_session(cur: sqlite3.Cursor, session_id: str) -> StoredSession | None:
-    head = cur.execute(
-        "SELECT owner, collections FROM sessions WHERE session_id = ?", (session_id,)
-    ).fetchone()
+    head = cur.execute(SESSION_HEAD_SQL, (session_id,)).fetchone()
     if head is None:
         return None
     rows = cur.execute(
         f"SELECT {LIVE_SELECT} FROM chunks WHERE session_id = ? ORDER BY seq", (session_id,)
     ).fetchall()
-    counts = cur.execute(PLAN_COUNTS_SQL, (session_id,)).fetchone()
     chunks = [live_from(r) for r in rows]
-    return StoredSession(
-        session_id, str(head[0]), int(head[1]), chunks, None if counts is None else counts[0]
-    )
+    return StoredSession(session_id, str(head[0]), int(head[1]), chunks, head[2])
