@@ -1,8 +1,8 @@
 """The durable store: `store` (the Store and its one write path, `commit`),
 `originals` (the stash side of a write: originals kept, the change a plan or
 a removal commits), `owners` (the one ownership rule), `caps` (stash
-retention), `files` (the database file and its directory), `rows` (records
-and SQLite row codecs), `schema` (tables and migrations), `search` (stash
+retention), `files` (the database file and its directory), `rows` (records,
+`Change` among them, and SQLite row codecs), `schema` (tables and migrations), `search` (stash
 search SQL), `export` (the JSON export format)."""
 
 from ctxopt.store.export import Exported, read_export
