@@ -125,7 +125,7 @@ def test_a_warm_session_plans_as_a_fresh_engine_would(steps: list[tuple[str, int
             locked = [ChunkUpdate(chunks[at].id, policy=GcPolicy.LOCKED)]
             chunks[at] = replace(chunks[at], policy=GcPolicy.LOCKED)
             write = partial(Engine.update, owner="", session_id=S, updates=locked)
-        elif step == "refer":  # only the reference graph changes: the latest chunk cites one
+        elif step == "refer" and len(chunks) > 1:  # only the reference graph: the latest cites one
             cited_id = chunks[k % (len(chunks) - 1)].id
             cited = [ChunkUpdate(chunks[-1].id, references=(cited_id,))]
             chunks[-1] = replace(chunks[-1], references=(cited_id,))
