@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 from itertools import islice
 from weakref import WeakKeyDictionary
 
+import numpy as np
+
 from ctxopt import validate
 from ctxopt.config import Config
 from ctxopt.errors import CtxoptError, NotFound
@@ -40,6 +42,7 @@ from ctxopt.tokens import TokenCounter, count_key
 
 log = logging.getLogger(__name__)
 
+_MODEL, _TOOL_RESULT = int(Role.MODEL), int(ChunkKind.TOOL_RESULT)
 KEPT_COUNTS_PER_CHUNK = 4
 MIN_KEPT_COUNTS = 1024
 
@@ -71,12 +74,21 @@ def _kept_counts(session: Session) -> int:
     return max(MIN_KEPT_COUNTS, KEPT_COUNTS_PER_CHUNK * len(session.entries))
 
 
-def _wanted(role: Role, kind: ChunkKind) -> int:
-    """The line facts a plan reads of a chunk: a model text's names and cited
-    numbers, a tool output's profile."""
-    return (NAMES | CITED if role == Role.MODEL else 0) | (
-        PROFILE if kind == ChunkKind.TOOL_RESULT else 0
+def _lacking(session: Session, kept: _KeptFacts) -> tuple[list[int], list[int]]:
+    """The live slots the store lacks a line fact of that a plan reads (a
+    model text's names and cited numbers, a tool output's profile), and
+    which facts each wants: every slot at once, not one at a time (a plan
+    after an append looked at each of ~1,200 entries, ~2 ms)."""
+    n = session.n_slots
+    cols = session.columns
+    wanted = np.where(cols.role[:n] == _MODEL, NAMES | CITED, 0) | np.where(
+        cols.kind[:n] == _TOOL_RESULT, PROFILE, 0
     )
+    held = np.zeros(n, dtype=np.int64)
+    m = min(n, len(kept.by_slot))
+    held[:m] = np.frombuffer(bytes(kept.by_slot[:m]), dtype=np.uint8)
+    slots = np.flatnonzero(cols.alive[:n] & (wanted & ~held != 0))
+    return slots.tolist(), wanted[slots].tolist()
 
 
 class LiveSessions:
@@ -199,17 +211,13 @@ class LiveSessions:
             return
         kept.made = made
         pending: list[tuple[str, str, TextFacts]] = []
-        for chunk_id, entry in session.entries.items():
-            chunk = entry.chunk
-            was_held = kept.held(entry.slot)
-            wanted = _wanted(chunk.role, chunk.kind)
-            if was_held & wanted == wanted:
-                continue
+        for slot, wanted in zip(*_lacking(session, kept), strict=True):
+            chunk = session.entry_at(slot).chunk
             facts = remembered(chunk.text)
-            if not facts.held & wanted or facts.held & ~was_held == 0:
+            if not facts.held & wanted or facts.held & ~kept.held(slot) == 0:
                 continue
-            pending.append((chunk_id, chunk.text, facts))
-            kept.hold(entry.slot, facts.held)  # a failed write only costs a restart
+            pending.append((chunk.id, chunk.text, facts))
+            kept.hold(slot, facts.held)  # a failed write only costs a restart
         if pending:
             self._writer.submit(self._write_line_facts, session.id, pending)
 

@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 from weakref import WeakKeyDictionary
 
+import numpy as np
+import numpy.typing as npt
+
 from ctxopt.planner.knobs import Tuning
 from ctxopt.planner.texts import ANCHORED_CACHE_SIZE, ranged_excerpt, remember
 from ctxopt.scoring import line_value
@@ -29,6 +32,9 @@ from ctxopt.text.lines import LineBook
 
 TokenCount = Callable[[str], int]
 T = TypeVar("T")
+G = TypeVar("G", bound=np.generic)
+IntArray = npt.NDArray[np.int64]
+ObjectArray = npt.NDArray[np.object_]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,23 +114,25 @@ class _Remembered:
     quoted: frozenset[int]
     relevance: tuple[tuple[int, float], ...]  # `relevance_of`'s key part
     levels: tuple[LineLevel, ...]
+    names: frozenset[str]  # the names and numbers its text holds (its profile's)
+    numbers: frozenset[int]
 
 
 @dataclass(slots=True)
 class _Memo:
-    """One session's last plan: its facts, the knobs, each output's sizes."""
+    """One session's last plan: its facts, the knobs, each output's sizes,
+    and per slot the tokens and stash id they were made for (arrays, so a
+    plan finds the outputs whose entry changed without visiting each)."""
 
     facts: SessionFacts | None = None
     knobs: tuple[object, ...] = ()
     by_slot: dict[int, _Remembered] = field(default_factory=dict)
+    levels: dict[int, tuple[LineLevel, ...]] = field(default_factory=dict)
+    tokens: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    stash: ObjectArray = field(default_factory=lambda: np.zeros(0, dtype=object))
 
 
 _memos: WeakKeyDictionary[LineBook, _Memo] = WeakKeyDictionary()
-_NO_CHANGE: tuple[frozenset[str], frozenset[int], frozenset[str]] = (
-    frozenset(),
-    frozenset(),
-    frozenset(),
-)
 _memos_lock = threading.Lock()
 _NONE: frozenset[int] = frozenset()
 
@@ -136,9 +144,15 @@ def output_levels(
     facts: SessionFacts,
     tuning: Tuning,
     count_tokens: TokenCount,
+    stash_ids: ObjectArray,
 ) -> dict[int, tuple[LineLevel, ...]]:
     """The sizes of each output in `slots`, remade only where they may differ
-    from the session's last plan (see the module's note)."""
+    from the session's last plan (see the module's note); `stash_ids` per slot
+    (`slot_facts`). Only the outputs something moved for are visited: those
+    new to the plan, those whose anchors or quoted lines the book forgot
+    (`LineBook.take_moved`), whose tokens or stash id changed, that hold a
+    name or number the model wrote or stopped writing, or that a moved query
+    term reaches; at 1,000 chunks a plan after an append visits ~20 of ~450."""
     with _memos_lock:
         memo = _memos.setdefault(book, _Memo())
     knobs = (
@@ -150,40 +164,48 @@ def output_levels(
         facts.analyzer,
         count_tokens,
     )
+    moved = book.take_moved()
     previous = memo.facts if memo.knobs == knobs else None
-    remembered = memo.by_slot if previous is not None else {}
-    names, cited, terms = _changes(previous, facts) if previous is not None else _NO_CHANGE
-    # the outputs a moved query term can reach: those the session index says
-    # hold one of the query's terms, at this plan or the last (`facts_of`
-    # reads no other output's lines for them); every append moves every
-    # term's rarity, and searching each output's lines for them was most of
-    # the check's cost
-    term_reach = (
-        (previous.term_holders | facts.term_holders) if terms and previous is not None else _NONE
-    )
-    named = _named(names, cited)
-    kept: dict[int, _Remembered] = {}
-    # bound once: the loop visits every output of the session on every plan
+    todo: set[int]
+    names: frozenset[str] = frozenset()
+    cited: frozenset[int] = frozenset()
+    term_reach: frozenset[int] = _NONE
+    if previous is None:
+        memo.by_slot, memo.levels, todo = {}, {}, set(slots)
+    else:
+        names, cited, terms = _changes(previous, facts)
+        if moved is None:  # the book forgot every slot's answers
+            moved = set(slots)
+        # the outputs a moved query term can reach: those the session index
+        # says hold one of the query's terms, at this plan or the last
+        # (`facts_of` reads no other output's lines for them)
+        term_reach = (previous.term_holders | facts.term_holders) if terms else _NONE
+        todo = _to_check(memo, slots, moved, names, cited, term_reach, session, stash_ids)
+    n = session.n_slots
+    if len(memo.tokens) < n:
+        memo.tokens = _grown(memo.tokens, n, 0)
+        memo.stash = _grown(memo.stash, n, "")
+    remembered = memo.by_slot
     entry_at, anchors_of, quoted_of = session.entry_at, book.anchors, book.quoted_lines
-    recalled = remembered.get
-    for slot in slots:
+    for slot in sorted(todo):
         entry = entry_at(slot)
         text = entry.chunk.text
         anchors, quoted = anchors_of(slot), quoted_of(slot)
-        was = recalled(slot)
+        was = remembered.get(slot)
+        profiled = line_value.profile(text)
         relevance: tuple[tuple[int, float], ...] | None = None
         if was is not None and (was.anchors is not anchors or was.quoted is not quoted):
             if was.anchors == anchors and was.quoted == quoted:
-                # the same lines in a new object: remember this one, so the
-                # next plan compares by identity again
-                was = _Remembered(was.stash, was.tokens, anchors, quoted, was.relevance, was.levels)
+                # the same lines in a new object: remember this one
+                was = _with_echoes(was, anchors, quoted)
             else:
                 was = None
         if (
             was is None
             or was.tokens != entry.tokens
             or was.stash != entry.stash_id()
-            or named(text)
+            or not names.isdisjoint(profiled.all_names)
+            or not cited.isdisjoint(profiled.all_numbers)
         ):
             was = None
         elif slot in term_reach:
@@ -200,10 +222,70 @@ def output_levels(
                 quoted,
                 relevance_of(facts, slot, text)[1] if relevance is None else relevance,
                 levels_of(session, book, slot, facts, tuning, count_tokens),
+                profiled.all_names,
+                profiled.all_numbers,
             )
-        kept[slot] = was
-    memo.facts, memo.knobs, memo.by_slot = facts, knobs, kept
-    return {slot: was.levels for slot, was in kept.items()}
+            memo.levels[slot] = was.levels
+        remembered[slot] = was
+        memo.tokens[slot], memo.stash[slot] = was.tokens, was.stash
+    memo.facts, memo.knobs = facts, knobs
+    return dict(memo.levels)
+
+
+def _to_check(
+    memo: _Memo,
+    slots: list[int],
+    moved: set[int],
+    names: frozenset[str],
+    cited: frozenset[int],
+    term_reach: frozenset[int],
+    session: SessionView,
+    stash_ids: ObjectArray,
+) -> set[int]:
+    """The outputs of `slots` whose sizes may differ from the last plan's
+    (every other one keeps its remembered sizes as they are); forgets the
+    outputs no longer in `slots`."""
+    remembered = memo.by_slot
+    current = set(slots)
+    for gone in remembered.keys() - current:
+        del remembered[gone]
+        del memo.levels[gone]
+    todo = current - remembered.keys()
+    todo |= moved & current
+    held = np.fromiter(remembered, dtype=np.intp, count=len(remembered))
+    if len(held):
+        # `memo.tokens` and `memo.stash` cover every remembered slot
+        entry_moved = (memo.tokens[held] != session.columns.tokens[held]) | (
+            memo.stash[held] != stash_ids[held]
+        )
+        todo.update(held[entry_moved].tolist())
+    if names or cited:
+        todo.update(
+            slot
+            for slot, was in remembered.items()
+            if not names.isdisjoint(was.names) or not cited.isdisjoint(was.numbers)
+        )
+    todo |= term_reach & current
+    return todo
+
+
+def _with_echoes(was: _Remembered, anchors: tuple[int, ...], quoted: frozenset[int]) -> _Remembered:
+    return _Remembered(
+        was.stash,
+        was.tokens,
+        anchors,
+        quoted,
+        was.relevance,
+        was.levels,
+        was.names,
+        was.numbers,
+    )
+
+
+def _grown(array: npt.NDArray[G], size: int, fill: object) -> npt.NDArray[G]:
+    grown = np.full(max(size, 2 * len(array)), fill, dtype=array.dtype)
+    grown[: len(array)] = array
+    return grown
 
 
 def _changes(
@@ -224,20 +306,3 @@ def _compact(changed: frozenset[T]) -> frozenset[T]:
     large sets keeps the first one's table (thousands of names), and walking
     it made each output's `isdisjoint` in `_touched` cost ~20 us, not ~0.3."""
     return frozenset(list(changed))
-
-
-def _named(names: frozenset[str], cited: frozenset[int]) -> Callable[[str], bool]:
-    """Whether a text holds one of the changed names or cited numbers (no
-    text's names are read when none changed, the usual append)."""
-    if not names and not cited:
-        return _never
-
-    def holds(text: str) -> bool:
-        lines = line_value.profile(text)
-        return not names.isdisjoint(lines.all_names) or not cited.isdisjoint(lines.all_numbers)
-
-    return holds
-
-
-def _never(text: str) -> bool:
-    return False

@@ -17,6 +17,7 @@ from ctxopt.model import Action, ChunkKind, OptimizeOptions, Strategy
 from ctxopt.planner.knobs import Tuning
 from ctxopt.planner.line_levels import output_levels
 from ctxopt.planner.reuse import LastResult, frozen, stamp
+from ctxopt.planner.slot_facts import slot_facts
 from ctxopt.planner.texts import (
     anchored_excerpt,
     masked,
@@ -315,7 +316,13 @@ def _made_shrinks(
             ),
         )
         made = output_levels(
-            session, book, np.flatnonzero(outputs).tolist(), facts, tuning, count_tokens
+            session,
+            book,
+            np.flatnonzero(outputs).tolist(),
+            facts,
+            tuning,
+            count_tokens,
+            slot_facts(session, book).stash_ids,
         )
         for slot, levels in made.items():
             if levels:

@@ -146,6 +146,10 @@ class LineBook:
         self._repeated_all: tuple[int, FloatArray] | None = None
         # slots whose repeated share may differ from `_repeated_all`'s
         self._repeat_stale: set[int] = set()
+        # slots whose cached anchors or quoted lines were forgotten since the
+        # last `take_moved` (True: every slot's): a plan re-checks only those
+        self._moved: set[int] = set()
+        self._moved_all = True
         self.version = 0  # bumps on every change
         self._synced_index = -1  # the session index version last synced with
 
@@ -188,6 +192,7 @@ class LineBook:
             self._forget_placement(slot)
         for slot in set().union(*(self.holders[key] for key in quoting if key in self.holders)):
             self._quoted_lines.pop(slot, None)
+            self._moved.add(slot)
 
     def _fill(self, live: dict[int, Chunk]) -> None:
         """`sync` of a book that holds nothing (a session's first plan, a
@@ -231,6 +236,7 @@ class LineBook:
         self.version += 1
         self._anchors.clear()
         self._quoted_lines.clear()
+        self._moved_all = True
         self._repeated.clear()
         self._repeated_all = None
         self._repeat_stale = set()
@@ -251,6 +257,7 @@ class LineBook:
         """The slot's answers that depend on which holder of a line is the
         latest (its anchors, repeat, excerpt) are stale."""
         self._anchors.pop(slot, None)
+        self._moved.add(slot)
         self._repeated.pop(slot, None)
         self._repeat_stale.add(slot)
         self._forget_excerpt(slot)
@@ -261,6 +268,14 @@ class LineBook:
         if slot < len(self._owns):
             self._owns[slot] = -1
         self._excerpt_text.pop(slot, None)
+
+    def take_moved(self) -> set[int] | None:
+        """The slots whose anchors or quoted lines may have changed since the
+        last call (None: any slot's), and start a new log. One reader per book
+        (`planner.line_levels`)."""
+        moved = None if self._moved_all else self._moved
+        self._moved, self._moved_all = set(), False
+        return moved
 
     def owns_anchors(self, n_slots: int) -> npt.NDArray[np.bool_]:
         """Per slot, whether it is the latest holder of some echo line."""
@@ -319,6 +334,7 @@ class LineBook:
         keys = text_lines(text).distinct
         self._anchors.pop(slot, None)  # answered while the slot was empty or held another text
         self._quoted_lines.pop(slot, None)
+        self._moved.add(slot)
         self._repeated.pop(slot, None)
         self._repeat_stale.add(slot)
         self._forget_excerpt(slot)
