@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 from weakref import WeakKeyDictionary
 
@@ -26,7 +26,7 @@ import numpy.typing as npt
 from ctxopt.planner.knobs import Tuning
 from ctxopt.planner.texts import ANCHORED_CACHE_SIZE, ranged_excerpt, remember
 from ctxopt.scoring import line_value
-from ctxopt.scoring.line_facts import SessionFacts, facts_of, relevance_of
+from ctxopt.scoring.line_facts import SessionFacts, facts_of, relevance_of, sole_term
 from ctxopt.session import SessionView
 from ctxopt.text.lines import LineBook
 
@@ -116,6 +116,8 @@ class _Remembered:
     levels: tuple[LineLevel, ...]
     names: frozenset[str]  # the names and numbers its text holds (its profile's)
     numbers: frozenset[int]
+    text: str  # the text `relevance` and `sole` are of
+    sole: str | None  # `sole_term` of the text under the query's terms then
 
 
 @dataclass(slots=True)
@@ -167,6 +169,7 @@ def output_levels(
     moved = book.take_moved()
     previous = memo.facts if memo.knobs == knobs else None
     todo: set[int]
+    same_query = False
     names: frozenset[str] = frozenset()
     cited: frozenset[int] = frozenset()
     term_reach: frozenset[int] = _NONE
@@ -180,6 +183,7 @@ def output_levels(
         # says hold one of the query's terms, at this plan or the last
         # (`facts_of` reads no other output's lines for them)
         term_reach = (previous.term_holders | facts.term_holders) if terms else _NONE
+        same_query = previous.query_weights.keys() == facts.query_weights.keys()
         todo = _to_check(memo, slots, moved, names, cited, term_reach, session, stash_ids)
     n = session.n_slots
     if len(memo.tokens) < n:
@@ -194,10 +198,11 @@ def output_levels(
         was = remembered.get(slot)
         profiled = line_value.profile(text)
         relevance: tuple[tuple[int, float], ...] | None = None
+        sole: str | None
         if was is not None and (was.anchors is not anchors or was.quoted is not quoted):
             if was.anchors == anchors and was.quoted == quoted:
                 # the same lines in a new object: remember this one
-                was = _with_echoes(was, anchors, quoted)
+                was = replace(was, anchors=anchors, quoted=quoted)
             else:
                 was = None
         if (
@@ -211,9 +216,20 @@ def output_levels(
         elif slot in term_reach:
             # the sizes differ only if what the terms add per line does (a
             # text holding one of them, or the same mix, keeps them)
-            relevance = relevance_of(facts, slot, text)[1]
+            held_before = previous is not None and slot in previous.term_holders
+            if (
+                same_query
+                and was.sole is not None
+                and was.text is text
+                and held_before == (slot in facts.term_holders)
+            ):
+                relevance, sole = _sole_relevance(was, facts), was.sole
+            else:
+                relevance, sole = relevance_of(facts, slot, text)[1], sole_term(facts, slot, text)
             if relevance != was.relevance:
                 was = None
+            elif was.text is not text or was.sole != sole:
+                was = replace(was, text=text, sole=sole)
         if was is None:
             was = _Remembered(
                 entry.stash_id(),
@@ -224,6 +240,8 @@ def output_levels(
                 levels_of(session, book, slot, facts, tuning, count_tokens),
                 profiled.all_names,
                 profiled.all_numbers,
+                text,
+                sole_term(facts, slot, text),
             )
             memo.levels[slot] = was.levels
         remembered[slot] = was
@@ -269,17 +287,21 @@ def _to_check(
     return todo
 
 
-def _with_echoes(was: _Remembered, anchors: tuple[int, ...], quoted: frozenset[int]) -> _Remembered:
-    return _Remembered(
-        was.stash,
-        was.tokens,
-        anchors,
-        quoted,
-        was.relevance,
-        was.levels,
-        was.names,
-        was.numbers,
-    )
+def _sole_relevance(was: _Remembered, facts: SessionFacts) -> tuple[tuple[int, float], ...]:
+    """`relevance_of`'s key part for an output holding at most one of the
+    query's terms (`was.sole`), whose text, query terms and place among the
+    terms' holders are as when `was` was made: the term's lines, each at the
+    scale its weight over itself gives (the same arithmetic, so the same
+    floats), without searching the text's lines again."""
+    if not was.sole:
+        return was.relevance  # no term on its lines: nothing added
+    weight = facts.query_weights[was.sole]
+    if not weight > 0:
+        return ()
+    value = facts.weights.relevance * weight / weight
+    if was.relevance and was.relevance[0][1] == value:
+        return was.relevance
+    return tuple((number, value) for number, _ in was.relevance)
 
 
 def _grown(array: npt.NDArray[G], size: int, fill: object) -> npt.NDArray[G]:

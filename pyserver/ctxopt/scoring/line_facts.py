@@ -94,3 +94,14 @@ def relevance_of(
     scale = facts.weights.relevance
     added = sorted((n, scale * weight / top) for n, weight in relevance.items()) if top > 0 else []
     return relevance, tuple(added)
+
+
+def sole_term(facts: SessionFacts, slot: int, text: str) -> str | None:
+    """The one query term on the output's lines ("" when none is, None when
+    two or more are): with one, what `relevance_of` adds per line does not
+    move with the term's weight (`planner.line_levels`)."""
+    if not facts.query_weights or slot not in facts.term_holders:
+        return ""
+    postings = text_lines(text).term_lines(frozenset(facts.query_weights), facts.analyzer)
+    held = [term for term in facts.query_weights if postings[term]]
+    return "" if not held else held[0] if len(held) == 1 else None
