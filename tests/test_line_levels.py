@@ -12,10 +12,10 @@ import pytest
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.model import Chunk, ChunkKind, Plan, Role
-from ctxopt.planner import line_levels
+from ctxopt.planner import line_levels, values
 from ctxopt.planner.knobs import Tuning
 from ctxopt.scoring import line_value
-from ctxopt.scoring.line_facts import SessionFacts
+from ctxopt.scoring.line_facts import SessionFacts, relevance_of, sole_term
 from ctxopt.scoring.line_value import LineWeights
 from ctxopt.text.analyzer import Analyzer
 from ctxopt.text.lines import TextLines
@@ -271,11 +271,13 @@ def test_outputs_a_moved_query_term_reaches_plan_as_a_fresh_engine_would(
     )
 
 
-def test_an_append_searches_no_output_without_a_query_term_for_it(
+def test_an_append_searches_only_outputs_holding_two_query_terms(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """An append moves the query term's rarity; only the output holding it is
-    searched for it again, not each output's lines."""
+    """An append moves the query terms' rarity; only the output holding two of
+    them is searched for them again: not an output holding none (the index
+    says so), nor one holding a single term (its lines are remembered, and
+    the term's weight over itself is what it adds)."""
     searched: list[str] = []
     term_lines = TextLines.term_lines
 
@@ -285,7 +287,11 @@ def test_an_append_searches_no_output_without_a_query_term_for_it(
 
     monkeypatch.setattr(TextLines, "term_lines", counted)
     engine = Engine(Config(data_dir=":memory:"))
-    outputs = [holding(0, frozenset({"refund"})), *(listing(step) for step in range(1, 4))]
+    outputs = [
+        holding(0, frozenset({"refund", "ledger"})),
+        holding(1, frozenset({"refund"})),
+        *(listing(step) for step in range(2, 4)),
+    ]
     engine.append(
         "",
         S,
@@ -297,10 +303,10 @@ def test_an_append_searches_no_output_without_a_query_term_for_it(
             ),
         ],
     )
-    plan_of(engine, "refund")
+    plan_of(engine, "refund ledger")
     searched.clear()
     engine.append("", S, [chunk("n", filler(40, "n"), turn=9)])
-    plan_of(engine, "refund")
+    plan_of(engine, "refund ledger")
     assert outputs[0] in searched
     assert not set(outputs[1:]) & set(searched)
     engine.close()
@@ -330,3 +336,65 @@ def test_an_output_whose_query_term_moved_keeps_its_sizes_unmade(
         plan_of(engine, "refund")
     assert made == [1]
     engine.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            SAYINGS,
+            st.sampled_from(["", "refund", "margin ledger", "refund ledger", "tax"]),
+            st.frozensets(st.sampled_from(TERMS), max_size=3),
+            st.booleans(),
+        ),
+        min_size=2,
+        max_size=7,
+    )
+)
+def test_the_outputs_left_unvisited_hold_what_the_plain_definition_gives(
+    steps: list[tuple[str, str, frozenset[str], bool]],
+) -> None:
+    """`output_levels` visits only the outputs something moved for (the book's
+    log, names, the terms' reach) and takes a one-term output's relevance from
+    its remembered lines: after every plan, each output's remembered state
+    and sizes are what the plain definition gives from scratch (no cache),
+    and the plans are a fresh engine's."""
+    real = line_levels.output_levels
+
+    def checked(
+        session: Any, book: Any, slots: list[int], facts: SessionFacts, *rest: Any
+    ) -> dict[int, tuple[line_levels.LineLevel, ...]]:
+        made = real(session, book, slots, facts, *rest)
+        memo = line_levels._memos[book]
+        assert made.keys() == set(slots) == memo.by_slot.keys()
+        line_levels._line_excerpts.clear()
+        for slot in slots:
+            text = session.entry_at(slot).chunk.text
+            was = memo.by_slot[slot]
+            assert (was.anchors, was.quoted) == (book.anchors(slot), book.quoted_lines(slot))
+            assert was.relevance == relevance_of(facts, slot, text)[1]
+            assert was.sole == sole_term(facts, slot, text)
+            assert made[slot] == line_levels.levels_of(session, book, slot, facts, *rest[:2])
+        return made
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(values, "output_levels", checked)
+        plans_as_fresh(
+            [
+                (
+                    [
+                        chunk(f"m{step}", saying, role=Role.MODEL, turn=2 * step + 1),
+                        chunk(
+                            f"c{step}",
+                            holding(step, terms),
+                            kind=ChunkKind.TOOL_RESULT,
+                            turn=2 * step + 2,
+                        )
+                        if output
+                        else chunk(f"c{step}", filler(30, str(step)), turn=2 * step + 2),
+                    ],
+                    query,
+                )
+                for step, (saying, query, terms, output) in enumerate(steps, start=1)
+            ]
+        )

@@ -216,13 +216,8 @@ def output_levels(
         elif slot in term_reach:
             # the sizes differ only if what the terms add per line does (a
             # text holding one of them, or the same mix, keeps them)
-            held_before = previous is not None and slot in previous.term_holders
-            if (
-                same_query
-                and was.sole is not None
-                and was.text is text
-                and held_before == (slot in facts.term_holders)
-            ):
+            # the same terms and text: the same holders of them, the same sole term
+            if same_query and was.sole is not None and was.text is text:
                 relevance, sole = _sole_relevance(was, facts), was.sole
             else:
                 relevance, sole = relevance_of(facts, slot, text)[1], sole_term(facts, slot, text)
