@@ -139,8 +139,20 @@ def test_a_warm_session_plans_as_a_fresh_engine_would(steps: list[tuple[str, int
         for each in writes:
             each(fresh)
         assert shown(plan_of(warm, query, recent)) == shown(plan_of(fresh, query, recent)), n
+        assert_slot_facts_as_made_fresh(warm)
         fresh.close()
     warm.close()
+
+
+def assert_slot_facts_as_made_fresh(engine: Engine) -> None:
+    """The slot facts the session keeps (extended by an append, made again
+    after any other change) are those made from its entries alone."""
+    session = engine.sessions.get("", S)
+    view = session.view()
+    kept = slot_facts.slot_facts(view, session.line_book())
+    made = slot_facts.slot_facts(view, None)
+    for field in ("chunk_ids", "stash_ids", "texts", "child_slots", "parent_slots"):
+        assert getattr(kept, field).tolist() == getattr(made, field).tolist(), field
 
 
 def counted_calls(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[int]:

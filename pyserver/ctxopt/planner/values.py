@@ -302,6 +302,7 @@ def _made_shrinks(
         tokens[anchored] = excerpt[anchored]
         texts.anchored_in(book, tokens)
     if book is not None and outputs.any():
+        slots_now = slot_facts(session, book)
         facts = session_facts(
             session,
             options.query,
@@ -314,6 +315,7 @@ def _made_shrinks(
                 tuning.line_error,
                 tuning.line_echoed,
             ),
+            texts=slots_now.texts,
         )
         made = output_levels(
             session,
@@ -322,7 +324,7 @@ def _made_shrinks(
             facts,
             tuning,
             count_tokens,
-            slot_facts(session, book).stash_ids,
+            slots_now.stash_ids,
         )
         for slot, levels in made.items():
             if levels:

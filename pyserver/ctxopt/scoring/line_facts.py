@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from ctxopt.model import Role
 from ctxopt.scoring.line_value import LineFacts, LineWeights, model_facts, names, profile
@@ -47,11 +48,14 @@ def session_facts(
     *,
     rare_share: float,
     weights: LineWeights,
+    texts: npt.NDArray[np.object_],
 ) -> SessionFacts:
+    """The plan's `SessionFacts`; `texts` is each slot's text (`slot_facts`)."""
     n = session.n_slots
     cols = session.columns
-    model_slots = np.flatnonzero(cols.alive[:n] & (cols.role[:n] == _MODEL)).tolist()
-    written, cited = model_facts(tuple(session.entry_at(s).chunk.text for s in model_slots))
+    written, cited = model_facts(
+        tuple(texts[np.flatnonzero(cols.alive[:n] & (cols.role[:n] == _MODEL))].tolist())
+    )
     query_weights: dict[str, float] = {}
     if weights.relevance > 0:
         docs = len(session)
