@@ -3,6 +3,7 @@ landing at the target, tier order, coherence, determinism."""
 
 from __future__ import annotations
 
+import numpy as np
 from ctxopt.engine import Engine
 from ctxopt.model import (
     Action,
@@ -16,7 +17,8 @@ from ctxopt.model import (
     Roots,
     Strategy,
 )
-from ctxopt.planner.order import TIER
+from ctxopt.planner.cut import _AppliedKinds
+from ctxopt.planner.order import TIER, Steps
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -290,3 +292,29 @@ def test_excerpts_at_every_size_land_keep_original_lines_and_restore(
     if changed:
         e.restore("", "s", changed, budget=None, force=False)
     assert [c.text for c in e.chunks("", "s", list(originals))] == list(originals.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 6), st.integers(1, 3), st.booleans()), min_size=1, max_size=40
+    ),
+    st.lists(st.integers(0, 6), max_size=10),
+)
+def test_backfill_finds_a_units_applied_kinds_as_a_scan_would(
+    rows: list[tuple[int, int, bool]], asked: list[int]
+) -> None:
+    """Backfill looks a unit's applied kinds up when it first undoes one of its
+    steps (a sorted index, not a set per unit made up front): each unit's,
+    in any order, are the kinds of its steps applied when backfill began."""
+    unit, kind, applied = (np.array(column) for column in zip(*rows, strict=True))
+    steps = Steps(
+        unit=unit.astype(np.intp),
+        kind=kind.astype(np.int8),
+        saves=np.ones(len(rows)),
+        tier=np.zeros(len(rows), dtype=np.int64),
+        applied=applied.astype(bool),
+    )
+    kinds = _AppliedKinds(steps, np.flatnonzero(steps.applied)[::-1])
+    for u in asked:
+        assert kinds.of(u) == {k for n, k, a in rows if n == u and a}

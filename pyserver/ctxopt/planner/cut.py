@@ -8,9 +8,8 @@ when a repair pushed the plan over the target.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
+import numpy.typing as npt
 
 from ctxopt.model import Repair
 from ctxopt.planner.coherence import repair
@@ -85,12 +84,7 @@ def backfill(sel: Selection, steps: Steps, *, slack: float, forced_out: list[int
     if never.all():
         return  # a plan that lands just under its target undoes nothing
     forced = set(forced_out)
-    # per unit, the kinds of its applied steps: undoing one goes back to the next below
-    levels: dict[int, set[int]] = defaultdict(set)
-    for unit, kind in zip(
-        steps.unit[steps.applied].tolist(), steps.kind[steps.applied].tolist(), strict=True
-    ):
-        levels[unit].add(kind)
+    levels = _AppliedKinds(steps, order)
     kept_cut_before = np.maximum.accumulate(np.where(never, steps.tier[order], -1))
     kept_cut_before = np.concatenate([[-1], kept_cut_before[:-1]])
     highest_kept_cut = -1
@@ -116,10 +110,37 @@ def backfill(sel: Selection, steps: Steps, *, slack: float, forced_out: list[int
         if not undoable:
             highest_kept_cut = max(highest_kept_cut, int(steps.tier[i]))
             continue
-        levels[unit].discard(int(steps.kind[i]))
-        sel.state[unit] = max(levels[unit], default=FULL)
+        kinds = levels.of(unit)
+        kinds.discard(int(steps.kind[i]))
+        sel.state[unit] = max(kinds, default=FULL)
         steps.applied[i] = False
         slack -= cost
+
+
+class _AppliedKinds:
+    """Per unit, the kinds of its applied steps (undoing one goes back to the
+    next below), found for a unit when backfill first undoes one of its
+    steps: a plan undoes a few of ~700 applied steps, and a set per unit
+    for all of them was ~1 ms of a plan after an append at 1,000 chunks."""
+
+    def __init__(self, steps: Steps, applied: npt.NDArray[np.intp]) -> None:
+        self._steps = steps
+        self._by_unit = applied[np.argsort(steps.unit[applied], kind="stable")]
+        self._units = steps.unit[self._by_unit]
+        self._found: dict[int, set[int]] = {}
+
+    def of(self, unit: int) -> set[int]:
+        """The unit's kinds, as applied when backfill began less those undone
+        since (backfill changes only the units it undoes a step of)."""
+        found = self._found.get(unit)
+        if found is None:
+            first, last = (
+                int(np.searchsorted(self._units, unit, side="left")),
+                int(np.searchsorted(self._units, unit, side="right")),
+            )
+            kinds = self._steps.kind[self._by_unit[first:last]]
+            found = self._found[unit] = set(kinds.tolist())
+        return found
 
 
 def _resume(sel: Selection, steps: Steps, total: float, target: float, pressure: float) -> bool:
