@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 from weakref import WeakKeyDictionary
@@ -154,7 +155,9 @@ def output_levels(
     new to the plan, those whose anchors or quoted lines the book forgot
     (`LineBook.take_moved`), whose tokens or stash id changed, that hold a
     name or number the model wrote or stopped writing, or that a moved query
-    term reaches; at 1,000 chunks a plan after an append visits ~20 of ~450."""
+    term reaches (for those, only what the terms add is looked at); at
+    ~1,200 chunks a plan after an append fully checks ~6 of ~450 outputs and
+    ~50 more for the terms alone."""
     with _memos_lock:
         memo = _memos.setdefault(book, _Memo())
     knobs = (
@@ -169,6 +172,7 @@ def output_levels(
     moved = book.take_moved()
     previous = memo.facts if memo.knobs == knobs else None
     todo: set[int]
+    reach_only: frozenset[int] = _NONE
     same_query = False
     names: frozenset[str] = frozenset()
     cited: frozenset[int] = frozenset()
@@ -184,13 +188,16 @@ def output_levels(
         # (`facts_of` reads no other output's lines for them)
         term_reach = (previous.term_holders | facts.term_holders) if terms else _NONE
         same_query = previous.query_weights.keys() == facts.query_weights.keys()
-        todo = _to_check(memo, slots, moved, names, cited, term_reach, session, stash_ids)
+        todo = _to_check(memo, slots, moved, names, cited, session, stash_ids)
+        # reached by a moved term alone: only what the terms add may differ
+        reach_only = (term_reach & set(slots)) - todo
     n = session.n_slots
     if len(memo.tokens) < n:
         memo.tokens = _grown(memo.tokens, n, 0)
         memo.stash = _grown(memo.stash, n, "")
     remembered = memo.by_slot
     entry_at, anchors_of, quoted_of = session.entry_at, book.anchors, book.quoted_lines
+    todo.update(_relevance_moved(remembered, reach_only, session, facts, same_query))
     for slot in sorted(todo):
         entry = entry_at(slot)
         text = entry.chunk.text
@@ -216,11 +223,7 @@ def output_levels(
         elif slot in term_reach:
             # the sizes differ only if what the terms add per line does (a
             # text holding one of them, or the same mix, keeps them)
-            # the same terms and text: the same holders of them, the same sole term
-            if same_query and was.sole is not None and was.text is text:
-                relevance, sole = _sole_relevance(was, facts), was.sole
-            else:
-                relevance, sole = relevance_of(facts, slot, text)[1], sole_term(facts, slot, text)
+            relevance, sole = _relevance(was, facts, same_query, slot, text)
             if relevance != was.relevance:
                 was = None
             elif was.text is not text or was.sole != sole:
@@ -251,7 +254,6 @@ def _to_check(
     moved: set[int],
     names: frozenset[str],
     cited: frozenset[int],
-    term_reach: frozenset[int],
     session: SessionView,
     stash_ids: ObjectArray,
 ) -> set[int]:
@@ -278,8 +280,40 @@ def _to_check(
             for slot, was in remembered.items()
             if not names.isdisjoint(was.names) or not cited.isdisjoint(was.numbers)
         )
-    todo |= term_reach & current
     return todo
+
+
+def _relevance_moved(
+    remembered: dict[int, _Remembered],
+    slots: AbstractSet[int],
+    session: SessionView,
+    facts: SessionFacts,
+    same_query: bool,
+) -> list[int]:
+    """Of `slots` (outputs only a moved query term reached), those whose
+    relevance moved (to be made again); the others' remembered text and sole
+    term are brought up to date."""
+    moved: list[int] = []
+    for slot in slots:
+        was = remembered[slot]
+        text = session.entry_at(slot).chunk.text
+        relevance, sole = _relevance(was, facts, same_query, slot, text)
+        if relevance != was.relevance:
+            moved.append(slot)
+        elif was.text is not text or was.sole != sole:
+            remembered[slot] = replace(was, text=text, sole=sole)
+    return moved
+
+
+def _relevance(
+    was: _Remembered, facts: SessionFacts, same_query: bool, slot: int, text: str
+) -> tuple[tuple[tuple[int, float], ...], str | None]:
+    """`relevance_of`'s key part and `sole_term` of a remembered output now;
+    the same terms and text give the same holders of them and the same sole
+    term, whose lines are remembered."""
+    if same_query and was.sole is not None and was.text is text:
+        return _sole_relevance(was, facts), was.sole
+    return relevance_of(facts, slot, text)[1], sole_term(facts, slot, text)
 
 
 def _sole_relevance(was: _Remembered, facts: SessionFacts) -> tuple[tuple[int, float], ...]:
