@@ -232,23 +232,23 @@ def test_pooled_model_facts_of_a_grown_session_are_its_texts_pooled(
 TERMS = ("refund", "margin", "ledger")
 
 
+def term_steps(most: int) -> st.SearchStrategy[tuple[str, frozenset[str], bool]]:
+    """A step's query, and whether it appends an output holding up to `most`
+    of the terms (else a message)."""
+    return st.tuples(
+        st.sampled_from(["", "refund", "margin ledger", "refund ledger", "tax"]),
+        st.frozensets(st.sampled_from(TERMS), max_size=most),
+        st.booleans(),
+    )
+
+
 def holding(step: int, terms: frozenset[str]) -> str:
     """An output of its own lines, with a line naming each of `terms`."""
     return listing(step) + "".join(f"\n{90 + k:6d}\t# {t} noted" for k, t in enumerate(terms))
 
 
 @settings(max_examples=25, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.sampled_from(["", "refund", "margin ledger", "refund ledger", "tax"]),
-            st.frozensets(st.sampled_from(TERMS), max_size=2),
-            st.booleans(),
-        ),
-        min_size=2,
-        max_size=6,
-    )
-)
+@given(st.lists(term_steps(2), min_size=2, max_size=6))
 def test_outputs_a_moved_query_term_reaches_plan_as_a_fresh_engine_would(
     steps: list[tuple[str, frozenset[str], bool]],
 ) -> None:
@@ -339,20 +339,9 @@ def test_an_output_whose_query_term_moved_keeps_its_sizes_unmade(
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            SAYINGS,
-            st.sampled_from(["", "refund", "margin ledger", "refund ledger", "tax"]),
-            st.frozensets(st.sampled_from(TERMS), max_size=3),
-            st.booleans(),
-        ),
-        min_size=2,
-        max_size=7,
-    )
-)
+@given(st.lists(st.tuples(SAYINGS, term_steps(3)), min_size=2, max_size=7))
 def test_the_outputs_left_unvisited_hold_what_the_plain_definition_gives(
-    steps: list[tuple[str, str, frozenset[str], bool]],
+    steps: list[tuple[str, tuple[str, frozenset[str], bool]]],
 ) -> None:
     """`output_levels` visits only the outputs something moved for (the book's
     log, names, the terms' reach) and takes a one-term output's relevance from
@@ -395,6 +384,6 @@ def test_the_outputs_left_unvisited_hold_what_the_plain_definition_gives(
                     ],
                     query,
                 )
-                for step, (saying, query, terms, output) in enumerate(steps, start=1)
+                for step, (saying, (query, terms, output)) in enumerate(steps, start=1)
             ]
         )
