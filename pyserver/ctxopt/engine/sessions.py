@@ -13,7 +13,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from itertools import islice
+from itertools import islice, pairwise
+from operator import attrgetter
 from weakref import WeakKeyDictionary
 
 from ctxopt import validate
@@ -35,6 +36,7 @@ from ctxopt.store import (
 )
 from ctxopt.text.analyzer import Analyzer
 from ctxopt.text.countblob import CountBlobs
+from ctxopt.text.indexblob import IndexBlobs, chunk_key, chunks_digest
 from ctxopt.text.termblob import DocTerms, TermBlobs
 from ctxopt.tokens import TokenCounter, count_key
 
@@ -55,6 +57,8 @@ class _KeptFacts:
 
     made: tuple[int, int, int] = (-1, -1, -1)
     by_slot: bytearray = field(default_factory=bytearray)
+    # the version of the session's index the store holds (text/indexblob.py)
+    index_version: int = -1
 
     def held(self, slot: int) -> int:
         return self.by_slot[slot] if slot < len(self.by_slot) else 0
@@ -94,6 +98,7 @@ class LiveSessions:
         self.registry = Registry(analyzer)
         self.term_blobs = TermBlobs(analyzer)
         self.line_blobs = LineBlobs()
+        self.index_blobs = IndexBlobs(self.term_blobs.analyzer_digest)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxopt-line-facts")
         self._kept: WeakKeyDictionary[Session, _KeptFacts] = WeakKeyDictionary()
         self.load_lock = threading.Lock()
@@ -159,23 +164,34 @@ class LiveSessions:
     def _hydrate(self, stored: StoredSession) -> Session:
         session = Session(stored.session_id, stored.owner, self.analyzer)
         session.collections = stored.collections
-        decode, decode_lines = self.term_blobs.decode, self.line_blobs.decode
+        decode_lines = self.line_blobs.decode
         kept = self._kept.setdefault(session, _KeptFacts())
         counts = self.count_blobs.decode(stored.counts)
         if counts is not None:
             self.counter.tell(counts)
-        # a text's term blob, then its line blob: its digest is made once
-        docs: list[DocTerms | None] = []
+        # a text's key for the kept index, then its line blob: its digest is made once
+        keys: list[bytes] = []
         told: list[tuple[str, TextFacts]] = []
         held: list[tuple[str, int]] = []
         for item in stored.chunks:
             text = item.chunk.text
-            docs.append(decode(text, item.term_blob))
+            keys.append(chunk_key(item.seq, text))
             facts = decode_lines(text, item.line_blob) if item.line_blob is not None else None
             if facts is not None:
                 told.append((text, facts))
                 held.append((item.chunk.id, facts.held))
-        session.restore_entries([entry_of(item) for item in stored.chunks], docs)
+        entries = [entry_of(item) for item in stored.chunks]
+        index = None
+        if all(a.slot < b.slot for a, b in pairwise(entries)):  # `restore_kept`'s rule
+            index = self.index_blobs.decode(stored.index, chunks_digest(keys))
+        if index is not None:
+            session.restore_kept(entries, index)
+            kept.index_version = index.version
+        else:
+            decode = self.term_blobs.decode
+            session.restore_entries(
+                entries, [decode(i.chunk.text, i.term_blob) for i in stored.chunks]
+            )
         for chunk_id, facts_held in held:
             kept.hold(session.slot_by_id[chunk_id], facts_held)
         tell(told)
@@ -248,8 +264,25 @@ class LiveSessions:
             log.warning("session %r: line facts not kept: %s", session_id, err)
 
     def close(self) -> None:
-        """Let the line facts under way reach the store (before it closes)."""
+        """Let the line facts under way reach the store, then keep the index
+        of each session whose index changed since it was loaded or kept
+        (text/indexblob.py), before the store closes. On close, not after
+        each plan: every append changes the index, and writing it is a few
+        ms per 1,000 chunks a request would wait for or share the CPU with."""
         self._writer.shutdown(wait=True)
+        for session in self.registry.sessions():
+            with session.lock:
+                kept = self._kept.setdefault(session, _KeptFacts())
+                if kept.index_version == session.index.version:
+                    continue
+                live = sorted(session.entries.values(), key=attrgetter("slot"))
+                keys = chunks_digest(chunk_key(e.slot, e.chunk.text) for e in live)
+                try:
+                    self.store.keep_index(session.id, self.index_blobs.encode(session.index, keys))
+                except CtxoptError as err:
+                    log.warning("session %r: index not kept: %s", session.id, err)
+                    continue
+                kept.index_version = session.index.version
 
     def commit(self, session: Session, change: Change) -> None:
         """The one write path: the store first, then memory. A new text is

@@ -197,6 +197,18 @@ class Session:
             texts.append(entry.chunk.text)
         self._index_new(slots, known, texts)
 
+    def restore_kept(self, entries: Sequence[Entry], index: BM25Index) -> None:
+        """Put back a stored session's chunks, in slot order at their own slots,
+        with `index` kept of exactly their texts there (text/indexblob.py):
+        nothing is indexed. Into a session holding nothing (a restart's)."""
+        if self.slot_ids:
+            raise ValueError("restore_kept: the session already holds chunks")
+        for entry in entries:
+            if self._slot_for(entry.chunk.id, wanted=entry.slot) != entry.slot:
+                raise ValueError(f"restore_kept: slot {entry.slot} twice or out of order")
+            self._link(entry, False)
+        self.index = index
+
     def _index_new(self, slots: list[int], docs: list[DocTerms | None], texts: list[str]) -> None:
         """Index the texts of chunks just linked at `slots` (analysing those
         without known terms), then forget them."""

@@ -64,6 +64,8 @@ class StoredSession:
     chunks: list[StoredChunk]
     # the token counts its plans made (text/countblob.py), as stored
     counts: bytes | None = None
+    # its BM25 index as the last process closed (text/indexblob.py), as stored
+    index: bytes | None = None
 
 
 # The owner's live sessions with their stash totals, most recently used first
@@ -133,11 +135,14 @@ SET_LINE_BLOB_SQL = "UPDATE chunks SET line_blob = ? WHERE session_id = ? AND ch
 PLAN_COUNTS_SQL = "SELECT blob FROM plan_counts WHERE session_id = ?"
 # a session's owner, collections and its plans' token counts (NULL: none)
 SESSION_HEAD_SQL = """SELECT owner, collections,
-(SELECT blob FROM plan_counts WHERE session_id = ?1) FROM sessions WHERE session_id = ?1"""
-# a session gone meanwhile gets no row
-SET_COUNTS_SQL = """INSERT INTO plan_counts SELECT ?1, ?2
+(SELECT blob FROM plan_counts WHERE session_id = ?1),
+(SELECT blob FROM kept_indexes WHERE session_id = ?1) FROM sessions WHERE session_id = ?1"""
+# a session gone meanwhile gets no row (in `plan_counts` or `kept_indexes`)
+SET_BLOB_SQL = """INSERT INTO {} SELECT ?1, ?2
 WHERE EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1)
 ON CONFLICT (session_id) DO UPDATE SET blob = excluded.blob"""
+# the tables holding what a session keeps beside its chunks, by session id
+SESSION_TABLES = ("chunks", "plan_counts", "kept_indexes", "sessions")
 
 
 def restash_values(session_id: str, r: Restash) -> tuple[object, ...]:

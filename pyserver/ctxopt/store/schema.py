@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 from ctxopt.store.rows import CHUNK_COLUMNS
 from ctxopt.store.search import FTS_TOKENIZER, Terms, analyzer_identity, index_text, term_count
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # Each owner's entries and terms: the statistics of its stash search (ranking.py)
 _OWNER_TOTALS = """CREATE TABLE IF NOT EXISTS stash_owner_totals (
@@ -42,6 +42,11 @@ CREATE TABLE IF NOT EXISTS chunks (
 CREATE INDEX IF NOT EXISTS chunks_by_seq ON chunks (session_id, seq);
 
 CREATE TABLE IF NOT EXISTS plan_counts (
+  session_id TEXT PRIMARY KEY,
+  blob BLOB NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS kept_indexes (
   session_id TEXT PRIMARY KEY,
   blob BLOB NOT NULL
 );
@@ -173,6 +178,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # in `plan_counts`, which the tables' script creates; older sessions have
     # none, and a restart's first plan counts its excerpts as before
     6: (),
+    # v8 keeps each session's BM25 index as the process closes (text/indexblob.py)
+    # in `kept_indexes`, which the tables' script creates; older sessions have
+    # none, and a restart indexes their stored terms as before
+    7: (),
 }
 
 REINDEX_BATCH = 1_000  # originals analysed and indexed per transaction by a reindex
