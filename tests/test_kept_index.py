@@ -1,0 +1,269 @@
+"""A session's BM25 index is kept whole as the process closes, so a restart
+reads it back instead of decoding every term blob and indexing them
+(text/indexblob.py): the index read must score as one rebuilt from the rows
+and as a fresh engine's, the plans must be the same, and a kept index that is
+stale, damaged, cut, foreign or of another type is never trusted."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ctxopt.config import Config
+from ctxopt.engine import Engine
+from ctxopt.model import Role
+from ctxopt.session import Session
+from ctxopt.session.columns import Entry
+from ctxopt.store import DB_FILE
+from ctxopt.text.bm25 import BM25Index
+from ctxopt.text.indexblob import IndexBlobs, chunk_key, chunks_digest, state_of
+from ctxopt.text.termblob import TermBlobs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.factory import chunk
+from tests.test_line_blobs import S, forget_made_facts, plans, session_chunks
+
+QUERIES = ("pricing tax", "total_price ValueError rate_3", "cart base order line_7", "")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches() -> Iterator[None]:
+    forget_made_facts()
+    yield
+    forget_made_facts()
+
+
+@pytest.fixture
+def decoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The texts whose term blobs are decoded from now on (the index rebuilt)."""
+    seen: list[str] = []
+    decode = TermBlobs.decode
+
+    def spied(self: TermBlobs, text: str, blob: bytes | None) -> object:
+        seen.append(text)
+        return decode(self, text, blob)
+
+    monkeypatch.setattr(TermBlobs, "decode", spied)
+    return seen
+
+
+def changed(engine: Engine, tag: str) -> None:
+    """Append a session, then change it: two outputs replaced by other texts and
+    one more step (the index holds stale postings and a history)."""
+    engine.append("", S, session_chunks(tag))
+    engine.append(
+        "",
+        S,
+        [
+            chunk("o2", f"pytest output ({tag}): 3 passed, cart rounding fixed", role=Role.TOOL),
+            chunk("o5", f"ls app ({tag}): pricing_5.py cart.py base.py", role=Role.TOOL),
+            chunk("m9", f"THOUGHT ({tag}): the tax is rounded once now", role=Role.MODEL, turn=9),
+        ],
+    )
+
+
+def kept(data_dir: Path) -> bytes | None:
+    with sqlite3.connect(data_dir / DB_FILE) as conn:
+        row = conn.execute("SELECT blob FROM kept_indexes WHERE session_id = ?", (S,)).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+def set_kept(data_dir: Path, blob: object) -> None:
+    with sqlite3.connect(data_dir / DB_FILE) as conn:
+        conn.execute("UPDATE kept_indexes SET blob = ? WHERE session_id = ?", (blob, S))
+
+
+def stored(data_dir: Path, tag: str) -> list[object]:
+    """A changed session planned, then closed (its index kept); its plans."""
+    engine = Engine(Config(data_dir=str(data_dir)))
+    changed(engine, tag)
+    planned = plans(engine)
+    engine.close()
+    return planned
+
+
+def fresh(tag: str) -> list[object]:
+    forget_made_facts()
+    engine = Engine(Config(data_dir=":memory:"))
+    changed(engine, tag)
+    try:
+        return plans(engine)
+    finally:
+        engine.close()
+
+
+def scored(engine: Engine) -> tuple[list[object], list[int]]:
+    """Every query's scores over the session's slots, and each vocabulary term's
+    document frequency."""
+    session = engine.sessions.get("", S)
+    index, n = session.index, session.n_slots
+    terms = [engine.analyzer.terms(q) for q in QUERIES]
+    vocabulary = sorted(
+        {t for e in session.entries.values() for t in engine.analyzer.terms(e.chunk.text)}
+    )
+    return [index.scores(t, n).tolist() for t in terms], [
+        index.document_frequency(t) for t in vocabulary
+    ]
+
+
+def restarted(data_dir: Path) -> tuple[list[object], tuple[list[object], list[int]]]:
+    """A restart's plans and its index's scores."""
+    forget_made_facts()
+    engine = Engine(Config(data_dir=str(data_dir)))
+    try:
+        return plans(engine), scored(engine)
+    finally:
+        engine.close()
+
+
+def rebuilt(data_dir: Path) -> tuple[list[object], tuple[list[object], list[int]]]:
+    """The same from the rows alone: no kept index."""
+    with sqlite3.connect(data_dir / DB_FILE) as conn:
+        conn.execute("DELETE FROM kept_indexes")
+    return restarted(data_dir)
+
+
+def test_a_restart_reads_the_kept_index_and_plans_the_same(
+    tmp_path: Path, decoded: list[str]
+) -> None:
+    before = stored(tmp_path, "restart")
+    blob = kept(tmp_path)
+    assert blob is not None
+    decoded.clear()
+    after = restarted(tmp_path)
+    assert decoded == []  # no term blob decoded: the index was read
+    assert kept(tmp_path) == blob  # unchanged since it was read: not written again
+    assert rebuilt(tmp_path) == after
+    assert decoded  # the rebuild decoded them
+    assert after[0] == before == fresh("restart")
+
+
+def test_a_change_after_the_restart_is_kept_at_the_next_close(
+    tmp_path: Path, decoded: list[str]
+) -> None:
+    stored(tmp_path, "again")
+    old = kept(tmp_path)
+    engine = Engine(Config(data_dir=str(tmp_path)))
+    engine.append("", S, [chunk("u9", "now also round the shipping rate", turn=9)])
+    engine.close()
+    new = kept(tmp_path)
+    assert new is not None and new != old
+    decoded.clear()
+    after = restarted(tmp_path)
+    assert decoded == []
+    assert rebuilt(tmp_path) == after
+
+
+def test_a_stale_kept_index_is_not_trusted(tmp_path: Path, decoded: list[str]) -> None:
+    """A write after the index was kept and no close (a crash): the rows moved on."""
+    stored(tmp_path, "stale")
+    old = kept(tmp_path)
+    engine = Engine(Config(data_dir=str(tmp_path)))
+    engine.append("", S, [chunk("o3", "pytest output: 1 failed, shipping rate wrong")])
+    engine.close()
+    set_kept(tmp_path, old)
+    decoded.clear()
+    after = restarted(tmp_path)
+    assert decoded  # rebuilt from the rows
+    assert rebuilt(tmp_path) == after
+
+
+@pytest.mark.parametrize("damage", ["byte", "cut", "foreign", "analyzer", "type"])
+def test_a_damaged_or_foreign_kept_index_is_not_trusted(
+    tmp_path: Path, decoded: list[str], damage: str
+) -> None:
+    stored(tmp_path, f"damaged {damage}")
+    blob = kept(tmp_path)
+    assert blob is not None
+    engine = Engine(Config(data_dir=":memory:"))
+    changed(engine, "another session")
+    other = engine.sessions.get("", S)
+    live = sorted(other.entries.values(), key=lambda e: e.slot)
+    keys = chunks_digest(chunk_key(e.slot, e.chunk.text) for e in live)
+    foreign = engine.sessions.index_blobs.encode(other.index, keys)
+    engine.close()
+    bad: object = {
+        "byte": blob[:200] + bytes([blob[200] ^ 1]) + blob[201:],
+        "cut": blob[:-9],
+        "foreign": foreign,  # another session's, whole and sealed
+        "analyzer": IndexBlobs(b"\1" * 8).encode(BM25Index(), keys),
+        "type": "x" * 200,  # a column of another type
+    }[damage]
+    set_kept(tmp_path, bad)
+    decoded.clear()
+    after = restarted(tmp_path)
+    assert decoded  # rebuilt from the rows
+    assert rebuilt(tmp_path) == after
+
+
+def test_a_store_from_before_the_table_opens_plans_the_same_and_keeps_the_index(
+    tmp_path: Path,
+) -> None:
+    before = stored(tmp_path, "old")
+    with sqlite3.connect(tmp_path / DB_FILE) as conn:
+        conn.execute("DROP TABLE kept_indexes")
+        conn.execute("PRAGMA user_version = 7")
+    assert restarted(tmp_path)[0] == before
+    assert kept(tmp_path) is not None  # the close kept it
+
+
+def test_a_deleted_session_leaves_no_kept_index(tmp_path: Path) -> None:
+    stored(tmp_path, "deleted")
+    assert kept(tmp_path) is not None
+    engine = Engine(Config(data_dir=str(tmp_path)))
+    engine.delete_session("", S, purge_stash=True)
+    engine.close()
+    assert kept(tmp_path) is None
+
+
+def test_a_kept_index_goes_only_into_an_empty_session_at_increasing_slots() -> None:
+    session = Session(S, "", Engine(Config(data_dir=":memory:")).analyzer)
+    entries = [Entry(chunk(f"c{i}"), slot, 1, 0, 0) for i, slot in enumerate((0, 3, 3))]
+    with pytest.raises(ValueError, match="slot 3"):
+        session.restore_kept(entries, BM25Index())
+
+
+DOCS = st.lists(st.lists(st.sampled_from("abcdefgh"), max_size=6), min_size=1, max_size=12)
+BLOBS = IndexBlobs(b"\0" * 8)
+KEYS = b"k" * 8
+
+
+def index_from(docs: list[list[str]], removed: list[int]) -> BM25Index:
+    index = BM25Index()
+    for slot, terms in enumerate(docs):
+        index.set_doc(slot, terms)
+    for slot in sorted(set(removed)):
+        if slot < len(docs):
+            index.remove_doc(slot)
+    return index
+
+
+@settings(max_examples=150, deadline=None)
+@given(DOCS, st.lists(st.integers(0, 11), max_size=4))
+def test_the_codec_gives_back_the_index_it_was_given(
+    docs: list[list[str]], removed: list[int]
+) -> None:
+    index = index_from(docs, removed)
+    back = BLOBS.decode(BLOBS.encode(index, KEYS), KEYS)
+    assert back is not None
+    assert repr(state_of(back)) == repr(state_of(index))
+    for query in (["a"], ["b", "c", "b"], list("abcdefgh")):
+        assert np.array_equal(back.scores(query, 12), index.scores(query, 12))
+    back.set_doc(20, ["a", "z"])  # and it goes on as the original would
+    index.set_doc(20, ["a", "z"])
+    assert repr(state_of(back)) == repr(state_of(index))
+    assert BLOBS.decode(BLOBS.encode(index, KEYS), b"j" * 8) is None  # other chunks
+
+
+@settings(max_examples=150, deadline=None)
+@given(DOCS, st.data())
+def test_any_changed_or_missing_byte_is_refused(docs: list[list[str]], data: st.DataObject) -> None:
+    blob = BLOBS.encode(index_from(docs, []), KEYS)
+    at = data.draw(st.integers(0, len(blob) - 1))
+    flipped = blob[:at] + bytes([blob[at] ^ data.draw(st.integers(1, 255))]) + blob[at + 1 :]
+    assert BLOBS.decode(flipped, KEYS) is None
+    assert BLOBS.decode(blob[:at], KEYS) is None
