@@ -1,13 +1,15 @@
-"""A session's BM25 index is kept whole as the process closes, so a restart
-reads it back instead of decoding every term blob and indexing them
-(text/indexblob.py): the index read must score as one rebuilt from the rows
-and as a fresh engine's, the plans must be the same, and a kept index that is
-stale, damaged, cut, foreign or of another type is never trusted."""
+"""A session's BM25 index and its texts' line facts are kept whole as the
+process closes, so a restart reads them back instead of decoding every text's
+term and line blobs (text/indexblob.py, `LineBlobs.encode_kept`): the index
+read must score as one rebuilt from the rows, the facts must be those made
+from the texts, the plans those of a rebuild and of a fresh engine, and a kept
+blob that is stale, damaged, cut, foreign or of another type is never trusted."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +17,10 @@ import pytest
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.model import Role
+from ctxopt.scoring.lineblob import CITED, NAMES, PROFILE, LineBlobs, TextFacts, remembered
 from ctxopt.session import Session
 from ctxopt.session.columns import Entry
-from ctxopt.store import DB_FILE
+from ctxopt.store import DB_FILE, Store
 from ctxopt.text.bm25 import BM25Index
 from ctxopt.text.indexblob import IndexBlobs, chunk_key, chunks_digest, state_of
 from ctxopt.text.termblob import TermBlobs
@@ -25,7 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.factory import chunk
-from tests.test_line_blobs import S, forget_made_facts, plans, session_chunks
+from tests.test_line_blobs import MEMOS, S, forget_made_facts, made, output, plans, session_chunks
 
 QUERIES = ("pricing tax", "total_price ValueError rate_3", "cart base order line_7", "")
 
@@ -37,17 +40,34 @@ def _fresh_caches() -> Iterator[None]:
     forget_made_facts()
 
 
+@dataclass
+class Decoded:
+    """The texts whose term blobs (the index rebuilt) and line blobs (the facts
+    read a text at a time) are decoded from now on."""
+
+    terms: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+    def clear(self) -> None:
+        self.terms.clear()
+        self.lines.clear()
+
+
 @pytest.fixture
-def decoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The texts whose term blobs are decoded from now on (the index rebuilt)."""
-    seen: list[str] = []
-    decode = TermBlobs.decode
+def decoded(monkeypatch: pytest.MonkeyPatch) -> Decoded:
+    seen = Decoded()
+    terms, lines = TermBlobs.decode, LineBlobs.decode
 
-    def spied(self: TermBlobs, text: str, blob: bytes | None) -> object:
-        seen.append(text)
-        return decode(self, text, blob)
+    def spied_terms(self: TermBlobs, text: str, blob: bytes | None) -> object:
+        seen.terms.append(text)
+        return terms(self, text, blob)
 
-    monkeypatch.setattr(TermBlobs, "decode", spied)
+    def spied_lines(self: LineBlobs, text: str, blob: bytes | None) -> object:
+        seen.lines.append(text)
+        return lines(self, text, blob)
+
+    monkeypatch.setattr(TermBlobs, "decode", spied_terms)
+    monkeypatch.setattr(LineBlobs, "decode", spied_lines)
     return seen
 
 
@@ -66,15 +86,16 @@ def changed(engine: Engine, tag: str) -> None:
     )
 
 
-def kept(data_dir: Path) -> bytes | None:
+def kept(data_dir: Path, column: str = "index_blob") -> bytes | None:
     with sqlite3.connect(data_dir / DB_FILE) as conn:
-        row = conn.execute("SELECT blob FROM kept_indexes WHERE session_id = ?", (S,)).fetchone()
+        sql = f"SELECT {column} FROM kept_sessions WHERE session_id = ?"
+        row = conn.execute(sql, (S,)).fetchone()
     return None if row is None else bytes(row[0])
 
 
-def set_kept(data_dir: Path, blob: object) -> None:
+def set_kept(data_dir: Path, column: str, blob: object) -> None:
     with sqlite3.connect(data_dir / DB_FILE) as conn:
-        conn.execute("UPDATE kept_indexes SET blob = ? WHERE session_id = ?", (blob, S))
+        conn.execute(f"UPDATE kept_sessions SET {column} = ? WHERE session_id = ?", (blob, S))
 
 
 def stored(data_dir: Path, tag: str) -> list[object]:
@@ -123,27 +144,50 @@ def restarted(data_dir: Path) -> tuple[list[object], tuple[list[object], list[in
 def rebuilt(data_dir: Path) -> tuple[list[object], tuple[list[object], list[int]]]:
     """The same from the rows alone: no kept index."""
     with sqlite3.connect(data_dir / DB_FILE) as conn:
-        conn.execute("DELETE FROM kept_indexes")
+        conn.execute("DELETE FROM kept_sessions")
     return restarted(data_dir)
 
 
-def test_a_restart_reads_the_kept_index_and_plans_the_same(
-    tmp_path: Path, decoded: list[str]
+def test_a_restart_reads_the_kept_session_and_plans_the_same(
+    tmp_path: Path, decoded: Decoded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = stored(tmp_path, "restart")
-    blob = kept(tmp_path)
-    assert blob is not None
+    writes: list[str] = []
+    keep = Store.keep_session
+
+    def spied(self: Store, session_id: str, index_blob: bytes, facts_blob: bytes) -> None:
+        writes.append(session_id)
+        keep(self, session_id, index_blob, facts_blob)
+
+    monkeypatch.setattr(Store, "keep_session", spied)
+    blobs = kept(tmp_path), kept(tmp_path, "facts_blob")
+    assert None not in blobs
+    forget_made_facts()
     decoded.clear()
-    after = restarted(tmp_path)
-    assert decoded == []  # no term blob decoded: the index was read
-    assert kept(tmp_path) == blob  # unchanged since it was read: not written again
+    engine = Engine(Config(data_dir=str(tmp_path)))
+    session = engine.sessions.get("", S)
+    # no blob decoded a text at a time: the index and the facts were read whole
+    assert decoded == Decoded()
+    told = {e.chunk.id: remembered(e.chunk.text) for e in session.entries.values()}
+    assert all(told[f"o{n}"].profile for n in (1, 3, 4, 6))  # the outputs a plan shrinks
+    assert all(told[f"m{n}"].names is not None for n in range(1, 10))
+    for chunk_id, facts in told.items():  # each as made from the text
+        text = session.entries[chunk_id].chunk.text
+        names, cited, profile = MEMOS
+        assert facts.names is None or facts.names == names.make(text)
+        assert facts.cited is None or facts.cited == cited.make(text)
+        assert facts.profile is None or facts.profile == profile.make(text)
+    after = plans(engine), scored(engine)
+    engine.close()
+    assert writes == []  # nothing changed since it was read: not written again
+    assert (kept(tmp_path), kept(tmp_path, "facts_blob")) == blobs
     assert rebuilt(tmp_path) == after
-    assert decoded  # the rebuild decoded them
+    assert decoded.terms and decoded.lines  # the rebuild decoded them
     assert after[0] == before == fresh("restart")
 
 
 def test_a_change_after_the_restart_is_kept_at_the_next_close(
-    tmp_path: Path, decoded: list[str]
+    tmp_path: Path, decoded: Decoded
 ) -> None:
     stored(tmp_path, "again")
     old = kept(tmp_path)
@@ -154,49 +198,70 @@ def test_a_change_after_the_restart_is_kept_at_the_next_close(
     assert new is not None and new != old
     decoded.clear()
     after = restarted(tmp_path)
-    assert decoded == []
+    assert decoded == Decoded()
     assert rebuilt(tmp_path) == after
 
 
-def test_a_stale_kept_index_is_not_trusted(tmp_path: Path, decoded: list[str]) -> None:
-    """A write after the index was kept and no close (a crash): the rows moved on."""
+def test_a_stale_kept_session_is_not_trusted(tmp_path: Path, decoded: Decoded) -> None:
+    """A write after the session was kept and no close (a crash): the rows moved on."""
     stored(tmp_path, "stale")
-    old = kept(tmp_path)
+    old = kept(tmp_path), kept(tmp_path, "facts_blob")
     engine = Engine(Config(data_dir=str(tmp_path)))
     engine.append("", S, [chunk("o3", "pytest output: 1 failed, shipping rate wrong")])
     engine.close()
-    set_kept(tmp_path, old)
+    set_kept(tmp_path, "index_blob", old[0])
+    set_kept(tmp_path, "facts_blob", old[1])
     decoded.clear()
     after = restarted(tmp_path)
-    assert decoded  # rebuilt from the rows
+    assert decoded.terms and decoded.lines  # both read from the rows
     assert rebuilt(tmp_path) == after
 
 
-@pytest.mark.parametrize("damage", ["byte", "cut", "foreign", "analyzer", "type"])
-def test_a_damaged_or_foreign_kept_index_is_not_trusted(
-    tmp_path: Path, decoded: list[str], damage: str
-) -> None:
-    stored(tmp_path, f"damaged {damage}")
-    blob = kept(tmp_path)
-    assert blob is not None
+def foreign(column: str) -> tuple[bytes, bytes]:
+    """Another session's kept blob of `column`, whole and sealed; and one of
+    another analyzer (the index) or other line rules (the facts)."""
     engine = Engine(Config(data_dir=":memory:"))
     changed(engine, "another session")
     other = engine.sessions.get("", S)
+    plans(engine)
     live = sorted(other.entries.values(), key=lambda e: e.slot)
     keys = chunks_digest(chunk_key(e.slot, e.chunk.text) for e in live)
-    foreign = engine.sessions.index_blobs.encode(other.index, keys)
+    if column == "index_blob":
+        blob = engine.sessions.index_blobs.encode(other.index, keys)
+        ruled = IndexBlobs(b"\1" * 8).encode(other.index, keys)
+    else:
+        facts = [remembered(e.chunk.text) for e in live]
+        blob = engine.sessions.line_blobs.encode_kept(facts, keys)
+        other_rules = LineBlobs()
+        other_rules._rules = b"\1" * 8
+        ruled = other_rules.encode_kept(facts, keys)
     engine.close()
+    return blob, ruled
+
+
+@pytest.mark.parametrize("column", ["index_blob", "facts_blob"])
+@pytest.mark.parametrize("damage", ["byte", "cut", "foreign", "rules", "type"])
+def test_a_damaged_or_foreign_kept_blob_is_not_trusted(
+    tmp_path: Path, decoded: Decoded, column: str, damage: str
+) -> None:
+    stored(tmp_path, f"damaged {damage}")
+    blob = kept(tmp_path, column)
+    assert blob is not None
+    other, ruled = foreign(column)
+    at = len(blob) // 2
     bad: object = {
-        "byte": blob[:200] + bytes([blob[200] ^ 1]) + blob[201:],
+        "byte": blob[:at] + bytes([blob[at] ^ 1]) + blob[at + 1 :],
         "cut": blob[:-9],
-        "foreign": foreign,  # another session's, whole and sealed
-        "analyzer": IndexBlobs(b"\1" * 8).encode(BM25Index(), keys),
+        "foreign": other,  # another session's
+        "rules": ruled,
         "type": "x" * 200,  # a column of another type
     }[damage]
-    set_kept(tmp_path, bad)
+    set_kept(tmp_path, column, bad)
     decoded.clear()
     after = restarted(tmp_path)
-    assert decoded  # rebuilt from the rows
+    # that one read from the rows, the other one whole
+    assert bool(decoded.terms) == (column == "index_blob")
+    assert bool(decoded.lines) == (column == "facts_blob")
     assert rebuilt(tmp_path) == after
 
 
@@ -205,7 +270,7 @@ def test_a_store_from_before_the_table_opens_plans_the_same_and_keeps_the_index(
 ) -> None:
     before = stored(tmp_path, "old")
     with sqlite3.connect(tmp_path / DB_FILE) as conn:
-        conn.execute("DROP TABLE kept_indexes")
+        conn.execute("DROP TABLE kept_sessions")
         conn.execute("PRAGMA user_version = 7")
     assert restarted(tmp_path)[0] == before
     assert kept(tmp_path) is not None  # the close kept it
@@ -267,3 +332,36 @@ def test_any_changed_or_missing_byte_is_refused(docs: list[list[str]], data: st.
     flipped = blob[:at] + bytes([blob[at] ^ data.draw(st.integers(1, 255))]) + blob[at + 1 :]
     assert BLOBS.decode(flipped, KEYS) is None
     assert BLOBS.decode(blob[:at], KEYS) is None
+
+
+LINES = LineBlobs()
+HELD = st.integers(0, NAMES | CITED | PROFILE)
+
+
+def masked(text: str, held: int) -> TextFacts:
+    facts = made(text)
+    return TextFacts(
+        facts.names if held & NAMES else None,
+        facts.cited if held & CITED else None,
+        facts.profile if held & PROFILE else None,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 9), HELD), max_size=6), st.data())
+def test_the_kept_facts_codec_gives_back_what_it_was_given(
+    picked: list[tuple[int, int]], data: st.DataObject
+) -> None:
+    texts = [
+        output(n) if n % 2 else f"THOUGHT: sed -n '{n},{n + 9}p' cart_{n}.py" for n, _ in picked
+    ]
+    facts = [masked(text, held) for text, (_, held) in zip(texts, picked, strict=True)]
+    blob = LINES.encode_kept(facts, KEYS)
+    back = LINES.decode_kept(texts, blob, KEYS)
+    # as each text's own blob decodes (a profile's names are the text's names)
+    assert back == [LINES.decode(t, LINES.encode(t, f)) for t, f in zip(texts, facts, strict=True)]
+    assert LINES.decode_kept(texts, blob, b"j" * 8) is None  # other chunks
+    at = data.draw(st.integers(0, len(blob) - 1))
+    flipped = blob[:at] + bytes([blob[at] ^ data.draw(st.integers(1, 255))]) + blob[at + 1 :]
+    assert LINES.decode_kept(texts, flipped, KEYS) is None
+    assert LINES.decode_kept(texts, blob[:at], KEYS) is None

@@ -159,6 +159,7 @@ def test_a_store_from_before_the_column_opens_plans_the_same_and_keeps_facts(
     before = stored(tmp_path, "old")
     with sqlite3.connect(tmp_path / DB_FILE) as conn:
         conn.execute("ALTER TABLE chunks DROP COLUMN line_blob")
+        conn.execute("DROP TABLE kept_sessions")  # v8
         conn.execute("PRAGMA user_version = 5")
     forget_made_facts()
     engine = Engine(Config(data_dir=str(tmp_path)))
@@ -183,6 +184,7 @@ def test_a_damaged_or_foreign_blob_is_made_again_not_trusted(tmp_path: Path) -> 
             "WHERE chunk_id = 'o3'"
         )
         conn.execute("UPDATE chunks SET line_blob = 'text' WHERE chunk_id = 'm1'")
+        conn.execute("DELETE FROM kept_sessions")  # the blobs of each text, not the whole's
     forget_made_facts()
     engine = Engine(Config(data_dir=str(tmp_path)))
     session = engine.sessions.get("", S)

@@ -46,9 +46,10 @@ CREATE TABLE IF NOT EXISTS plan_counts (
   blob BLOB NOT NULL
 );
 
-CREATE TABLE IF NOT EXISTS kept_indexes (
+CREATE TABLE IF NOT EXISTS kept_sessions (
   session_id TEXT PRIMARY KEY,
-  blob BLOB NOT NULL
+  index_blob BLOB NOT NULL,
+  facts_blob BLOB NOT NULL
 );
 
 CREATE TABLE IF NOT EXISTS stash (
@@ -178,9 +179,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # in `plan_counts`, which the tables' script creates; older sessions have
     # none, and a restart's first plan counts its excerpts as before
     6: (),
-    # v8 keeps each session's BM25 index as the process closes (text/indexblob.py)
-    # in `kept_indexes`, which the tables' script creates; older sessions have
-    # none, and a restart indexes their stored terms as before
+    # v8 keeps each session's BM25 index and its texts' line facts as the
+    # process closes (text/indexblob.py, scoring/lineblob.py) in `kept_sessions`,
+    # which the tables' script creates; older sessions have none, and a restart
+    # indexes their stored terms and reads each text's line facts as before
     7: (),
 }
 

@@ -68,7 +68,8 @@ from ctxopt.store.rows import (
     RESTASH_SQL,
     SESSION_HEAD_SQL,
     SESSION_TABLES,
-    SET_BLOB_SQL,
+    SET_COUNTS_SQL,
+    SET_KEPT_SQL,
     SET_LINE_BLOB_SQL,
     STASH_NAMES,
     STASH_SELECT,
@@ -279,12 +280,12 @@ class Store:
     def keep_counts(self, session_id: str, blob: bytes) -> None:
         """Replace them (as `keep_line_facts`: a session gone gets none)."""
         with self._transaction() as cur:
-            cur.execute(SET_BLOB_SQL.format("plan_counts"), (session_id, blob))
+            cur.execute(SET_COUNTS_SQL, (session_id, blob))
 
-    def keep_index(self, session_id: str, blob: bytes) -> None:
-        """Replace the session's kept BM25 index (text/indexblob.py), as `keep_counts`."""
+    def keep_session(self, session_id: str, index_blob: bytes, facts_blob: bytes) -> None:
+        """Replace the session's kept index and line facts (`kept_sessions`), as `keep_counts`."""
         with self._transaction() as cur:
-            cur.execute(SET_BLOB_SQL.format("kept_indexes"), (session_id, blob))
+            cur.execute(SET_KEPT_SQL, (session_id, index_blob, facts_blob))
 
     def delete_session(self, owner: str, session_id: str, *, purge_stash: bool) -> bool:
         """Delete a live session (and its stash when `purge_stash`); whether anything existed."""
@@ -485,4 +486,4 @@ def _load_session(cur: sqlite3.Cursor, session_id: str) -> StoredSession | None:
         f"SELECT {LIVE_SELECT} FROM chunks WHERE session_id = ? ORDER BY seq", (session_id,)
     ).fetchall()
     chunks = [live_from(r) for r in rows]
-    return StoredSession(session_id, str(head[0]), int(head[1]), chunks, head[2], head[3])
+    return StoredSession(session_id, str(head[0]), int(head[1]), chunks, *head[2:])
