@@ -288,8 +288,19 @@ def test_a_deleted_session_leaves_no_kept_index(tmp_path: Path) -> None:
 def test_a_kept_index_goes_only_into_an_empty_session_at_increasing_slots() -> None:
     session = Session(S, "", Engine(Config(data_dir=":memory:")).analyzer)
     entries = [Entry(chunk(f"c{i}"), slot, 1, 0, 0) for i, slot in enumerate((0, 3, 3))]
-    with pytest.raises(ValueError, match="slot 3"):
+    with pytest.raises(ValueError, match="slots not increasing"):
         session.restore_kept(entries, BM25Index())
+    session = Session(S, "", session.analyzer)
+    twice = [Entry(chunk("c"), slot, 1, 0, 0) for slot in (0, 1)]
+    with pytest.raises(ValueError, match="a chunk id twice"):
+        session.restore_kept(twice, BM25Index())
+    session = Session(S, "", session.analyzer)
+    session.restore_kept(
+        [Entry(chunk("a"), 2, 1, 0, 0), Entry(chunk("b"), 5, 1, 0, 0)], BM25Index()
+    )
+    assert session.slot_ids == ["", "", "a", "", "", "b"]
+    with pytest.raises(ValueError, match="already holds"):
+        session.restore_kept([], BM25Index())
 
 
 DOCS = st.lists(st.lists(st.sampled_from("abcdefgh"), max_size=6), min_size=1, max_size=12)
