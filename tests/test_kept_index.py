@@ -27,6 +27,7 @@ from ctxopt.text.termblob import TermBlobs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests import test_line_blobs as line_blobs
 from tests.factory import chunk
 from tests.test_line_blobs import MEMOS, S, forget_made_facts, made, output, plans, session_chunks
 
@@ -99,22 +100,12 @@ def set_kept(data_dir: Path, column: str, blob: object) -> None:
 
 
 def stored(data_dir: Path, tag: str) -> list[object]:
-    """A changed session planned, then closed (its index kept); its plans."""
-    engine = Engine(Config(data_dir=str(data_dir)))
-    changed(engine, tag)
-    planned = plans(engine)
-    engine.close()
-    return planned
+    """A changed session planned, then closed (kept whole); its plans."""
+    return line_blobs.stored(data_dir, tag, changed)
 
 
 def fresh(tag: str) -> list[object]:
-    forget_made_facts()
-    engine = Engine(Config(data_dir=":memory:"))
-    changed(engine, tag)
-    try:
-        return plans(engine)
-    finally:
-        engine.close()
+    return line_blobs.fresh(tag, changed)
 
 
 def scored(engine: Engine) -> tuple[list[object], list[int]]:

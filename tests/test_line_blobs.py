@@ -7,7 +7,7 @@ a blob that does not match its text, rules or checksum is never trusted."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -96,19 +96,26 @@ def made(text: str) -> TextFacts:
     )
 
 
-def stored(data_dir: Path, tag: str) -> list[object]:
-    """A session appended and planned (its facts and counts stored), then closed; its plans."""
-    engine = Engine(Config(data_dir=str(data_dir)))
+def appended(engine: Engine, tag: str) -> None:
     engine.append("", S, session_chunks(tag))
+
+
+def stored(
+    data_dir: Path, tag: str, fill: Callable[[Engine, str], None] = appended
+) -> list[object]:
+    """A session filled (`appended`) and planned (its facts and counts stored),
+    then closed; its plans."""
+    engine = Engine(Config(data_dir=str(data_dir)))
+    fill(engine, tag)
     planned = plans(engine)
     engine.close()
     return planned
 
 
-def fresh(tag: str) -> list[object]:
+def fresh(tag: str, fill: Callable[[Engine, str], None] = appended) -> list[object]:
     forget_made_facts()
     engine = Engine(Config(data_dir=":memory:"))
-    engine.append("", S, session_chunks(tag))
+    fill(engine, tag)
     try:
         return plans(engine)
     finally:
