@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -175,6 +175,44 @@ def test_a_restart_reads_the_kept_session_and_plans_the_same(
     assert rebuilt(tmp_path) == after
     assert decoded.terms and decoded.lines  # the rebuild decoded them
     assert after[0] == before == fresh("restart")
+
+
+def session_state(session: Session) -> list[object]:
+    """What a plan reads of a session besides its index, as comparable data."""
+    n = session.n_slots
+    columns = [getattr(session.columns, name)[:n].tolist() for name in session.columns.NAMES]
+    return [
+        session.entries,
+        session.slot_ids,
+        session.slot_by_id,
+        columns,
+        session.hubs,
+        session.out_edges,
+        dict(session.in_edges),
+        session.parent_of,
+        session.tokens_total,
+        session.revision,
+        session.embedding_dim,
+    ]
+
+
+def test_a_session_read_whole_is_the_session_rebuilt_from_its_rows(tmp_path: Path) -> None:
+    stored(tmp_path, "state")
+    engine = Engine(Config(data_dir=str(tmp_path)))
+    sessions = engine.sessions
+    loaded = sessions.store.load_session(S)
+    assert loaded is not None and loaded.index is not None
+    whole = sessions._hydrate(loaded)
+    forget_made_facts()
+    rows = sessions._hydrate(replace(loaded, index=None, facts=None))
+    engine.close()
+    assert session_state(whole) == session_state(rows)
+    assert repr(state_of(whole.index)[1:3]) != repr(state_of(rows.index)[1:3])  # its own history
+    for query in QUERIES:
+        terms = engine.analyzer.terms(query)
+        assert np.array_equal(
+            whole.index.scores(terms, whole.n_slots), rows.index.scores(terms, rows.n_slots)
+        )
 
 
 def test_a_change_after_the_restart_is_kept_at_the_next_close(
