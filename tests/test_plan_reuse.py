@@ -51,6 +51,7 @@ STEPS = st.one_of(
     st.tuples(st.just("roots"), st.integers(1, 4)),
     st.tuples(st.just("append"), st.integers(0, 99)),
     st.tuples(st.just("edit"), st.integers(0, 99)),
+    st.tuples(st.just("edit and append"), st.integers(0, 99)),  # in one write
     st.tuples(st.just("remove"), st.integers(0, 99)),
     st.tuples(st.just("pin"), st.integers(0, 99)),
     st.tuples(st.just("policy"), st.integers(0, 99)),
@@ -110,6 +111,12 @@ def test_a_warm_session_plans_as_a_fresh_engine_would(steps: list[tuple[str, int
         elif step == "edit":
             chunks[at] = replace(chunks[at], text=chunks[at].text + f"\nKeyError {k}")
             write = partial(Engine.append, owner="", session_id=S, chunks=[chunks[at]])
+        elif step == "edit and append":
+            chunks[at] = replace(chunks[at], text=chunks[at].text + f"\nKeyError {k}")
+            new = chunk(f"n{n}", output(k), kind=ChunkKind.TOOL_RESULT, turn=len(chunks))
+            chunks.append(new)
+            both = [chunks[at], new]
+            write = partial(Engine.append, owner="", session_id=S, chunks=both)
         elif step == "remove" and len(chunks) > 3:
             gone = [chunks.pop(at).id]
             write = partial(

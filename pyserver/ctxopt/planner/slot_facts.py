@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import is_
 from weakref import WeakKeyDictionary
 
 import numpy as np
@@ -39,13 +40,11 @@ class SlotFacts:
 
 @dataclass(frozen=True, slots=True)
 class _Made:
-    """Slot facts and what they were made from: the slots' ids, the entries
-    (in the session's order) and each entry's `id()` (the tuple keeps the
-    entries alive, so no id is reused while they are compared)."""
+    """Slot facts and what they were made from: the slots' ids and the
+    entries (in the session's order)."""
 
     slot_ids: Sequence[str]
     entries: tuple[Entry, ...]
-    ids: npt.NDArray[np.int64]
     facts: SlotFacts
 
 
@@ -65,11 +64,11 @@ def slot_facts(session: SessionView, book: LineBook | None) -> SlotFacts:
         last = _last.get(book)
     if last is not None and last.slot_ids == session.slot_ids and last.entries == entries:
         return last.facts
-    ids = np.fromiter(map(id, entries), dtype=np.int64, count=len(entries))
     grown = (
         last is not None
+        and len(entries) > len(last.entries)
         # the same entries first, so the same slots, their ids and texts
-        and np.array_equal(ids[: len(last.ids)], last.ids)
+        and all(map(is_, entries, last.entries))
     )
     if grown and last is not None:
         made = _made(session, entries, entries[len(last.entries) :], last.facts)
@@ -77,7 +76,7 @@ def slot_facts(session: SessionView, book: LineBook | None) -> SlotFacts:
         made = _made(session, entries, entries, None)
     _frozen(made)
     with _last_lock:
-        _last[book] = _Made(session.slot_ids, entries, ids, made)
+        _last[book] = _Made(session.slot_ids, entries, made)
     return made
 
 
