@@ -436,11 +436,7 @@ export class PromptBuilder {
    * With embeddings on, copies of the chunks carrying their vectors (computed
    * once per chunk id) and the query's; otherwise the chunks as they are.
    */
-  private async withEmbeddings(
-    state: SessionState,
-    chunks: readonly Chunk[],
-    query: string,
-  ): Promise<{ chunks: readonly Chunk[]; queryEmbedding: number[] }> {
+  private async withEmbeddings(state: SessionState, chunks: readonly Chunk[], query: string): Promise<{ chunks: readonly Chunk[]; queryEmbedding: number[] }> {
     if (!this.flags.embeddingEnabled || this.embedder === undefined) return { chunks, queryEmbedding: [] };
     const missing = chunks.filter((c) => !state.embeddings.has(c.id));
     const vectors = await this.embedder([query, ...missing.map((c) => c.text)]);
