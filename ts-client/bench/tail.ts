@@ -19,6 +19,7 @@ import type { PromptInput } from "../src/promptBuilder.js";
 import { repoRoot } from "../test/support/paths.js";
 import { startServer } from "../test/support/server.js";
 import { agentHistory } from "./histories.js";
+import { percentile } from "./percentile.js";
 
 const here = fileURLToPath(new URL("..", import.meta.url));
 const [distArg, buildsArg] = process.argv.slice(2);
@@ -41,11 +42,6 @@ interface Timed {
   readonly end: number;
   readonly optimizeMs: number;
   readonly serverMs: number;
-}
-
-function percentile(values: readonly number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
 }
 
 async function main(): Promise<void> {
