@@ -197,9 +197,7 @@ test("after a failure PromptBuilder skips the service for CTXOPT_BREAKER_MS and 
   const builder = await builderFor({ mode: "true", breakerMs: 60_000 });
   const first = await builder.build({ ...input, sessionId: "s-breaker" });
   assert.equal(first.summary.outcome, "fallback");
-  const started = performance.now();
   const second = await builder.build({ ...input, sessionId: "s-breaker" });
-  assert.ok(performance.now() - started < 100, `${(performance.now() - started).toFixed(0)} ms`);
   assert.match(second.summaryLine, /service skipped for \d+ s after a failure .*circuit open/);
 });
 
