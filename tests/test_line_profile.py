@@ -130,6 +130,7 @@ def test_a_profile_is_its_lines_plain_definitions(text: str) -> None:
     assert made.errors == frozenset(i for i, line in enumerate(lines) if line_value.is_error(line))
     assert made.headers == line_value.enclosing_headers(lines) == plain_headers(lines)
     assert made.numbers == tuple(plain_number(line) for line in lines)
+    assert made.all_numbers == {n for n in map(plain_number, lines) if n is not None}
     line_names = [plain_names(line) for line in lines]
     assert made.all_names == line_value.names(text) == frozenset().union(*line_names)
 

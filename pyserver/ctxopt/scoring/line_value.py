@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, count
-from typing import AnyStr
+from typing import AnyStr, cast
 
 from ctxopt.scoring.code_names import RUN_BYTES, run_names, text_names
 from ctxopt.scoring.text_memo import TextMemo
@@ -279,11 +279,12 @@ def _profile(text: str) -> LineProfile:
         numbers,
         _error_lines(text, lines),
         names(text),
-        frozenset(n for n in numbers if n is not None),
+        cast(frozenset[int], frozenset(numbers).difference(_NO_NUMBER)),  # C, not per line
         enclosing_headers(lines) if _has_header(text) else (None,) * len(lines),
     )
 
 
+_NO_NUMBER: frozenset[int | None] = frozenset([None])
 profile_memo = TextMemo(_profile, PROFILE_CACHE_SIZE)
 profile = profile_memo.lookup
 
