@@ -285,6 +285,7 @@ def _profile(text: str) -> LineProfile:
 
 
 _NO_NUMBER: frozenset[int | None] = frozenset([None])
+_ZERO = 0.0
 profile_memo = TextMemo(_profile, PROFILE_CACHE_SIZE)
 profile = profile_memo.lookup
 
@@ -382,8 +383,9 @@ def excerpt_lines(
     spent = 0.0
     cost_of = costs.__getitem__
     # best first, ties by line: a stable sort keeps the lines' order among equals
+    # the lines scoring above 0 picked out in C (`0.0 < score`: the same test)
     ranked = sorted(
-        [i for i, score in enumerate(scores) if score > 0], key=scores.__getitem__, reverse=True
+        compress(count(), map(_ZERO.__lt__, scores)), key=scores.__getitem__, reverse=True
     )
     for line in ranked:
         if line in kept:
