@@ -78,6 +78,7 @@ def test_a_store_from_before_the_table_opens_plans_the_same_and_keeps_counts(
     before = stored(tmp_path, "old")
     with sqlite3.connect(tmp_path / DB_FILE) as conn:
         conn.execute("DROP TABLE plan_counts")
+        conn.execute("DROP TABLE kept_sessions")  # v8
         conn.execute("PRAGMA user_version = 6")
     forget_made_facts()
     engine = Engine(Config(data_dir=str(tmp_path)))

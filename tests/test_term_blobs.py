@@ -146,6 +146,7 @@ def test_a_store_from_before_the_column_opens_and_plans_the_same(tmp_path: Path)
     with sqlite3.connect(tmp_path / DB_FILE) as conn:
         conn.execute("ALTER TABLE chunks DROP COLUMN term_blob")
         conn.execute("ALTER TABLE chunks DROP COLUMN line_blob")  # v6's
+        conn.execute("DROP TABLE kept_sessions")  # v8
         conn.execute("PRAGMA user_version = 4")
     engine = Engine(Config(data_dir=str(tmp_path)))
     assert state(engine) == fresh_state()

@@ -24,6 +24,7 @@ and a checksum (8) of everything before it.
 
 from __future__ import annotations
 
+import marshal
 import struct
 import sys
 from collections.abc import Sequence
@@ -44,6 +45,8 @@ FORMAT = 1
 NAMES, CITED, PROFILE = 1, 2, 4
 _MAGIC = b"CL"
 _HEAD = struct.Struct(f"<2sB{DIGEST}s{DIGEST}sB6I")
+_KEPT_MAGIC = b"CK"
+_KEPT_HEAD = struct.Struct(f"<2sB{DIGEST}s{DIGEST}s")
 _INT64 = range(-(1 << 63), 1 << 63)
 # Numbered lines, a traceback, a header stack, paths and names, cited ranges:
 # every rule of `line_value` changes the facts of this text.
@@ -167,6 +170,71 @@ class LineBlobs:
             if made is None:
                 return None
         return TextFacts(known if held & (NAMES | PROFILE) else None, cited, made)
+
+    def encode_kept(self, facts: Sequence[TextFacts], chunks: bytes) -> bytes:
+        """One blob of the facts of a session's live texts, in slot order, bound
+        to the chunks whose digest is `chunks` (`text/indexblob.chunks_digest`):
+        a restart reads them in one piece instead of a blob per text."""
+        head = _KEPT_HEAD.pack(_KEPT_MAGIC, FORMAT, self._rules, chunks)
+        return seal(head + marshal.dumps([_kept(f) for f in facts]))
+
+    def decode_kept(
+        self, texts: Sequence[str], blob: bytes | None, chunks: bytes
+    ) -> list[TextFacts | None] | None:
+        """The facts `encode_kept` wrote of these texts, None when the blob
+        cannot be trusted (another format, rules or chunks, a changed byte)."""
+        body = opened(blob, head_size=_KEPT_HEAD.size)
+        if body is None:
+            return None
+        if _KEPT_HEAD.unpack_from(body) != (_KEPT_MAGIC, FORMAT, self._rules, chunks):
+            return None
+        try:
+            kept = marshal.loads(body[_KEPT_HEAD.size :])
+            if len(kept) != len(texts):
+                return None
+            return [_told(text, k) for text, k in zip(texts, kept, strict=True)]
+        except (ValueError, TypeError, EOFError):
+            return None
+
+
+# One text's facts in a session's kept blob: which are held, the names, the
+# cited numbers, and the profile's per-line numbers, error lines and headers.
+_Lines = tuple[tuple[int | None, ...], tuple[int, ...], tuple[int | None, ...]]
+Kept = tuple[int, tuple[str, ...], tuple[int, ...], _Lines | tuple[()]] | None
+
+
+def _kept(facts: TextFacts) -> Kept:
+    held = facts.held
+    if not held:
+        return None
+    known = facts.profile.all_names if facts.profile is not None else facts.names
+    p = facts.profile
+    lines = () if p is None else (p.numbers, tuple(sorted(p.errors)), p.headers)
+    return (held, tuple(known or ()), tuple(facts.cited or ()), lines)
+
+
+def _told(text: str, kept: Kept) -> TextFacts | None:
+    """The facts `kept` describes of `text` (as `LineBlobs.decode` makes them);
+    ValueError or TypeError when they do not fit it."""
+    if kept is None:
+        return None
+    held, found, cited, profiled = kept
+    if held & ~7 or not held:
+        raise ValueError("held: not a set of facts")
+    known = frozenset(map(sys.intern, found))
+    made = None
+    if held & PROFILE:
+        numbers, errors, headers = profiled  # type: ignore[misc]
+        lines = tuple(text.split("\n"))
+        if not len(lines) == len(numbers) == len(headers):
+            raise ValueError("profile: not of this text")
+        own = frozenset(n for n in numbers if n is not None)
+        made = LineProfile(lines, numbers, frozenset(errors), known, own, headers)
+    return TextFacts(
+        known if held & (NAMES | PROFILE) else None,
+        frozenset(cited) if held & CITED else None,
+        made,
+    )
 
 
 def _profile(

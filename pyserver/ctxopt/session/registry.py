@@ -37,6 +37,11 @@ class Registry:
         with self._lock:
             return self._sessions.pop(session_id, None)
 
+    def sessions(self) -> list[Session]:
+        """Every live session, at this moment."""
+        with self._lock:
+            return list(self._sessions.values())
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._sessions)

@@ -18,6 +18,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import fields, replace
+from itertools import pairwise
 from operator import attrgetter
 from types import MappingProxyType
 
@@ -196,6 +197,27 @@ class Session:
             known.append(doc)
             texts.append(entry.chunk.text)
         self._index_new(slots, known, texts)
+
+    def restore_kept(self, entries: Sequence[Entry], index: BM25Index) -> None:
+        """Put back a stored session's chunks, in slot order at their own slots,
+        with `index` kept of exactly their texts there (text/indexblob.py):
+        nothing is indexed. Into a session holding nothing (a restart's)."""
+        slots = [e.slot for e in entries]
+        if self.slot_ids:
+            raise ValueError("restore_kept: the session already holds chunks")
+        if slots and (slots[0] < 0 or any(a >= b for a, b in pairwise(slots))):
+            raise ValueError("restore_kept: slots not increasing")
+        # the slots at once, not a `_slot_for` per chunk (~5 ms per 1,000)
+        self.slot_ids = [""] * (slots[-1] + 1 if slots else 0)
+        for entry in entries:
+            self.slot_ids[entry.slot] = entry.chunk.id
+            self.slot_by_id[entry.chunk.id] = entry.slot
+        if len(self.slot_by_id) != len(entries):
+            raise ValueError("restore_kept: a chunk id twice")
+        self.columns.ensure(self.n_slots)
+        for entry in entries:
+            self._link(entry, False)
+        self.index = index
 
     def _index_new(self, slots: list[int], docs: list[DocTerms | None], texts: list[str]) -> None:
         """Index the texts of chunks just linked at `slots` (analysing those

@@ -64,6 +64,10 @@ class StoredSession:
     chunks: list[StoredChunk]
     # the token counts its plans made (text/countblob.py), as stored
     counts: bytes | None = None
+    # its BM25 index and its texts' line facts as the last process closed
+    # (text/indexblob.py, scoring/lineblob.py), as stored
+    index: bytes | None = None
+    facts: bytes | None = None
 
 
 # The owner's live sessions with their stash totals, most recently used first
@@ -133,11 +137,17 @@ SET_LINE_BLOB_SQL = "UPDATE chunks SET line_blob = ? WHERE session_id = ? AND ch
 PLAN_COUNTS_SQL = "SELECT blob FROM plan_counts WHERE session_id = ?"
 # a session's owner, collections and its plans' token counts (NULL: none)
 SESSION_HEAD_SQL = """SELECT owner, collections,
-(SELECT blob FROM plan_counts WHERE session_id = ?1) FROM sessions WHERE session_id = ?1"""
+(SELECT blob FROM plan_counts WHERE session_id = ?1), k.index_blob, k.facts_blob
+FROM sessions LEFT JOIN kept_sessions k USING (session_id) WHERE session_id = ?1"""
 # a session gone meanwhile gets no row
 SET_COUNTS_SQL = """INSERT INTO plan_counts SELECT ?1, ?2
 WHERE EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1)
 ON CONFLICT (session_id) DO UPDATE SET blob = excluded.blob"""
+SET_KEPT_SQL = """INSERT INTO kept_sessions SELECT ?1, ?2, ?3
+WHERE EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1) ON CONFLICT (session_id)
+DO UPDATE SET index_blob = excluded.index_blob, facts_blob = excluded.facts_blob"""
+# the tables holding what a session keeps beside its chunks, by session id
+SESSION_TABLES = ("chunks", "plan_counts", "kept_sessions", "sessions")
 
 
 def restash_values(session_id: str, r: Restash) -> tuple[object, ...]:

@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 from ctxopt.store.rows import CHUNK_COLUMNS
 from ctxopt.store.search import FTS_TOKENIZER, Terms, analyzer_identity, index_text, term_count
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # Each owner's entries and terms: the statistics of its stash search (ranking.py)
 _OWNER_TOTALS = """CREATE TABLE IF NOT EXISTS stash_owner_totals (
@@ -44,6 +44,12 @@ CREATE INDEX IF NOT EXISTS chunks_by_seq ON chunks (session_id, seq);
 CREATE TABLE IF NOT EXISTS plan_counts (
   session_id TEXT PRIMARY KEY,
   blob BLOB NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS kept_sessions (
+  session_id TEXT PRIMARY KEY,
+  index_blob BLOB NOT NULL,
+  facts_blob BLOB NOT NULL
 );
 
 CREATE TABLE IF NOT EXISTS stash (
@@ -173,6 +179,11 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # in `plan_counts`, which the tables' script creates; older sessions have
     # none, and a restart's first plan counts its excerpts as before
     6: (),
+    # v8 keeps each session's BM25 index and its texts' line facts as the
+    # process closes (text/indexblob.py, scoring/lineblob.py) in `kept_sessions`,
+    # which the tables' script creates; older sessions have none, and a restart
+    # indexes their stored terms and reads each text's line facts as before
+    7: (),
 }
 
 REINDEX_BATCH = 1_000  # originals analysed and indexed per transaction by a reindex

@@ -67,7 +67,9 @@ from ctxopt.store.rows import (
     PLAN_COUNTS_SQL,
     RESTASH_SQL,
     SESSION_HEAD_SQL,
+    SESSION_TABLES,
     SET_COUNTS_SQL,
+    SET_KEPT_SQL,
     SET_LINE_BLOB_SQL,
     STASH_NAMES,
     STASH_SELECT,
@@ -280,15 +282,20 @@ class Store:
         with self._transaction() as cur:
             cur.execute(SET_COUNTS_SQL, (session_id, blob))
 
+    def keep_session(self, session_id: str, index_blob: bytes, facts_blob: bytes) -> None:
+        """Replace the session's kept index and line facts (`kept_sessions`), as `keep_counts`."""
+        with self._transaction() as cur:
+            cur.execute(SET_KEPT_SQL, (session_id, index_blob, facts_blob))
+
     def delete_session(self, owner: str, session_id: str, *, purge_stash: bool) -> bool:
         """Delete a live session (and its stash when `purge_stash`); whether anything existed."""
         with self._transaction() as cur:
             require_owner(owners_of(cur, session_id), owner, session_id)
-            cur.execute("DELETE FROM chunks WHERE session_id = ?", (session_id,))
-            cur.execute("DELETE FROM plan_counts WHERE session_id = ?", (session_id,))
-            existed = cur.execute(
-                "DELETE FROM sessions WHERE session_id = ?", (session_id,)
-            ).rowcount
+            existed = 0
+            for table in SESSION_TABLES:  # `sessions`' row last: whether it existed
+                existed = cur.execute(
+                    f"DELETE FROM {table} WHERE session_id = ?", (session_id,)
+                ).rowcount
             if purge_stash:
                 existed += cur.execute(
                     "DELETE FROM stash WHERE session_id = ? AND owner = ?", (session_id, owner)
@@ -434,7 +441,7 @@ class Store:
                 raise FailedPrecondition(
                     "replace", replace, f"session {session_id!r} exists; set replace to overwrite"
                 )
-            for table in ("chunks", "sessions", "stash", "stash_totals", "plan_counts"):
+            for table in (*SESSION_TABLES, "stash", "stash_totals"):
                 cur.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
             cur.execute(
                 "INSERT INTO sessions VALUES (?, ?, ?)", (session_id, owner, session.collections)
@@ -479,4 +486,4 @@ def _load_session(cur: sqlite3.Cursor, session_id: str) -> StoredSession | None:
         f"SELECT {LIVE_SELECT} FROM chunks WHERE session_id = ? ORDER BY seq", (session_id,)
     ).fetchall()
     chunks = [live_from(r) for r in rows]
-    return StoredSession(session_id, str(head[0]), int(head[1]), chunks, head[2])
+    return StoredSession(session_id, str(head[0]), int(head[1]), chunks, *head[2:])

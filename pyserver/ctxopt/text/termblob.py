@@ -53,7 +53,7 @@ class TermBlobs:
 
     def __init__(self, analyzer: Analyzer) -> None:
         self.analyzer = analyzer
-        self._analyzer_digest = digest(
+        self.analyzer_digest = digest(
             f"{FORMAT}\0{' '.join(analyzer.terms(_PROBE))}".encode("utf-8", "surrogatepass")
         )
 
@@ -61,7 +61,7 @@ class TermBlobs:
         return DocTerms.of(self.analyzer.terms(text))
 
     def encode(self, text: str, doc: DocTerms) -> bytes:
-        head = _HEAD.pack(_MAGIC, FORMAT, self._analyzer_digest, text_digest(text), len(doc.terms))
+        head = _HEAD.pack(_MAGIC, FORMAT, self.analyzer_digest, text_digest(text), len(doc.terms))
         body = (
             head + packed("I", doc.counts) + "\0".join(doc.terms).encode("utf-8", "surrogatepass")
         )
@@ -73,7 +73,7 @@ class TermBlobs:
         if body is None:
             return None
         magic, version, analyzer, of_text, n = _HEAD.unpack_from(body)
-        if (magic, version, analyzer) != (_MAGIC, FORMAT, self._analyzer_digest):
+        if (magic, version, analyzer) != (_MAGIC, FORMAT, self.analyzer_digest):
             return None
         counts_end = _HEAD.size + 4 * n
         if counts_end > len(body) or of_text != text_digest(text):
