@@ -83,11 +83,7 @@ class RunNames:
         found = set(runs(text)).difference(plain)
         new = found.difference(named)
         for run in new:
-            made = resolve(run)
-            if made:
-                named[run] = made
-            else:
-                plain.add(run)
+            if not _filed(run, plain, named):
                 found.discard(run)
         if new:
             self._bound(plain, named)
@@ -100,11 +96,7 @@ class RunNames:
             return ()
         made = named.get(run)
         if made is None:
-            made = resolve(run)
-            if made:
-                named[run] = made
-            else:
-                plain.add(run)
+            made = _filed(run, plain, named)
             self._bound(plain, named)
         return made
 
@@ -115,6 +107,17 @@ class RunNames:
     def clear(self) -> None:
         """Forget every run (a fresh process's state)."""
         self._plain, self._named = set(), {}
+
+
+def _filed(run: bytes, plain: set[bytes], named: dict[bytes, tuple[str, ...]]) -> tuple[str, ...]:
+    """A run not seen yet, resolved and filed in the caller's own book (a full
+    book replaced meanwhile by another thread is not written to)."""
+    made = resolve(run)
+    if made:
+        named[run] = made
+    else:
+        plain.add(run)
+    return made
 
 
 run_names = RunNames(NAME_CACHE_SIZE)
