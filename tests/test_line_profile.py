@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ctxopt.scoring import line_value
+from ctxopt.scoring import code_names, line_value
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -87,7 +87,7 @@ def plain_names(line: str) -> frozenset[str]:
         name = match.group(0).strip("./-")
         parts = name.split("/")
         found.update("/".join(parts[i:]) for i in range(len(parts)))
-    return frozenset(n for n in found if line_value._is_code_name(n))
+    return frozenset(n for n in found if code_names.is_code_name(n))
 
 
 def plain_number(line: str) -> int | None:
@@ -130,6 +130,7 @@ def test_a_profile_is_its_lines_plain_definitions(text: str) -> None:
     assert made.errors == frozenset(i for i, line in enumerate(lines) if line_value.is_error(line))
     assert made.headers == line_value.enclosing_headers(lines) == plain_headers(lines)
     assert made.numbers == tuple(plain_number(line) for line in lines)
+    assert made.all_numbers == {n for n in map(plain_number, lines) if n is not None}
     line_names = [plain_names(line) for line in lines]
     assert made.all_names == line_value.names(text) == frozenset().union(*line_names)
 
@@ -229,3 +230,21 @@ def test_cited_numbers_are_the_plain_patterns(text: str) -> None:
             cited.update(range(first, last + 1))
     cited.update(int(m.group(1)) for m in re.finditer(r"(?:\bline[s]? |\.\w{1,5}:)(\d+)\b", text))
     assert line_value.cited_numbers(text) == cited
+
+
+RUN_TEXTS = st.lists(
+    st.text(alphabet="aZ_./-9 é\n", max_size=12) | st.sampled_from(PIECES), max_size=12
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(RUN_TEXTS, min_size=1, max_size=6), st.integers(1, 8))
+def test_a_run_book_gives_the_plain_names_across_its_refills(texts: list[str], size: int) -> None:
+    """Runs resolved once and taken out of a text's runs by set operations
+    (those naming nothing apart), the book replaced when full: every text
+    and run still has exactly its plain names, asked again or not."""
+    book = code_names.RunNames(size)
+    for text in [*texts, *texts]:
+        assert book.of_text(text) == plain_names(text)
+        for run in code_names.runs(text):
+            assert frozenset(book.of_run(run)) == plain_names(run.decode("ascii"))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ctxopt.planner.knobs import TRIM_CONTEXT_LINES
-from ctxopt.planner.texts import Trimmer, _excerpt, mask_text
+from ctxopt.planner.texts import Trimmer, _excerpt, mask_text, ranged_excerpt
 from ctxopt.scoring.line_value import select_lines
 from ctxopt.session import stash_id
 from ctxopt.text.analyzer import Analyzer
@@ -83,3 +83,29 @@ def test_mask_is_stable_and_names_the_stash() -> None:
     assert masked == mask_text("log", LOG, "log@abc", TOKENS)
     assert masked.startswith("[ctxopt: masked log (800 tokens); full text in stash log@abc]")
     assert "line 0" in masked and "line 79: ok" in masked and len(masked) < len(LOG)
+
+
+def plain_ranged_excerpt(lines: list[str], kept: list[int]) -> str:
+    """The definition of a line excerpt: line by line, a mark for each gap."""
+    out = [f"[ctxopt: excerpt of c, {len(kept)} of {len(lines)} lines; the rest in stash s]"]
+    previous = -1
+    for line in [*kept, len(lines)]:
+        if line > previous + 1:
+            first, last = previous + 2, line
+            out.append(f"[... lines {first if first == last else f'{first}-{last}'} dropped ...]")
+        if line < len(lines):
+            out.append(lines[line])
+        previous = line
+    return "\n".join(out)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.booleans(), max_size=40), st.sampled_from(["x", "", "  y = 1"]))
+def test_a_line_excerpt_copies_runs_of_kept_lines_as_its_lines_plain_definition(
+    keeps: list[bool], line: str
+) -> None:
+    """Each run of kept lines copied as one slice: still the excerpt the
+    line-by-line definition writes, gaps at the start, the end and between."""
+    lines = [f"{line}{i}" for i in range(len(keeps))]
+    kept = [i for i, keep in enumerate(keeps) if keep]
+    assert ranged_excerpt("c", lines, kept, "s") == plain_ranged_excerpt(lines, kept)

@@ -22,6 +22,7 @@ import { PromptBuilder, type PromptInput } from "../src/promptBuilder.js";
 import { SessionMirror } from "../src/sessionMirror.js";
 import { call, model, response, text, user } from "../test/support/histories.js";
 import { agentHistory } from "./histories.js";
+import { percentile } from "./percentile.js";
 import { repoRoot } from "../test/support/paths.js";
 import { startServer } from "../test/support/server.js";
 
@@ -72,11 +73,6 @@ async function toolLoop(
     }
   }
   return { timings, serverMs, outcomes };
-}
-
-function percentile(samples: readonly number[], p: number): number {
-  const sorted = [...samples].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
 }
 
 /**

@@ -19,6 +19,7 @@ import { call, model, response } from "../test/support/histories.js";
 import { repoRoot } from "../test/support/paths.js";
 import { startServer } from "../test/support/server.js";
 import { agentHistory } from "./histories.js";
+import { percentile } from "./percentile.js";
 
 const [oldDist, newDist, iterationsArg] = process.argv.slice(2);
 if (oldDist === undefined || newDist === undefined) throw new Error("usage: node dist/bench/compare.js OLD_DIST NEW_DIST [iterations]");
@@ -114,11 +115,6 @@ async function loopStep(v: Variant, samples: Samples | undefined): Promise<void>
   let built: Awaited<ReturnType<Builder["build"]>> | undefined;
   await measure(samples, async () => (built = await v.builder.build(input)));
   v.loopInput = { ...input, history: [...built!.history, built!.contents.at(-1)!] };
-}
-
-function percentile(values: readonly number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
 }
 
 function stats(s: Samples) {

@@ -4,7 +4,7 @@ import { countActions } from "./serviceErrors.js";
 import { type Flags, inRollout, readFlags } from "./flags.js";
 import { type Chunk, type OptimizeResponse, Strategy } from "./generated/ctxopt/v1/ctxopt.js";
 import { environmentContextTurns } from "./gemini/environment.js";
-import { judgePlan, tokensOf } from "./gemini/judgePlan.js";
+import { PlanJudge, tokensOf } from "./gemini/judgePlan.js";
 import { chunksOf, type MappedContent, mapContents, systemChunk, toContents } from "./gemini/mapping.js";
 import { unchangedPrefix } from "./gemini/prefix.js";
 import { tokenLimit } from "./models.js";
@@ -112,7 +112,7 @@ interface PreparedPrompt {
   /** History plus message, mapped. */
   readonly turns: MappedContent[];
   /** Chunks of the system instruction and memory. */
-  readonly fixed: Chunk[];
+  readonly fixed: readonly Chunk[];
   /** Tokens of the system instruction and memory. */
   readonly fixedTokens: number;
   /** Chunks of the prompt (fixed ones and one per part); the list itself is made only for the service. */
@@ -135,6 +135,12 @@ interface SessionState {
   contents: Content[];
   nextTurn: number;
   readonly embeddings: Map<string, number[]>;
+  /** The last plan's verdict, given again while the turns and the plan repeat. */
+  readonly judge: PlanJudge;
+  /** The system instruction's and memory's chunks, made again only when their texts change. */
+  fixed: { readonly system: string; readonly memory: string; readonly chunks: readonly Chunk[] } | undefined;
+  /** The chunk list last sent for `turns` (the fixed chunks first), reused while both are the same. */
+  sent: { readonly turns: readonly MappedContent[]; readonly fixed: readonly Chunk[]; readonly chunks: readonly Chunk[] } | undefined;
 }
 
 /**
@@ -218,8 +224,9 @@ export class PromptBuilder {
     const state = this.session(input.sessionId);
     const message: Content = { role: "user", parts: typeof input.message === "string" ? [{ text: input.message }] : [...input.message] };
     const lockedTurns = environmentContextTurns(input.history, input.environmentContext);
-    const turns = this.reconcile(state, [...input.history, message], lockedTurns);
-    const fixed = this.fixedChunks(input);
+    // `concat`, not a spread: one array of the exact size (a spread grows it, the largest garbage of a repeated build).
+    const turns = this.reconcile(state, input.history.concat([message]), lockedTurns);
+    const fixed = this.fixedChunks(state, input);
     const fixedTokens = fixed.reduce((sum, c) => sum + c.tokens, 0);
     return {
       input,
@@ -239,8 +246,7 @@ export class PromptBuilder {
   private async askService(prompt: PreparedPrompt, threshold: number, settings: CallSettings): Promise<ServiceAnswer> {
     await this.gate.ensureHealthy(settings);
     const request = this.optimizeRequest(prompt, await this.budgetPercents(threshold, settings));
-    const chunks = [...prompt.fixed, ...chunksOf(prompt.turns)];
-    const queryEmbedding = await this.attachEmbeddings(prompt.state, chunks, request.query);
+    const { chunks, queryEmbedding } = await this.withEmbeddings(prompt.state, this.serviceChunks(prompt), request.query);
     return prompt.state.mirror.optimize(chunks, { ...request, queryEmbedding }, settings);
   }
 
@@ -262,7 +268,7 @@ export class PromptBuilder {
   private usePlan(prompt: PreparedPrompt, { plan, sync }: ServiceAnswer): BuiltPrompt {
     if (!plan.triggered) return this.finish(prompt, { outcome: "below-threshold", extra: { note: "service: not triggered" }, plan, sync });
     const counts = countActions(plan);
-    const verdict = judgePlan(prompt.turns, plan);
+    const verdict = prompt.state.judge.judge(prompt.turns, plan);
     const after: Sized = { turns: verdict.turns, tokens: prompt.fixedTokens + verdict.tokensAfter };
     if (this.flags.mode === "shadow") {
       return this.finish(prompt, { outcome: "shadow", extra: { ...counts, tokensAfter: after.tokens, note: verdict.reason }, plan, sync });
@@ -283,7 +289,7 @@ export class PromptBuilder {
   private finish(prompt: PreparedPrompt, ending: Ending): BuiltPrompt {
     const sent = ending.sent ?? prompt.current;
     const contents = toContents(sent.turns);
-    const history = ending.outcome === "optimized" ? this.keepRewritten(prompt.state, contents, prompt.message) : [...prompt.input.history];
+    const history = ending.outcome === "optimized" ? this.keepRewritten(prompt.state, contents, prompt.message) : prompt.input.history.slice();
     const summary = buildSummary(
       {
         mode: this.flags.mode,
@@ -303,7 +309,16 @@ export class PromptBuilder {
   private session(sessionId: string): SessionState {
     let state = this.sessions.get(sessionId);
     if (state === undefined) {
-      state = { mirror: new SessionMirror(this.client, sessionId), turns: [], contents: [], nextTurn: 0, embeddings: new Map() };
+      state = {
+        mirror: new SessionMirror(this.client, sessionId),
+        turns: [],
+        contents: [],
+        nextTurn: 0,
+        embeddings: new Map(),
+        judge: new PlanJudge(),
+        fixed: undefined,
+        sent: undefined,
+      };
       this.sessions.set(sessionId, state);
     }
     return state;
@@ -334,10 +349,22 @@ export class PromptBuilder {
     return turns;
   }
 
-  private fixedChunks(input: PromptInput): Chunk[] {
+  private fixedChunks(state: SessionState, input: PromptInput): readonly Chunk[] {
+    const system = input.systemInstruction ?? "";
+    const memory = input.memory ?? "";
+    if (state.fixed?.system === system && state.fixed.memory === memory) return state.fixed.chunks;
     const chunks: Chunk[] = [];
-    if (input.systemInstruction) chunks.push(systemChunk("system", input.systemInstruction));
-    if (input.memory) chunks.push(systemChunk("memory", input.memory));
+    if (system) chunks.push(systemChunk("system", system));
+    if (memory) chunks.push(systemChunk("memory", memory));
+    state.fixed = { system, memory, chunks };
+    return chunks;
+  }
+
+  /** The chunks the service should hold for this prompt: the list last sent when nothing changed, else a new one. */
+  private serviceChunks({ state, turns, fixed }: PreparedPrompt): readonly Chunk[] {
+    if (state.sent?.turns === turns && state.sent.fixed === fixed) return state.sent.chunks;
+    const chunks = [...fixed, ...chunksOf(turns)];
+    state.sent = { turns, fixed, chunks };
     return chunks;
   }
 
@@ -405,16 +432,17 @@ export class PromptBuilder {
     return target === undefined ? windowTokens : windowTokens * (target / 100);
   }
 
-  /** With embeddings on, gives each chunk its vector (computed once per chunk id) and returns the query's. */
-  private async attachEmbeddings(state: SessionState, chunks: Chunk[], query: string): Promise<number[]> {
-    if (!this.flags.embeddingEnabled || this.embedder === undefined) return [];
+  /**
+   * With embeddings on, copies of the chunks carrying their vectors (computed
+   * once per chunk id) and the query's; otherwise the chunks as they are.
+   */
+  private async withEmbeddings(state: SessionState, chunks: readonly Chunk[], query: string): Promise<{ chunks: readonly Chunk[]; queryEmbedding: number[] }> {
+    if (!this.flags.embeddingEnabled || this.embedder === undefined) return { chunks, queryEmbedding: [] };
     const missing = chunks.filter((c) => !state.embeddings.has(c.id));
     const vectors = await this.embedder([query, ...missing.map((c) => c.text)]);
     missing.forEach((c, i) => state.embeddings.set(c.id, vectors[i + 1] ?? []));
-    chunks.forEach((c, i) => {
-      chunks[i] = { ...c, embedding: state.embeddings.get(c.id) ?? [] };
-    });
-    return vectors[0] ?? [];
+    const embedded = chunks.map((c) => ({ ...c, embedding: state.embeddings.get(c.id) ?? [] }));
+    return { chunks: embedded, queryEmbedding: vectors[0] ?? [] };
   }
 
   private request(input: PromptInput, contents: Content[]): PromptRequest {

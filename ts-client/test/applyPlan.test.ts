@@ -3,7 +3,7 @@ import { test } from "node:test";
 import fc from "fast-check";
 import { Action, Decision } from "../src/generated/ctxopt/v1/ctxopt.js";
 import { applyPlan } from "../src/gemini/applyPlan.js";
-import { judgePlan } from "../src/gemini/judgePlan.js";
+import { judgePlan, PlanJudge } from "../src/gemini/judgePlan.js";
 import { chunksOf, mapContents, toContents } from "../src/gemini/mapping.js";
 import { call, model, response, text, user, validHistory } from "./support/histories.js";
 
@@ -96,7 +96,7 @@ test("never worse: stashing only a call's response drops the unanswered call too
 });
 
 test("a turn the plan does not touch is kept as the same object; a changed one is new and the input is untouched", () => {
-  const before = toContents(turns);
+  const before = structuredClone(toContents(turns));
   const applied = applyPlan(turns, { keptIds: ids, decisions: [decision(resultId, Action.ACTION_MASK, "[masked]")] });
   assert.equal(applied.turns[1], turns[1]);
   assert.equal(applied.turns[3], turns[3]);
@@ -122,4 +122,35 @@ test("judging a plan keeps the turns it does not touch as the same objects", () 
     verdict.turns.map((t, i) => t === turns[i]),
     [true, true, false, true, true],
   );
+});
+
+test("toContents gives back the same Content for a turn it has seen, a new one for a new turn", () => {
+  const first = toContents(turns);
+  const again = toContents(turns);
+  assert.notEqual(again, first); // a new list each time: the caller may change it
+  first.forEach((content, i) => assert.equal(again[i], content));
+  const masked = applyPlan(turns, { keptIds: ids, decisions: [decision(resultId, Action.ACTION_MASK, "[masked]")] }).turns;
+  const contents = toContents(masked);
+  assert.equal(contents[1], first[1]);
+  assert.notEqual(contents[2], first[2]);
+  assert.deepEqual(contents[2], user(response("read_file", "r1", "[masked]")));
+});
+
+test("PlanJudge gives the last verdict again for the same turns and decisions, and judges anew when either changes", () => {
+  const judge = new PlanJudge();
+  const decisions = [decision(callId, Action.ACTION_STASH), decision(resultId, Action.ACTION_STASH)];
+  const verdict = judge.judge(turns, { keptIds: ids, decisions });
+  assert.deepEqual(verdict, judgePlan(turns, { keptIds: ids, decisions }));
+  // a repeated plan: the same decision objects in a new list (another kept-id list does not enter the verdict)
+  assert.equal(judge.judge(turns, { keptIds: [], decisions: [...decisions] }), verdict);
+  // the caller's list changed in place since: judged again
+  decisions[1] = decision(resultId, Action.ACTION_MASK, "[masked]");
+  const masked = judge.judge(turns, { keptIds: ids, decisions });
+  assert.notEqual(masked, verdict);
+  assert.deepEqual(masked, judgePlan(turns, { keptIds: ids, decisions }));
+  // other turns (an equal copy): judged again
+  const copy = mapContents(history);
+  const anew = judge.judge(copy, { keptIds: ids, decisions });
+  assert.notEqual(anew, masked);
+  assert.deepEqual(anew, masked);
 });

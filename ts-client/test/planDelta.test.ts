@@ -36,6 +36,21 @@ test("applyPlanDelta copies runs of the held plan, takes new entries in order an
   assert.equal(same.decisions[0], held.decisions[0]);
 });
 
+test("applyPlanDelta gives a repeated plan the held plan's own lists, and copies a list whose scores moved", () => {
+  const repeated = applyPlanDelta(held, OptimizeResponse.fromPartial({ planId: "p2", basePlanId: "p1", keptRuns: [0, 4], decisionRuns: [0, 2] }))!;
+  assert.equal(repeated.keptIds, held.keptIds);
+  assert.equal(repeated.decisions, held.decisions);
+  const unmoved = applyPlanDelta(held, OptimizeResponse.fromPartial({ basePlanId: "p1", keptRuns: [0, 4], decisionRuns: [0, 2], decisionScores: [0.5, 0.5] }))!;
+  assert.equal(unmoved.decisions, held.decisions);
+  const heldDecisions = [...held.decisions];
+  const moved = applyPlanDelta(held, OptimizeResponse.fromPartial({ basePlanId: "p1", keptRuns: [0, 4], decisionRuns: [0, 2], decisionScores: [0.5, 0.75] }))!;
+  assert.notEqual(moved.decisions, held.decisions);
+  assert.deepEqual(moved.decisions, [decision("x"), decision("y", 0.75)]);
+  assert.deepEqual(held.decisions, heldDecisions); // the held plan never changes
+  // a part of a list, or a list with entries of its own, is a new array
+  assert.notEqual(applyPlanDelta(held, OptimizeResponse.fromPartial({ basePlanId: "p1", keptRuns: [0, 3] }))!.keptIds, held.keptIds);
+});
+
 test("applyPlanDelta returns a full answer as it is and refuses a delta that does not fit the plan held", () => {
   const full = OptimizeResponse.fromPartial({ planId: "p2", keptIds: ["a"] });
   assert.equal(applyPlanDelta(undefined, full), full);

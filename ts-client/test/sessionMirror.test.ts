@@ -47,3 +47,37 @@ test("a sync larger than the server's max_chunks_per_request goes in several app
     await server.stop();
   }
 });
+
+test("a sync of the chunks the last one left the server holding reads none of them; a changed list or an applied plan does", async () => {
+  const server = await startServerWith({});
+  const client = new CtxoptClient(server.address, { deadlineMs: 5000 });
+  try {
+    let reads = 0;
+    // Chunks that count how often their id is read: the delta's walk reads every one.
+    const counted = (c: Chunk): Chunk => {
+      const copy = { ...c };
+      Object.defineProperty(copy, "id", { enumerable: true, get: () => ((reads += 1), c.id) });
+      return copy;
+    };
+    const history = Array.from({ length: 12 }, (_, i) => (i % 2 === 0 ? user(text(`question ${i} ${"word ".repeat(400)}`)) : model(text(`answer ${i}`))));
+    const chunks = chunksOf(mapContents(history)).map(counted);
+    const mirror = new SessionMirror(client, "s-synced");
+    assert.equal((await mirror.sync(chunks)).appended, 12);
+    reads = 0;
+    assert.deepEqual(await mirror.sync(chunks), { appended: 0, removed: 0, resynced: false });
+    assert.deepEqual(await mirror.sync(chunks.slice()), { appended: 0, removed: 0, resynced: false });
+    assert.equal(reads, 0);
+    const longer = [...chunks, ...chunksOf(mapContents([user(text("one more question"))], { firstTurn: 12 }))];
+    assert.equal((await mirror.sync(longer)).appended, 1);
+    assert.ok(reads >= chunks.length);
+    // An applied plan changes what the server holds: the next sync walks the list again.
+    const plan = await mirror.optimize(longer, { budget: { contextLimitTokens: 1_000, thresholdPercent: 10, targetPercent: 5 }, force: true });
+    assert.ok(plan.plan.decisions.length > 0);
+    reads = 0;
+    await mirror.sync(longer);
+    assert.ok(reads >= longer.length);
+  } finally {
+    client.close();
+    await server.stop();
+  }
+});

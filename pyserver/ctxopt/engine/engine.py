@@ -26,6 +26,7 @@ from ctxopt import validate
 from ctxopt.config import Config
 from ctxopt.engine.collector import Collector
 from ctxopt.engine.plan_report import LastPlans, PlanReport, build_report, stash_ids_of
+from ctxopt.engine.quiet import marked_calls
 from ctxopt.engine.session_checks import (
     check_capacity,
     check_embeddings,
@@ -78,6 +79,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+@marked_calls
 class Engine:
     def __init__(self, config: Config, tuning: Tuning | None = None) -> None:
         self.config = config

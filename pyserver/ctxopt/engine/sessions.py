@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from itertools import islice, pairwise
 from operator import attrgetter
@@ -21,6 +20,7 @@ import numpy as np
 
 from ctxopt import validate
 from ctxopt.config import Config
+from ctxopt.engine.quiet import QuietWriter
 from ctxopt.errors import CtxoptError, NotFound
 from ctxopt.model import ChunkKind, Role
 from ctxopt.scoring import line_value
@@ -124,7 +124,7 @@ class LiveSessions:
         self.term_blobs = TermBlobs(analyzer)
         self.line_blobs = LineBlobs()
         self.index_blobs = IndexBlobs(self.term_blobs.analyzer_digest)
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxopt-line-facts")
+        self.writer = QuietWriter("ctxopt-line-facts")
         self._kept: WeakKeyDictionary[Session, _KeptFacts] = WeakKeyDictionary()
         self.load_lock = threading.Lock()
 
@@ -257,7 +257,7 @@ class LiveSessions:
             pending.append((chunk.id, chunk.text, facts))
             kept.hold(slot, facts.held)  # a failed write only costs a restart
         if pending:
-            self._writer.submit(self._write_line_facts, session.id, pending)
+            self.writer.submit(self._write_line_facts, session.id, pending)
 
     def keep_counts(self, session: Session, counted: Mapping[str, int]) -> None:
         """Store the token counts a plan of the session asked for, beside those
@@ -266,7 +266,7 @@ class LiveSessions:
         background thread merges them into the stored ones, as it writes the
         line facts: no copy stays in memory. The caller holds the session's lock."""
         if counted:
-            self._writer.submit(self._write_counts, session.id, counted, _kept_counts(session))
+            self.writer.submit(self._write_counts, session.id, counted, _kept_counts(session))
 
     def _write_counts(self, session_id: str, counted: Mapping[str, int], keep: int) -> None:
         try:
@@ -301,7 +301,7 @@ class LiveSessions:
         On close, not after each plan: every append changes the index, and
         writing it is ~9 ms per 1,000 chunks a request would wait for or
         share the CPU with."""
-        self._writer.shutdown(wait=True)
+        self.writer.shutdown()
         for session in self.registry.sessions():
             with session.lock:
                 self._keep_session(session)

@@ -92,7 +92,7 @@ def levels_of(
         before = levels[-1].tokens if levels else entry.tokens
         if after >= before * tuning.shrink_worth:
             break  # a size that does not shrink the one before well; none under it either
-        kept_weight = sum(scores[i] for i in kept)
+        kept_weight = sum(map(scores.__getitem__, kept))  # the same sum, not a generator
         weight = weight or kept_weight
         levels.append(LineLevel(text=text, tokens=after, kept=kept_weight / weight))
     made = tuple(levels)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from itertools import count, groupby
+from operator import sub
 from typing import TypeVar
 
 from ctxopt.planner.knobs import MASK_EDGE_CHARS, TRIM_CONTEXT_LINES
@@ -28,13 +30,19 @@ def ranged_excerpt(chunk_id: str, lines: Sequence[str], kept: Sequence[int], sta
         f"[ctxopt: excerpt of {chunk_id}, {len(kept)} of {len(lines)} lines; "
         f"the rest in stash {stash}]"
     ]
-    previous = -1
-    for line in [*kept, len(lines)]:
-        if line > previous + 1:
-            out.append(f"[... lines {_show([(previous + 1, line - 1)])} dropped ...]")
-        if line < len(lines):
-            out.append(lines[line])
-        previous = line
+    after = 0  # the line after the last run copied
+    copied = 0  # the kept lines copied
+    # a run of kept lines is one slice, its length counted in C (a line less
+    # its place in `kept` is the same along a run): an excerpt keeps most lines
+    for shift, run in groupby(map(sub, kept, count())):
+        first = shift + copied
+        size = len(list(run))
+        if first > after:
+            out.append(f"[... lines {_show([(after, first - 1)])} dropped ...]")
+        out.extend(lines[first : first + size])
+        after, copied = first + size, copied + size
+    if after < len(lines):
+        out.append(f"[... lines {_show([(after, len(lines) - 1)])} dropped ...]")
     return "\n".join(out)
 
 

@@ -33,22 +33,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from itertools import chain, compress, count
-from typing import AnyStr
+from itertools import compress, count
+from typing import AnyStr, cast
 
+from ctxopt.scoring.code_names import RUN_BYTES, run_names, text_names
 from ctxopt.scoring.text_memo import TextMemo
 
-# A name worth matching: dotted or slashed paths, snake_case, camelCase or
-# CapWords with an inner capital; plain words (`self`, `list`) match everywhere.
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[./][A-Za-z_][A-Za-z0-9_-]*)*")
-# The characters `_NAME` matches; a table turning every other byte into a space.
-_NAME_BYTES = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./-"
-_RUN_BYTES = bytes(byte if byte in _NAME_BYTES else 32 for byte in range(256))
-_INNER_CAPITAL = re.compile(r"[a-z][A-Z]")
-# What every code name holds (`_is_code_name`): a run without one names nothing.
-_MARK = re.compile(rb"[_./]|[a-z][A-Z]")
-MIN_NAME_CHARS = 4
 # The model citing lines: `sed -n '120,140p'`, `line 131`, `file.py:131`.
 # Searched from their literal parts (a pattern that starts with \d or \b is
 # tried at every character, most of what reading a model's text cost):
@@ -60,7 +50,6 @@ _LINE_WORD = re.compile(r"lines? (\d+)\b")
 _FILE_LINE = re.compile(r"\.\w{1,5}:(\d+)\b")
 _WORD_CHAR = re.compile(r"\w")
 PROFILE_CACHE_SIZE = 16384  # distinct texts (tool outputs, model messages) remembered
-NAME_CACHE_SIZE = 65536  # distinct name-like words and paths resolved
 MAX_CITED_RANGE = 400  # a wider range is a whole-file read, not a citation
 # A line's own number as `nl -ba`, `cat -n`, `grep -n` or a traceback prints it.
 _NUMBERED = re.compile(r"^\s*(\d+)(?:[\t:|]| {2})")
@@ -89,54 +78,8 @@ _HEADER_IN_TEXT = re.compile(
 )
 
 
-def _names(text: str) -> frozenset[str]:
-    """The code names a text holds, each path also by its parts
-    (`a/b/query.py` -> also `query.py`, `b/query.py`...).
-
-    >>> sorted(names("edit django/db/query.py then call compute_total(x) in Cart"))
-    ['compute_total', 'db/query.py', 'django/db/query.py', 'query.py']
-    """
-    # `_NAME` matches only `_NAME_BYTES` and has no anchor or lookaround: its
-    # matches are those in each maximal run of them. The runs split out in C
-    # (a non-ASCII character's UTF-8 bytes are no run's), each distinct one
-    # resolved once per process: `_NAME.findall` walked every character
-    return frozenset(chain.from_iterable(map(_run_names, set(_runs(text)))))
-
-
-def _runs(text: str) -> list[bytes]:
-    """The text's maximal runs of `_NAME_BYTES`, in order."""
-    return text.encode("utf-8", "surrogatepass").translate(_RUN_BYTES).split()
-
-
-names_memo = TextMemo(_names, PROFILE_CACHE_SIZE)
+names_memo = TextMemo(text_names, PROFILE_CACHE_SIZE)
 names = names_memo.lookup
-
-
-@lru_cache(maxsize=NAME_CACHE_SIZE)
-def _run_names(run: bytes) -> tuple[str, ...]:
-    """The code names one run of `_NAME_BYTES` holds. Agent text repeats the
-    same words and paths on line after line: resolving each distinct run
-    once is most of what profiling a text's lines used to cost."""
-    if _MARK.search(run) is None:  # most runs: a plain word has no code name
-        return ()
-    return tuple(chain.from_iterable(map(_code_names, _NAME.findall(run.decode("ascii")))))
-
-
-def _code_names(match: str) -> tuple[str, ...]:
-    """The code names one `_NAME` match stands for."""
-    name = match.strip("./-")
-    if "/" in name:
-        parts = name.split("/")
-        found = ["/".join(parts[i:]) for i in range(len(parts))]
-    else:
-        found = [name]
-    return tuple(filter(_is_code_name, found))
-
-
-def _is_code_name(name: str) -> bool:
-    if len(name) < MIN_NAME_CHARS:
-        return False
-    return "_" in name.strip("_") or "." in name or "/" in name or bool(_INNER_CAPITAL.search(name))
 
 
 def _cited_numbers(text: str) -> frozenset[int]:
@@ -304,17 +247,19 @@ class LineProfile:
 
     def lines_naming(self, identifiers: frozenset[str]) -> list[int]:
         """The numbers of the lines whose `names` hold one of `identifiers`.
-        A line's names are its runs' (`_run_names`), each a piece of its run:
+        A line's names are its runs' (`code_names`), each a piece of its run:
         only the runs where one is written (ASCII: found by `bytes.find` in
         the UTF-8 text) are resolved, each once, none per line."""
         wanted = identifiers & self.all_names
         if not wanted:
             return []
         encoded = "\n".join(self.lines).encode("utf-8", "surrogatepass")
-        runs = encoded.translate(_RUN_BYTES)  # byte for byte; a newline is a space
-        size = len(runs)
+        runs = encoded.translate(RUN_BYTES)  # byte for byte; a newline is a space
+        size, of_run = len(runs), run_names.of_run
         resolved: dict[int, bool] = {}  # run start -> whether its names hold one
-        for name in wanted:
+        # a run holding a path holds each of its tails: the wanted names with
+        # no wanted tail reach every run the others do (a fifth of the places)
+        for name in [name for name in wanted if "/" not in name or not _tail_in(name, wanted)]:
             piece = name.encode("ascii")
             at = runs.find(piece)
             while at >= 0:
@@ -322,10 +267,20 @@ class LineProfile:
                 end = runs.find(b" ", at)
                 end = size if end < 0 else end
                 if start not in resolved:
-                    resolved[start] = not wanted.isdisjoint(_run_names(runs[start:end]))
+                    resolved[start] = not wanted.isdisjoint(of_run(runs[start:end]))
                 at = runs.find(piece, end)  # a run names one or not as a whole
         starts = sorted(start for start, naming in resolved.items() if naming)
         return list(dict.fromkeys(_line_numbers(encoded, starts, b"\n")))
+
+
+def _tail_in(path: str, names: frozenset[str]) -> bool:
+    """Whether a tail of `path` after one of its `/` is in `names`."""
+    at = path.find("/")
+    while at >= 0:
+        if path[at + 1 :] in names:
+            return True
+        at = path.find("/", at + 1)
+    return False
 
 
 def _profile(text: str) -> LineProfile:
@@ -336,11 +291,13 @@ def _profile(text: str) -> LineProfile:
         numbers,
         _error_lines(text, lines),
         names(text),
-        frozenset(n for n in numbers if n is not None),
+        cast(frozenset[int], frozenset(numbers).difference(_NO_NUMBER)),  # C, not per line
         enclosing_headers(lines) if _has_header(text) else (None,) * len(lines),
     )
 
 
+_NO_NUMBER: frozenset[int | None] = frozenset([None])
+_ZERO = 0.0
 profile_memo = TextMemo(_profile, PROFILE_CACHE_SIZE)
 profile = profile_memo.lookup
 
@@ -438,8 +395,9 @@ def excerpt_lines(
     spent = 0.0
     cost_of = costs.__getitem__
     # best first, ties by line: a stable sort keeps the lines' order among equals
+    # the lines scoring above 0 picked out in C (`0.0 < score`: the same test)
     ranked = sorted(
-        [i for i, score in enumerate(scores) if score > 0], key=scores.__getitem__, reverse=True
+        compress(count(), map(_ZERO.__lt__, scores)), key=scores.__getitem__, reverse=True
     )
     for line in ranked:
         if line in kept:

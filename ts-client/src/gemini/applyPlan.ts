@@ -73,10 +73,17 @@ const changedTurns = new WeakMap<MappedContent, MappedContent>();
 
 function changedTurn(turn: MappedContent, parts: MappedPart[]): MappedContent {
   const cached = changedTurns.get(turn);
-  if (cached !== undefined && cached.parts.length === parts.length && cached.parts.every((p, i) => p === parts[i])) return cached;
+  if (cached !== undefined && sameParts(cached.parts, parts)) return cached;
   const result = { ...turn, parts };
   changedTurns.set(turn, result);
   return result;
+}
+
+/** A loop, not `every`: a closure over `parts` would allocate on every changed turn of every build. */
+function sameParts(a: readonly MappedPart[], b: readonly MappedPart[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i += 1) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 /** Each part's latest rewrite, reused while the replacement text stays the same. */

@@ -134,11 +134,13 @@ function violationsOf(history: readonly TurnShape[]): Violation[] {
   return violations;
 }
 
+const NO_CALLS: readonly CallKey[] = [];
+
 function callViolations(history: readonly TurnShape[], turn: number, violations: Violation[]): void {
   const shape = history[turn]!;
   const responses = shape.responses;
   const previous = turn > 0 ? history[turn - 1]! : undefined;
-  const answered = previous?.role === "model" ? previous.calls : [];
+  const answered = previous?.role === "model" ? previous.calls : NO_CALLS;
   if (shape.role === "model") {
     const next = history[turn + 1];
     if (shape.calls.length > 0 && next !== undefined && (next.role !== "user" || next.responses.length === 0)) {
@@ -157,7 +159,10 @@ function callViolations(history: readonly TurnShape[], turn: number, violations:
 }
 
 function sameCalls(calls: readonly CallKey[], responses: readonly CallKey[]): boolean {
-  return calls.length === responses.length && calls.every((c, i) => c.name === responses[i]!.name && c.id === responses[i]!.id);
+  if (calls.length !== responses.length) return false;
+  // A loop, not `every`: this runs per turn of every plan's check, and a closure allocates.
+  for (let i = 0; i < calls.length; i += 1) if (calls[i]!.name !== responses[i]!.name || calls[i]!.id !== responses[i]!.id) return false;
+  return true;
 }
 
 function describe(keys: readonly CallKey[]): string {

@@ -1,4 +1,4 @@
-import type { OptimizeResponse } from "../generated/ctxopt/v1/ctxopt.js";
+import type { Decision, OptimizeResponse } from "../generated/ctxopt/v1/ctxopt.js";
 import { applyPlan } from "./applyPlan.js";
 import { type HistoryRepair, type HistoryRule, repairHistory } from "./history.js";
 import type { MappedContent } from "./mapping.js";
@@ -30,6 +30,34 @@ export function judgePlan(turns: readonly MappedContent[], plan: Pick<OptimizeRe
   const broken = [...new Set(repaired.violations.map((v) => v.rule))];
   const reason = broken.length > 0 ? `plan would break ${broken.join(", ")}` : tokensAfter >= tokensOf(turns) ? "plan is not smaller" : "";
   return { accepted: reason === "", turns: repaired.turns, tokensAfter, repairs: repaired.repairs, broken, reason };
+}
+
+/**
+ * `judgePlan` for one session's builds, remembering its last verdict: a
+ * build over the same turns (the same array: a session's mapped history is
+ * never changed in place) with the same decisions (the same objects, as a
+ * repeated plan's delta gives them back, in the same order) gets that
+ * verdict again instead of applying, repairing and counting the whole
+ * history anew. A verdict is a function of those two alone (`keptIds` do not
+ * enter it), and its own fields are never changed.
+ */
+export class PlanJudge {
+  private last: { turns: readonly MappedContent[]; decisions: readonly Decision[]; verdict: PlanVerdict } | undefined;
+
+  judge(turns: readonly MappedContent[], plan: Pick<OptimizeResponse, "keptIds" | "decisions">): PlanVerdict {
+    const last = this.last;
+    if (last !== undefined && last.turns === turns && sameObjects(last.decisions, plan.decisions)) return last.verdict;
+    const verdict = judgePlan(turns, plan);
+    // A copy of the list: the caller's array may change after this build.
+    this.last = { turns, decisions: plan.decisions.slice(), verdict };
+    return verdict;
+  }
+}
+
+function sameObjects<T>(a: readonly T[], b: readonly T[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i += 1) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 /**

@@ -62,8 +62,27 @@ export function mapContents(contents: readonly Content[], options: MapOptions = 
   return mapped;
 }
 
+/**
+ * Each mapped turn's Content, made once per turn object: mapped turns never
+ * change in place (a change makes a new turn), so a build hands back the same
+ * Content for a turn it did not change instead of a fresh copy of the whole
+ * history (most of a repeated build's garbage). Callers must not change the
+ * Contents in place either; Gemini CLI copies a turn it rewrites.
+ */
+const contentsOfTurns = new WeakMap<MappedContent, Content>();
+
 export function toContents(mapped: readonly MappedContent[]): Content[] {
-  return mapped.map((content) => ({ role: content.role, parts: content.parts.map((p) => p.part) }));
+  const contents = new Array<Content>(mapped.length);
+  for (let index = 0; index < mapped.length; index += 1) {
+    const turn = mapped[index]!;
+    let content = contentsOfTurns.get(turn);
+    if (content === undefined) {
+      content = { role: turn.role, parts: turn.parts.map((p) => p.part) };
+      contentsOfTurns.set(turn, content);
+    }
+    contents[index] = content;
+  }
+  return contents;
 }
 
 export function chunksOf(mapped: readonly MappedContent[]): Chunk[] {
