@@ -30,7 +30,6 @@ and a PNG.
 from __future__ import annotations
 
 import argparse
-import json
 import sqlite3
 import tempfile
 import time
@@ -48,7 +47,7 @@ from ctxopt.text.analyzer import STOPWORDS, Analyzer
 from ctxopt.v1 import ctxopt_pb2 as pb
 from rs_bpe.bpe import openai as rs_bpe_openai
 
-from benchmarks.bench_cold import APPEND_BATCH, GOAL_MS_PER_1K, session_chunks
+from benchmarks.bench_cold import APPEND_BATCH, GOAL_MS_PER_1K, session_chunks, write_results
 from benchmarks.gateway.histories import DEFAULT_SWE, load
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -180,10 +179,7 @@ def main() -> None:
     rounds = 1 if args.smoke else args.rounds
     rows = [measure(size, rounds) for size in sizes]
     print(table(rows))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"goal_ms_per_1k": GOAL_MS_PER_1K, "rows": rows}, indent=2))
-    plot(rows, args.out.with_suffix(".png"))
-    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    write_results(args.out, rows, plot)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import grpc
 from ctxopt.v1 import ctxopt_pb2 as pb
@@ -49,6 +49,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TIMEOUT = 600.0
 APPEND_BATCH = 500  # chunks per AppendChunks, as the issue measured
 GOAL_MS_PER_1K = 50.0  # the mission's latency number
+R = TypeVar("R")
 LARGE = 100_000  # --large adds this size
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 512 * 1024 * 1024),
@@ -240,6 +241,15 @@ def table(rows: list[Row], clock: str) -> str:
     return "\n".join(lines)
 
 
+def write_results(out: Path, rows: list[R], plot: Callable[[list[R], Path], None]) -> None:
+    """The rows as JSON beside the goal, and their plot as a PNG beside it
+    (this benchmark's and `append_floor`'s)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"goal_ms_per_1k": GOAL_MS_PER_1K, "rows": rows}, indent=2))
+    plot(rows, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+
+
 def plot(rows: list[Row], path: Path) -> None:
     """Per path, ms per 1,000 chunks at each size against the 50 ms line: wall
     on the left, the server's CPU on the right (what a loaded machine leaves
@@ -288,10 +298,7 @@ def main() -> None:
     print(table(rows, "wall"))
     print("server CPU (ms, 10 ms ticks):")
     print(table(rows, "cpu"))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"goal_ms_per_1k": GOAL_MS_PER_1K, "rows": rows}, indent=2))
-    plot(rows, args.out.with_suffix(".png"))
-    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    write_results(args.out, rows, plot)
 
 
 if __name__ == "__main__":
