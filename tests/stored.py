@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import replace
+from pathlib import Path
 
 from ctxopt.model import Action, Chunk, ChunkKind, GcPolicy, Role, StashFilter
 from ctxopt.session import stash_id_of
@@ -10,6 +12,24 @@ from ctxopt.store import Change, StashEntry, Store, StoredChunk, StoredSession
 
 OWNER = "alice"
 NO_FILTER = StashFilter()
+
+# what the migration from each version added (store/schema.py), undone newest
+# first to leave a store as an older release would have (the blob tests')
+_ADDED_FROM = {
+    7: "DROP TABLE kept_sessions",
+    6: "DROP TABLE plan_counts",
+    5: "ALTER TABLE chunks DROP COLUMN line_blob",
+    4: "ALTER TABLE chunks DROP COLUMN term_blob",
+}
+
+
+def as_of_version(db: Path, version: int) -> None:
+    """Make the store at `db` look as schema `version` (4 or later) left it."""
+    with sqlite3.connect(db) as conn:
+        for added_from in sorted(_ADDED_FROM, reverse=True):
+            if added_from >= version:
+                conn.execute(_ADDED_FROM[added_from])
+        conn.execute(f"PRAGMA user_version = {version}")
 
 
 def make_chunk(chunk_id: str, text: str = "", **fields: object) -> Chunk:

@@ -19,6 +19,7 @@ from ctxopt.tokens import KEY_BYTES, TokenCounter, count_key
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.stored import as_of_version
 from tests.test_line_blobs import S, forget_made_facts, fresh, plans, session_chunks, stored
 
 COUNTER = TokenCounter()
@@ -76,10 +77,7 @@ def test_a_store_from_before_the_table_opens_plans_the_same_and_keeps_counts(
     tmp_path: Path, tokenised: list[str]
 ) -> None:
     before = stored(tmp_path, "old")
-    with sqlite3.connect(tmp_path / DB_FILE) as conn:
-        conn.execute("DROP TABLE plan_counts")
-        conn.execute("DROP TABLE kept_sessions")  # v8
-        conn.execute("PRAGMA user_version = 6")
+    as_of_version(tmp_path / DB_FILE, 6)
     forget_made_facts()
     engine = Engine(Config(data_dir=str(tmp_path)))
     tokenised.clear()  # the counter's probes

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from tests import test_line_blobs as line_blobs
 from tests.factory import chunk
+from tests.stored import as_of_version
 from tests.test_line_blobs import MEMOS, S, forget_made_facts, made, output, plans, session_chunks
 
 QUERIES = ("pricing tax", "total_price ValueError rate_3", "cart base order line_7", "")
@@ -298,9 +299,7 @@ def test_a_store_from_before_the_table_opens_plans_the_same_and_keeps_the_index(
     tmp_path: Path,
 ) -> None:
     before = stored(tmp_path, "old")
-    with sqlite3.connect(tmp_path / DB_FILE) as conn:
-        conn.execute("DROP TABLE kept_sessions")
-        conn.execute("PRAGMA user_version = 7")
+    as_of_version(tmp_path / DB_FILE, 7)
     assert restarted(tmp_path)[0] == before
     assert kept(tmp_path) is not None  # the close kept it
 

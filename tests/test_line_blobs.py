@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.factory import chunk, options
+from tests.stored import as_of_version
 
 S = "s"
 MEMOS = (line_value.names_memo, line_value.cited_memo, line_value.profile_memo)
@@ -164,10 +165,7 @@ def test_a_store_from_before_the_column_opens_plans_the_same_and_keeps_facts(
     tmp_path: Path,
 ) -> None:
     before = stored(tmp_path, "old")
-    with sqlite3.connect(tmp_path / DB_FILE) as conn:
-        conn.execute("ALTER TABLE chunks DROP COLUMN line_blob")
-        conn.execute("DROP TABLE kept_sessions")  # v8
-        conn.execute("PRAGMA user_version = 5")
+    as_of_version(tmp_path / DB_FILE, 5)
     forget_made_facts()
     engine = Engine(Config(data_dir=str(tmp_path)))
     assert plans(engine) == before

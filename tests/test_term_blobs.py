@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.factory import chunk, options
+from tests.stored import as_of_version
 
 S = "s"
 QUERIES = ["", "pricing tax refund", "Straße config", "round the amounts"]
@@ -143,11 +144,7 @@ def test_a_damaged_blob_is_analysed_again_not_trusted(tmp_path: Path) -> None:
 
 def test_a_store_from_before_the_column_opens_and_plans_the_same(tmp_path: Path) -> None:
     stored(tmp_path).close()
-    with sqlite3.connect(tmp_path / DB_FILE) as conn:
-        conn.execute("ALTER TABLE chunks DROP COLUMN term_blob")
-        conn.execute("ALTER TABLE chunks DROP COLUMN line_blob")  # v6's
-        conn.execute("DROP TABLE kept_sessions")  # v8
-        conn.execute("PRAGMA user_version = 4")
+    as_of_version(tmp_path / DB_FILE, 4)
     engine = Engine(Config(data_dir=str(tmp_path)))
     assert state(engine) == fresh_state()
     engine.append("", S, [chunk("late", "a refund for the late order", turn=99)])
