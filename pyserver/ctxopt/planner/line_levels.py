@@ -27,7 +27,13 @@ import numpy.typing as npt
 from ctxopt.planner.knobs import Tuning
 from ctxopt.planner.texts import ANCHORED_CACHE_SIZE, ranged_excerpt, remember
 from ctxopt.scoring import line_value
-from ctxopt.scoring.line_facts import SessionFacts, facts_of, relevance_of, sole_term
+from ctxopt.scoring.line_facts import (
+    SessionFacts,
+    facts_of,
+    grown_facts,
+    relevance_of,
+    sole_term,
+)
 from ctxopt.session import SessionView
 from ctxopt.text.lines import LineBook
 
@@ -349,6 +355,9 @@ def _changes(
         for term in weights_before.keys() | weights_now.keys()
         if weights_before.get(term) != weights_now.get(term)
     )
+    grown = grown_facts(before, now)
+    if grown is not None:
+        return grown[0], grown[1], terms
     return _compact(before.identifiers ^ now.identifiers), _compact(before.cited ^ now.cited), terms
 
 

@@ -11,13 +11,23 @@ holds, so an output keeps its excerpt while the session grows around it.
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
+from operator import is_
 
 import numpy as np
 import numpy.typing as npt
 
 from ctxopt.model import Role
-from ctxopt.scoring.line_value import LineFacts, LineWeights, model_facts, names, profile
+from ctxopt.scoring.line_value import (
+    LineFacts,
+    LineWeights,
+    cited_numbers,
+    model_facts,
+    names,
+    profile,
+)
 from ctxopt.scoring.terms import rare_terms
 from ctxopt.session import SessionView
 from ctxopt.text.analyzer import Analyzer
@@ -39,6 +49,11 @@ class SessionFacts:
     analyzer: Analyzer
     weights: LineWeights
     term_holders: frozenset[int] = frozenset()
+    # what `identifiers` and `cited` were pooled from (None: not known): the
+    # model's texts, the query's names (`grown_facts` finds what a later plan
+    # added from them)
+    model_texts: tuple[str, ...] | None = None
+    query_names: frozenset[str] = frozenset()
 
 
 def session_facts(
@@ -53,9 +68,8 @@ def session_facts(
     """The plan's `SessionFacts`; `texts` is each slot's text (`slot_facts`)."""
     n = session.n_slots
     cols = session.columns
-    written, cited = model_facts(
-        tuple(texts[np.flatnonzero(cols.alive[:n] & (cols.role[:n] == _MODEL))].tolist())
-    )
+    model_texts = tuple(texts[np.flatnonzero(cols.alive[:n] & (cols.role[:n] == _MODEL))].tolist())
+    written, cited = model_facts(model_texts)
     query_weights: dict[str, float] = {}
     if weights.relevance > 0:
         docs = len(session)
@@ -63,7 +77,64 @@ def session_facts(
             df = session.index.document_frequency(term)
             query_weights[term] = math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
     holders = session.index.holders(query_weights)
-    return SessionFacts(query_weights, written | names(query), cited, analyzer, weights, holders)
+    query_names = names(query)
+    return SessionFacts(
+        query_weights,
+        _with_query_names(written, query_names),
+        cited,
+        analyzer,
+        weights,
+        holders,
+        model_texts,
+        query_names,
+    )
+
+
+_identifiers: OrderedDict[tuple[frozenset[str], frozenset[str]], frozenset[str]] = OrderedDict()
+_identifiers_lock = threading.Lock()  # plans of different sessions run in parallel
+IDENTIFIERS_CACHE_SIZE = 64
+
+
+def _with_query_names(written: frozenset[str], query_names: frozenset[str]) -> frozenset[str]:
+    """`written | query_names`, the same object while both are: a plan with no
+    new model text then copies no pool of thousands of names, and the next
+    plan's `grown_facts` finds nothing changed by identity."""
+    key = (written, query_names)  # a frozenset keeps its hash; equal keys are the same objects
+    with _identifiers_lock:
+        found = _identifiers.get(key)
+        if found is None:
+            found = _identifiers[key] = written | query_names
+            if len(_identifiers) > IDENTIFIERS_CACHE_SIZE:
+                _identifiers.popitem(last=False)
+        return found
+
+
+def grown_facts(
+    before: SessionFacts, now: SessionFacts
+) -> tuple[frozenset[str], frozenset[int]] | None:
+    """The names and cited numbers `now` holds and `before` does not, when
+    `now` pooled `before`'s model texts (the same objects, first) and more,
+    with the same query names: then `before`'s are a subset of `now`'s, and
+    the difference is what the added texts hold beyond `before`'s (no pass
+    over thousands of names). None otherwise."""
+    if before.identifiers is now.identifiers and before.cited is now.cited:
+        return frozenset(), frozenset()
+    held, texts = before.model_texts, now.model_texts
+    if held is None or texts is None:
+        return None
+    size = len(held)
+    if (
+        before.query_names != now.query_names
+        or size > len(texts)
+        or (size and texts[size - 1] is not held[-1])
+        or not all(map(is_, held, texts))
+    ):
+        return None
+    added = texts[size:]
+    return (
+        frozenset().union(*map(names, added)) - before.identifiers,
+        frozenset().union(*map(cited_numbers, added)) - before.cited,
+    )
 
 
 def facts_of(

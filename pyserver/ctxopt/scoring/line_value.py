@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, count
@@ -192,7 +191,9 @@ def _line_numbers(text: AnyStr, offsets: Sequence[int], newline: AnyStr) -> list
     return numbers
 
 
-_pooled: OrderedDict[tuple[str, ...], tuple[frozenset[str], frozenset[int]]] = OrderedDict()
+# a plain dict, least recent first: an OrderedDict's items() looks each key
+# up again, hashing every pooled tuple of texts (~0.4 ms a plan at 1,000 chunks)
+_pooled: dict[tuple[str, ...], tuple[frozenset[str], frozenset[int]]] = {}
 _pooled_lock = threading.Lock()  # plans of different sessions run in parallel
 POOLED_CACHE_SIZE = 64
 
@@ -207,11 +208,11 @@ def model_facts(model_texts: tuple[str, ...]) -> tuple[frozenset[str], frozenset
     with _pooled_lock:
         found = _pooled.get(model_texts)
         if found is not None:
-            _pooled.move_to_end(model_texts)
+            _pooled[model_texts] = _pooled.pop(model_texts)  # now the most recent
             return found
         recent = list(_pooled.items())
-    found_names: set[str] = set()
-    found_numbers: set[int] = set()
+    found_names: frozenset[str] = frozenset()
+    found_numbers: frozenset[int] = frozenset()
     start = 0
     for before, (pooled_names, pooled_numbers) in reversed(recent):  # likely this session's last
         size = len(before)
@@ -220,17 +221,19 @@ def model_facts(model_texts: tuple[str, ...]) -> tuple[frozenset[str], frozenset
             and before[-1] is model_texts[size - 1]
             and before == model_texts[:size]
         ):
-            found_names, found_numbers = set(pooled_names), set(pooled_numbers)
+            found_names, found_numbers = pooled_names, pooled_numbers
             start = size
             break
-    for text in model_texts[start:]:
-        found_names |= names(text)
-        found_numbers |= cited_numbers(text)
-    made = (frozenset(found_names), frozenset(found_numbers))
+    added = model_texts[start:]
+    # one copy of the pool (thousands of names), not a set and a frozenset
+    made = (
+        found_names.union(*map(names, added)),
+        found_numbers.union(*map(cited_numbers, added)),
+    )
     with _pooled_lock:
         _pooled[model_texts] = made
         if len(_pooled) > POOLED_CACHE_SIZE:
-            _pooled.popitem(last=False)
+            del _pooled[next(iter(_pooled))]
     return made
 
 

@@ -35,6 +35,7 @@ import threading
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from operator import is_
 from typing import Protocol
 
 import numpy as np
@@ -98,6 +99,12 @@ _texts: OrderedDict[str, TextLines] = OrderedDict()
 _texts_lock = threading.Lock()  # plans of different sessions run in parallel
 
 
+def _leads(last: tuple[Slotted, ...], now: tuple[Slotted, ...]) -> bool:
+    """Whether `now` starts with every element of `last`, the same objects."""
+    size = len(last)
+    return 0 < size <= len(now) and now[size - 1] is last[-1] and all(map(is_, last, now))
+
+
 def text_lines(text: str) -> TextLines:
     """The lines and keys of a text, cached by the text itself."""
     found = _texts.get(text)
@@ -152,22 +159,40 @@ class LineBook:
         self._moved_all = True
         self.version = 0  # bumps on every change
         self._synced_index = -1  # the session index version last synced with
+        # the live chunks as last synced, in the session's order: a session
+        # that only grew since (each of these the same object, first) has
+        # changed only in the chunks after them
+        self._synced: tuple[Slotted, ...] = ()
 
     def sync(self, index_version: int, live_chunks: Iterable[Slotted]) -> None:
         """Bring the book up to a session's live chunks (changed texts only);
         `index_version` is its text index's version: every change of a chunk's
-        text goes through that index, so an unchanged version needs no work."""
+        text goes through that index, so an unchanged version needs no work.
+        The chunks come in the session's order (an added one last, a replaced
+        one a new object): when the last synced ones lead them unchanged, only
+        the rest are read (a pass over every live chunk was ~0.5 ms of a plan
+        after an append at 1,000 chunks)."""
         if index_version == self._synced_index:
             return
         self._synced_index = index_version
-        live = {e.slot: e.chunk for e in live_chunks}
+        now, last = tuple(live_chunks), self._synced
+        self._synced = now
+        if self.text and _leads(last, now):
+            self._sync_changed([(e.slot, e.chunk) for e in now[len(last) :]], set())
+            return
+        live = {e.slot: e.chunk for e in now}
         if not self.text:
             self._fill(live)
             return
         touched: set[str] = set()
         for slot in [s for s in self.text if s not in live]:
             touched |= self._drop(slot)
-        changed = [(slot, c) for slot, c in live.items() if self.text.get(slot) is not c.text]
+        self._sync_changed(list(live.items()), touched)
+
+    def _sync_changed(self, candidates: list[tuple[int, Chunk]], touched: set[str]) -> None:
+        """Hold the texts of `candidates` whose text is not the one held for
+        their slot; `touched`: keys whose holders' answers are already stale."""
+        changed = [(slot, c) for slot, c in candidates if self.text.get(slot) is not c.text]
         # a line's new holder above all its holders (an append) stales only its
         # previous latest holder's anchors and repeat (each other holder had a
         # later holder already), and, when the model wrote it, each holder's
