@@ -163,3 +163,33 @@ def test_a_book_whose_chunks_all_went_forgets_every_answer_it_gave() -> None:
     made = book.excerpts(np.ones(2, dtype=bool), "k", lambda slot: (f"e{slot}", 3))
     assert made.tolist() == [3.0, 3.0]
     assert book.repeated(2).tolist() == [1.0, 0.0]
+
+
+class _Read:
+    """A live chunk that logs its slot each time its chunk is read."""
+
+    def __init__(self, text: str, slot: int, reads: list[int]) -> None:
+        self._chunk, self.slot, self._reads = chunk(f"c{slot}", text), slot, reads
+
+    @property
+    def chunk(self) -> Chunk:
+        self._reads.append(self.slot)
+        return self._chunk
+
+
+def test_a_grown_session_syncs_reading_only_its_new_chunks() -> None:
+    """When the chunks last synced lead the session's, the same objects, only
+    the ones after them are read; a replaced one makes the sync read them all."""
+    reads: list[int] = []
+    live = [_Read(f"{LONG[0]}\n{n}", n, reads) for n in range(4)]
+    book = LineBook()
+    book.sync(1, live)
+    reads.clear()
+    live.append(_Read(LONG[0], 4, reads))
+    book.sync(2, live)
+    assert reads == [4]
+    assert book.owns_anchors(5).tolist() == [False, False, False, False, True]
+    reads.clear()
+    live[1] = _Read(LONG[1], 1, reads)
+    book.sync(3, live)
+    assert sorted(set(reads)) == [0, 1, 2, 3, 4]

@@ -14,9 +14,11 @@ from ctxopt.engine import Engine
 from ctxopt.model import Chunk, ChunkKind, Plan, Role
 from ctxopt.planner import line_levels, values
 from ctxopt.planner.knobs import Tuning
+from ctxopt.planner.slot_facts import slot_facts
 from ctxopt.scoring import line_value
-from ctxopt.scoring.line_facts import SessionFacts, relevance_of, sole_term
+from ctxopt.scoring.line_facts import SessionFacts, relevance_of, session_facts, sole_term
 from ctxopt.scoring.line_value import LineWeights
+from ctxopt.session import Session
 from ctxopt.text.analyzer import Analyzer
 from ctxopt.text.lines import TextLines
 from hypothesis import given, settings
@@ -387,3 +389,48 @@ def test_the_outputs_left_unvisited_hold_what_the_plain_definition_gives(
                 for step, (saying, (query, terms, output)) in enumerate(steps, start=1)
             ]
         )
+
+
+# (model chunk number, its text or None to remove it, the query then: some name
+# what a model text names, some nothing)
+FACT_STEPS = st.lists(
+    st.tuples(
+        st.integers(0, 5),
+        st.none() | st.sampled_from(MODEL_TEXTS),
+        st.sampled_from(["", "refund", "compute_tax", "compute_fee in pricing/tax_rules.py"]),
+    ),
+    min_size=1,
+    max_size=10,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(FACT_STEPS)
+def test_the_changed_names_are_the_plain_difference_of_two_plans_facts(
+    steps: list[tuple[int, str | None, str]],
+) -> None:
+    """The names and cited numbers `_changes` finds between one plan's facts
+    and the next are the symmetric differences of the two, whether the model
+    texts grew (found from the added texts alone), were replaced or removed,
+    or the query's names changed."""
+    session = Session(S, "", Analyzer())
+    weights = LineWeights(1.0, 1.0, 1.0, 1.0, 1.0)
+    before: SessionFacts | None = None
+    for turn, (number, text, query) in enumerate(steps):
+        if text is None:
+            session.remove(f"m{number}")
+        else:
+            session.upsert(chunk(f"m{number}", text, role=Role.MODEL, turn=turn), 10, 0)
+        view = session.view()
+        texts = slot_facts(view, session.line_book()).texts
+        now = session_facts(
+            view, query, view.analyzer, rare_share=0.5, weights=weights, texts=texts
+        )
+        assert now.identifiers == frozenset().union(
+            line_value.names(query), *map(line_value.names, now.model_texts or ())
+        )
+        if before is not None:
+            names, cited, _ = line_levels._changes(before, now)
+            assert names == before.identifiers ^ now.identifiers
+            assert cited == before.cited ^ now.cited
+        before = now
