@@ -148,7 +148,7 @@ def test_the_lines_naming_identifiers_are_the_lines_whose_names_hold_one(
     held = frozenset().union(*line_names)
     for identifiers in (held, frozenset(extra), frozenset(extra) | set(list(held)[:2])):
         expected = [i for i, found in enumerate(line_names) if found & identifiers]
-        assert line_value.profile(text).lines_naming(identifiers) == expected
+        assert list(line_value.profile(text).lines_naming(identifiers)) == expected
 
 
 CODE = ["def f():", "async def g():", "class A:", "function h() {", "fn main()", "impl X"]

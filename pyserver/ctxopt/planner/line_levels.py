@@ -17,7 +17,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TypeVar
 from weakref import WeakKeyDictionary
 
@@ -126,6 +126,36 @@ class _Remembered:
     text: str  # the text `relevance` and `sole` are of
     sole: str | None  # `sole_term` of the text under the query's terms then
 
+    # the constructor, not `dataclasses.replace` (which reads the fields each
+    # call): ~20 outputs a plan after an append have their echoes re-checked
+    def with_echoes(self, anchors: tuple[int, ...], quoted: frozenset[int]) -> _Remembered:
+        return _Remembered(
+            self.stash,
+            self.tokens,
+            anchors,
+            quoted,
+            self.relevance,
+            self.levels,
+            self.names,
+            self.numbers,
+            self.text,
+            self.sole,
+        )
+
+    def with_text(self, text: str, sole: str | None) -> _Remembered:
+        return _Remembered(
+            self.stash,
+            self.tokens,
+            self.anchors,
+            self.quoted,
+            self.relevance,
+            self.levels,
+            self.names,
+            self.numbers,
+            text,
+            sole,
+        )
+
 
 @dataclass(slots=True)
 class _Memo:
@@ -215,7 +245,7 @@ def output_levels(
         if was is not None and (was.anchors is not anchors or was.quoted is not quoted):
             if was.anchors == anchors and was.quoted == quoted:
                 # the same lines in a new object: remember this one
-                was = replace(was, anchors=anchors, quoted=quoted)
+                was = was.with_echoes(anchors, quoted)
             else:
                 was = None
         if (
@@ -233,7 +263,7 @@ def output_levels(
             if relevance != was.relevance:
                 was = None
             elif was.text is not text or was.sole != sole:
-                was = replace(was, text=text, sole=sole)
+                was = was.with_text(text, sole)
         if was is None:
             was = _Remembered(
                 entry.stash_id(),
@@ -307,7 +337,7 @@ def _relevance_moved(
         if relevance != was.relevance:
             moved.append(slot)
         elif was.text is not text or was.sole != sole:
-            remembered[slot] = replace(was, text=text, sole=sole)
+            remembered[slot] = was.with_text(text, sole)
     return moved
 
 

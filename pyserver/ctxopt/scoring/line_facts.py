@@ -96,9 +96,12 @@ IDENTIFIERS_CACHE_SIZE = 64
 
 
 def _with_query_names(written: frozenset[str], query_names: frozenset[str]) -> frozenset[str]:
-    """`written | query_names`, the same object while both are: a plan with no
+    """`written | query_names`, the same object while both are (`written`
+    itself when it holds the query's names): a plan with no
     new model text then copies no pool of thousands of names, and the next
     plan's `grown_facts` finds nothing changed by identity."""
+    if query_names <= written:
+        return written
     key = (written, query_names)  # a frozenset keeps its hash; equal keys are the same objects
     with _identifiers_lock:
         found = _identifiers.get(key)

@@ -247,15 +247,29 @@ class LineProfile:
     all_names: frozenset[str]  # the names its lines hold (`names` of the text)
     all_numbers: frozenset[int]
     headers: tuple[int | None, ...]  # each line's enclosing def/class header
+    # the last names `lines_naming` resolved and its answer: an output made
+    # again because only the query terms' weights moved (several a plan after
+    # an append) asks for the same names
+    last_naming: tuple[frozenset[str], tuple[int, ...]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
-    def lines_naming(self, identifiers: frozenset[str]) -> list[int]:
+    def lines_naming(self, identifiers: frozenset[str]) -> tuple[int, ...]:
         """The numbers of the lines whose `names` hold one of `identifiers`.
         A line's names are its runs' (`code_names`), each a piece of its run:
         only the runs where one is written (ASCII: found by `bytes.find` in
         the UTF-8 text) are resolved, each once, none per line."""
         wanted = identifiers & self.all_names
         if not wanted:
-            return []
+            return ()
+        last = self.last_naming
+        if last is not None and last[0] == wanted:
+            return last[1]
+        naming = self._lines_naming(wanted)
+        object.__setattr__(self, "last_naming", (wanted, naming))  # one tuple, swapped whole
+        return naming
+
+    def _lines_naming(self, wanted: frozenset[str]) -> tuple[int, ...]:
         encoded = "\n".join(self.lines).encode("utf-8", "surrogatepass")
         runs = encoded.translate(RUN_BYTES)  # byte for byte; a newline is a space
         size, of_run = len(runs), run_names.of_run
@@ -273,7 +287,7 @@ class LineProfile:
                     resolved[start] = not wanted.isdisjoint(of_run(runs[start:end]))
                 at = runs.find(piece, end)  # a run names one or not as a whole
         starts = sorted(start for start, naming in resolved.items() if naming)
-        return list(dict.fromkeys(_line_numbers(encoded, starts, b"\n")))
+        return tuple(dict.fromkeys(_line_numbers(encoded, starts, b"\n")))
 
 
 def _tail_in(path: str, names: frozenset[str]) -> bool:
