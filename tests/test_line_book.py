@@ -101,7 +101,9 @@ def test_an_append_reads_again_only_the_previous_latest_holder(
 ) -> None:
     """A chunk repeating a line that four older chunks hold changes the
     anchors and repeat of its previous latest holder only (the others had a
-    later holder already); by the model, the quoted lines of each holder."""
+    later holder already); by the model, the quoted lines of each holder
+    when the model had not written the line, of the model's holder when one
+    had, and of none when two had."""
     shared = LONG[0]
     session = Session("s", "", Analyzer())
     for number in range(4):
@@ -139,6 +141,20 @@ def test_an_append_reads_again_only_the_previous_latest_holder(
         f"{shared}\n{LONG[2]}",
         shared,
     }
+    session.upsert(chunk("c6", shared, role=Role.MODEL, turn=6), 10, 0)
+    book = session.line_book()
+    read.clear()
+    ask_all()
+    # a second model holder changes the first one's quoted lines (another
+    # model chunk now holds its line) and its own anchor; nothing else
+    assert set(read) == {shared}
+    session.upsert(chunk("c7", shared, role=Role.MODEL, turn=7), 10, 0)
+    book = session.line_book()
+    read.clear()
+    ask_all()
+    # a third changes no holder's quoted lines: c6's anchors and repeat are
+    # read again, and c7's anchors, quoted lines and repeat (five reads)
+    assert read == [shared] * 5
 
 
 @dataclass(frozen=True)

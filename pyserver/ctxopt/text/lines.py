@@ -199,7 +199,8 @@ class LineBook:
         # quoted lines: an append then re-checks a few slots, not every holder
         # of every line it repeats
         was_latest: set[int] = set()
-        quoting: set[str] = set()
+        quoting: set[str] = set()  # lines whose every holder's quoted lines are stale
+        quoting_model: set[str] = set()  # ... whose model holders' are
         # in slot order, so a model chunk finds the earlier chunks it quotes
         for slot, chunk in sorted(changed, key=lambda pair: pair[0]):
             if slot in self.text:
@@ -208,14 +209,23 @@ class LineBook:
             keys, above = self._add(slot, chunk.text, by_model, was_latest)
             if by_model:
                 self._mark_quoted(slot, keys)
-                quoting |= above
+                # a holder's quoted lines change only where the model's count
+                # of a line went 0 -> 1 (quoted for the others) or 1 -> 2 (for
+                # the model's earlier holder); at ~1,200 chunks ~20 outputs a
+                # plan were read again for nothing
+                model_held = self._model_held
+                quoting.update(key for key in above if model_held[key] == 1)
+                quoting_model.update(key for key in above if model_held[key] == 2)
             touched |= keys - above
         # once per sync, not per chunk: a line many chunks hold would make a
         # first sync quadratic
         self._touch(touched)
         for slot in was_latest:
             self._forget_placement(slot)
-        for slot in set().union(*(self.holders[key] for key in quoting if key in self.holders)):
+        holders = self.holders
+        stale = set().union(*(holders[key] for key in quoting if key in holders))
+        stale.update(*(holders[key] & self._by_model for key in quoting_model if key in holders))
+        for slot in stale:
             self._quoted_lines.pop(slot, None)
             self._moved.add(slot)
 
