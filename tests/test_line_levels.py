@@ -354,10 +354,10 @@ def test_the_outputs_left_unvisited_hold_what_the_plain_definition_gives(
 
     def checked(
         session: Any, book: Any, slots: list[int], facts: SessionFacts, *rest: Any
-    ) -> dict[int, tuple[line_levels.LineLevel, ...]]:
+    ) -> line_levels.OutputSizes:
         made = real(session, book, slots, facts, *rest)
         memo = line_levels._memos[book]
-        assert made.keys() == set(slots) == memo.by_slot.keys()
+        assert made.levels.keys() == set(slots) == memo.by_slot.keys()
         line_levels._line_excerpts.clear()
         for slot in slots:
             text = session.entry_at(slot).chunk.text
@@ -365,7 +365,17 @@ def test_the_outputs_left_unvisited_hold_what_the_plain_definition_gives(
             assert (was.anchors, was.quoted) == (book.anchors(slot), book.quoted_lines(slot))
             assert was.relevance == relevance_of(facts, slot, text)[1]
             assert was.sole == sole_term(facts, slot, text)
-            assert made[slot] == line_levels.levels_of(session, book, slot, facts, *rest[:2])
+            levels = line_levels.levels_of(session, book, slot, facts, *rest[:2])
+            assert made.levels[slot] == levels
+            # what a plan reads of them
+            assert made.first.get(slot) == ((levels[0].text, levels[0].tokens) if levels else None)
+            assert made.first_tokens.get(slot) == (levels[0].tokens if levels else None)
+            assert made.tight.get(slot) == (
+                (levels[1].text, levels[1].tokens) if len(levels) > 1 else None
+            )
+            assert made.tight_kept.get(slot) == (levels[1].kept if len(levels) > 1 else None)
+        assert made.first.keys() == made.first_tokens.keys()
+        assert made.tight.keys() == made.tight_kept.keys()
         return made
 
     with pytest.MonkeyPatch.context() as patch:
@@ -434,3 +444,35 @@ def test_the_changed_names_are_the_plain_difference_of_two_plans_facts(
             assert names == before.identifiers ^ now.identifiers
             assert cited == before.cited ^ now.cited
         before = now
+
+
+def test_an_output_gone_leaves_no_size_a_plan_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sizes kept per session lose an output that went: a later plan reads
+    sizes of the outputs it has, no more."""
+    seen: list[tuple[set[int], line_levels.OutputSizes]] = []
+    real = line_levels.output_levels
+
+    def kept(session: Any, book: Any, slots: list[int], *rest: Any) -> line_levels.OutputSizes:
+        sizes = real(session, book, slots, *rest)
+        seen.append((set(slots), sizes))
+        return sizes
+
+    monkeypatch.setattr(values, "output_levels", kept)
+    engine = Engine(Config(data_dir=":memory:"))
+    engine.append(
+        "",
+        S,
+        [
+            chunk(f"c{n}", holding(n, frozenset({"refund"})), kind=ChunkKind.TOOL_RESULT, turn=n)
+            for n in range(1, 4)
+        ]
+        + [chunk("m", "THOUGHT: the bug is in compute_refund", role=Role.MODEL, turn=4)],
+    )
+    plan_of(engine, "refund")
+    engine.remove("", S, ["c2"], stash_originals=False)
+    plan_of(engine, "refund")
+    (before, _), (slots, sizes) = seen[0], seen[-1]
+    assert 1 in before and 1 not in slots  # c2's slot: an output, then gone
+    for held in (sizes.levels, sizes.first, sizes.first_tokens, sizes.tight, sizes.tight_kept):
+        assert held.keys() <= slots
+    engine.close()

@@ -160,6 +160,36 @@ class _Remembered:
 
 
 @dataclass(slots=True)
+class OutputSizes:
+    """Every output's sizes by slot, and what a plan reads of them by slot:
+    the first size's text and tokens, the tight size's text and kept share.
+    Kept per session and changed only where an output's sizes did, so a plan
+    copies them whole (in C) instead of reading ~450 outputs' sizes one by one
+    (~0.5 ms of a plan after an append at ~1,200 chunks). Valid until the
+    session's next plan."""
+
+    levels: dict[int, tuple[LineLevel, ...]] = field(default_factory=dict)
+    first: dict[int, tuple[str, int]] = field(default_factory=dict)
+    first_tokens: dict[int, int] = field(default_factory=dict)
+    tight: dict[int, tuple[str, int]] = field(default_factory=dict)
+    tight_kept: dict[int, float] = field(default_factory=dict)
+
+    def put(self, slot: int, levels: tuple[LineLevel, ...]) -> None:
+        self.drop(slot)
+        self.levels[slot] = levels
+        if levels:
+            self.first[slot] = levels[0].text, levels[0].tokens
+            self.first_tokens[slot] = levels[0].tokens
+        if len(levels) > 1:
+            self.tight[slot] = levels[1].text, levels[1].tokens
+            self.tight_kept[slot] = levels[1].kept
+
+    def drop(self, slot: int) -> None:
+        for held in (self.levels, self.first, self.first_tokens, self.tight, self.tight_kept):
+            held.pop(slot, None)
+
+
+@dataclass(slots=True)
 class _Memo:
     """One session's last plan: its facts, the knobs, each output's sizes,
     and per slot the tokens and stash id they were made for (arrays, so a
@@ -168,7 +198,7 @@ class _Memo:
     facts: SessionFacts | None = None
     knobs: tuple[object, ...] = ()
     by_slot: dict[int, _Remembered] = field(default_factory=dict)
-    levels: dict[int, tuple[LineLevel, ...]] = field(default_factory=dict)
+    sizes: OutputSizes = field(default_factory=OutputSizes)
     tokens: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     stash: ObjectArray = field(default_factory=lambda: np.zeros(0, dtype=object))
 
@@ -188,7 +218,7 @@ def output_levels(
     tuning: Tuning,
     count_tokens: TokenCount,
     stash_ids: ObjectArray,
-) -> dict[int, tuple[LineLevel, ...]]:
+) -> OutputSizes:
     """The sizes of each output in `slots`, remade only where they may differ
     from the session's last plan (see the module's note); `stash_ids` per slot
     (`slot_facts`). Only the outputs something moved for are visited: those
@@ -218,7 +248,7 @@ def output_levels(
     cited: frozenset[int] = frozenset()
     term_reach: frozenset[int] = _NONE
     if previous is None:
-        memo.by_slot, memo.levels, todo = {}, {}, set(slots)
+        memo.by_slot, memo.sizes, todo = {}, OutputSizes(), set(slots)
     else:
         names, cited, terms = _changes(previous, facts)
         if moved is None:  # the book forgot every slot's answers
@@ -281,11 +311,11 @@ def output_levels(
                 text,
                 sole_term(facts, slot, text),
             )
-            memo.levels[slot] = was.levels
+            memo.sizes.put(slot, was.levels)
         remembered[slot] = was
         memo.tokens[slot], memo.stash[slot] = was.tokens, was.stash
     memo.facts, memo.knobs = facts, knobs
-    return dict(memo.levels)
+    return memo.sizes
 
 
 def _to_check(
@@ -304,7 +334,7 @@ def _to_check(
     current = set(slots)
     for gone in remembered.keys() - current:
         del remembered[gone]
-        del memo.levels[gone]
+        memo.sizes.drop(gone)
     todo = current - remembered.keys()
     todo |= moved & current
     held = np.fromiter(remembered, dtype=np.intp, count=len(remembered))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -103,8 +103,12 @@ class ShrunkTexts:
     def made(self, slot: int, text: str, tokens: int) -> None:
         self._made[slot] = (text, tokens)
 
-    def made_tight(self, slot: int, text: str, tokens: int) -> None:
-        self._tight[slot] = (text, tokens)
+    def made_many(
+        self, made: dict[int, tuple[str, int]], tight: dict[int, tuple[str, int]]
+    ) -> None:
+        """Each slot's text of `made` and tight text of `tight` (copied whole)."""
+        self._made.update(made)
+        self._tight.update(tight)
 
     def anchored_in(self, book: LineBook, tokens: FloatArray) -> None:
         """Slots not made here are anchored excerpts of `book`, `tokens` long."""
@@ -317,7 +321,7 @@ def _made_shrinks(
             ),
             texts=slots_now.texts,
         )
-        made = output_levels(
+        sizes = output_levels(
             session,
             book,
             np.flatnonzero(outputs).tolist(),
@@ -326,13 +330,12 @@ def _made_shrinks(
             count_tokens,
             slots_now.stash_ids,
         )
-        for slot, levels in made.items():
-            if levels:
-                texts.made(slot, levels[0].text, levels[0].tokens)
-                tokens[slot], lined[slot] = levels[0].tokens, True
-            if len(levels) > 1:
-                texts.made_tight(slot, levels[1].text, levels[1].tokens)
-                tight_kept[slot] = levels[1].kept
+        texts.made_many(sizes.first, sizes.tight)
+        at = _keys(sizes.first_tokens)
+        tokens[at] = np.fromiter(sizes.first_tokens.values(), dtype=np.float64, count=len(at))
+        lined[at] = True
+        at = _keys(sizes.tight_kept)
+        tight_kept[at] = np.fromiter(sizes.tight_kept.values(), dtype=np.float64, count=len(at))
         action[lined] = _TRIM
     shrunk = anchored | lined
     trimmable = multiline & ~shrunk & (cols.tokens[:n] >= tuning.trim_min_tokens)
@@ -361,6 +364,10 @@ def _made_shrinks(
     for slot, after in texts.tight_sizes():
         tight_tokens[slot] = after
     return _Shrinks(tokens, action, texts, anchored, lined, tight_tokens, tight_kept)
+
+
+def _keys(by_slot: dict[int, Any]) -> npt.NDArray[np.intp]:
+    return np.fromiter(by_slot, dtype=np.intp, count=len(by_slot))
 
 
 def _anchored_excerpt(
