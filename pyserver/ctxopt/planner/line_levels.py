@@ -161,31 +161,28 @@ class _Remembered:
 
 @dataclass(slots=True)
 class OutputSizes:
-    """Every output's sizes by slot, and what a plan reads of them by slot:
-    the first size's text and tokens, the tight size's text and kept share.
-    Kept per session and changed only where an output's sizes did, so a plan
-    copies them whole (in C) instead of reading ~450 outputs' sizes one by one
-    (~0.5 ms of a plan after an append at ~1,200 chunks). Valid until the
-    session's next plan."""
+    """What a plan reads of the outputs' sizes, by slot: the first size's
+    text and tokens, the tight size's text, tokens and kept share (an output
+    without a size is absent). Kept per session and changed only where an
+    output's sizes did, so a plan copies them whole (in C) instead of reading
+    ~450 outputs' sizes one by one (~0.5 ms of a plan after an append at
+    ~1,200 chunks). The plan's `ShrunkTexts` hold the same tuples. Valid
+    until the session's next plan."""
 
-    levels: dict[int, tuple[LineLevel, ...]] = field(default_factory=dict)
     first: dict[int, tuple[str, int]] = field(default_factory=dict)
-    first_tokens: dict[int, int] = field(default_factory=dict)
     tight: dict[int, tuple[str, int]] = field(default_factory=dict)
     tight_kept: dict[int, float] = field(default_factory=dict)
 
     def put(self, slot: int, levels: tuple[LineLevel, ...]) -> None:
         self.drop(slot)
-        self.levels[slot] = levels
         if levels:
             self.first[slot] = levels[0].text, levels[0].tokens
-            self.first_tokens[slot] = levels[0].tokens
         if len(levels) > 1:
             self.tight[slot] = levels[1].text, levels[1].tokens
             self.tight_kept[slot] = levels[1].kept
 
     def drop(self, slot: int) -> None:
-        for held in (self.levels, self.first, self.first_tokens, self.tight, self.tight_kept):
+        for held in (self.first, self.tight, self.tight_kept):
             held.pop(slot, None)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Protocol
 
 import numpy as np
@@ -331,8 +332,8 @@ def _made_shrinks(
             slots_now.stash_ids,
         )
         texts.made_many(sizes.first, sizes.tight)
-        at = _keys(sizes.first_tokens)
-        tokens[at] = np.fromiter(sizes.first_tokens.values(), dtype=np.float64, count=len(at))
+        at = _keys(sizes.first)
+        tokens[at] = np.fromiter(map(_TOKENS, sizes.first.values()), np.float64, len(at))
         lined[at] = True
         at = _keys(sizes.tight_kept)
         tight_kept[at] = np.fromiter(sizes.tight_kept.values(), dtype=np.float64, count=len(at))
@@ -364,6 +365,9 @@ def _made_shrinks(
     for slot, after in texts.tight_sizes():
         tight_tokens[slot] = after
     return _Shrinks(tokens, action, texts, anchored, lined, tight_tokens, tight_kept)
+
+
+_TOKENS = itemgetter(1)  # of a (text, tokens) pair
 
 
 def _keys(by_slot: dict[int, Any]) -> npt.NDArray[np.intp]:
