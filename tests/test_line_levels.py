@@ -154,15 +154,15 @@ def test_the_changed_names_are_a_small_set() -> None:
 
 
 def slots_made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The slots whose sizes `levels_of` makes from now on, in order."""
+    """The slots whose sizes a plan makes from now on, in order."""
     made: list[int] = []
-    levels_of = line_levels.levels_of
+    made_levels = line_levels._made_levels
 
-    def counted(*args: Any) -> tuple[line_levels.LineLevel, ...]:
+    def counted(*args: Any) -> tuple[tuple[line_levels.LineLevel, ...], Any]:
         made.append(args[2])
-        return levels_of(*args)
+        return made_levels(*args)
 
-    monkeypatch.setattr(line_levels, "levels_of", counted)
+    monkeypatch.setattr(line_levels, "_made_levels", counted)
     return made
 
 
@@ -476,3 +476,40 @@ def test_an_output_gone_leaves_no_size_a_plan_reads(monkeypatch: pytest.MonkeyPa
         assert held.keys() <= slots
     assert sizes.first  # the outputs left have sizes
     engine.close()
+
+
+def test_a_size_keeping_the_same_lines_of_the_same_text_takes_its_last_bytes() -> None:
+    """An output made again (its query terms' weights moved) takes the text
+    and tokens of a size of its last sizes that keeps the same lines, when
+    its stash and text are the same; another text makes its own bytes."""
+    text = holding(1, frozenset({"refund", "margin"}))
+    session = Session(S, "", Analyzer())
+    session.upsert(chunk("c1", text, kind=ChunkKind.TOOL_RESULT), len(text) // 4, 0)
+    view, book, tuning = session.view(), session.line_book(), Tuning()
+    facts = session_facts(
+        view,
+        "refund margin",
+        view.analyzer,
+        rare_share=1.0,
+        weights=LineWeights(1.0, 1.0, 1.0, 1.0, 1.0),
+        texts=slot_facts(view, book).texts,
+    )
+
+    def count(excerpt: str) -> int:
+        return len(excerpt) // 4
+
+    line_levels._line_excerpts.clear()
+    levels, kept = line_levels._made_levels(view, book, 0, facts, tuning, count, None)
+    assert levels and kept is not None and len(kept) == len(levels)
+    marked = tuple(
+        line_levels.LineLevel(f"last {n}", lv.tokens, 1.0) for n, lv in enumerate(levels)
+    )
+    stash = view.entry_at(0).stash_id()
+    for last_text, expected in ((text, marked), (text + "\n", levels)):
+        last = line_levels._Remembered(
+            stash, 0, (), frozenset(), (), marked, frozenset(), frozenset(), last_text, None, kept
+        )
+        line_levels._line_excerpts.clear()
+        made, _ = line_levels._made_levels(view, book, 0, facts, tuning, count, last)
+        assert [(m.text, m.tokens) for m in made] == [(e.text, e.tokens) for e in expected]
+        assert [m.kept for m in made] == [level.kept for level in levels]

@@ -73,6 +73,24 @@ def levels_of(
     share of its tokens: each size while it shrinks the one before well (none
     when nothing points at any line). Cached while the facts about its own
     lines stay the same."""
+    return _made_levels(session, book, slot, facts, tuning, count_tokens, None)[0]
+
+
+Kept = tuple[tuple[int, ...], ...]  # per size, the numbers of the lines it keeps
+
+
+def _made_levels(
+    session: SessionView,
+    book: LineBook,
+    slot: int,
+    facts: SessionFacts,
+    tuning: Tuning,
+    count_tokens: TokenCount,
+    last: _Remembered | None,
+) -> tuple[tuple[LineLevel, ...], Kept | None]:
+    """`levels_of`, and the lines each size keeps (None when the cache had
+    the sizes). `last`: the same text's sizes with their kept lines, whose
+    text and tokens a size keeping the same lines takes as they are."""
     entry = session.entry_at(slot)
     chunk = entry.chunk
     stash = entry.stash_id()
@@ -81,32 +99,47 @@ def levels_of(
     key = (stash, entry.tokens, facts_key, knobs, count_tokens)  # engines share this cache
     found = _line_excerpts.get(key)  # one lookup: another plan may evict it
     if found is not None:
-        return found
+        return found, None
+    kept_before: Kept = ()
+    # the same stash and text: an excerpt's stash is its original's, whatever its text
+    if last is not None and last.kept is not None and last.stash == stash:
+        kept_before = last.kept if last.text == chunk.text else ()
     text_profile = line_value.profile(chunk.text)
     lines = text_profile.lines
     scores = line_value.line_scores(text_profile, line_facts, facts.weights)
     per_char = entry.tokens / max(len(chunk.text), 1)
     costs = [(len(line) + 1) * per_char for line in lines]
     levels: list[LineLevel] = []
+    kept_lines: list[tuple[int, ...]] = []
     weight = 0.0  # the excerpt's line weight, which a tighter size keeps a share of
     for share in (tuning.line_budget, tuning.line_tight_share):
-        kept = line_value.excerpt_lines(
-            text_profile.headers, scores, costs, share * entry.tokens, tuning.line_context
+        kept = tuple(
+            line_value.excerpt_lines(
+                text_profile.headers, scores, costs, share * entry.tokens, tuning.line_context
+            )
         )
         if not kept or share <= 0:
             break
-        text = ranged_excerpt(chunk.id, lines, kept, stash)
-        after = count_tokens(text)
+        at = len(levels)
+        if at < len(kept_before) and kept_before[at] == kept and last is not None:
+            # the same lines of the same text: the same bytes (an output holding
+            # two query terms is made again at each append as their weights move,
+            # and mostly keeps its lines: ~55 a plan at 10,000 chunks)
+            text, after = last.levels[at].text, last.levels[at].tokens
+        else:
+            text = ranged_excerpt(chunk.id, lines, kept, stash)
+            after = count_tokens(text)
         before = levels[-1].tokens if levels else entry.tokens
         if after >= before * tuning.shrink_worth:
             break  # a size that does not shrink the one before well; none under it either
         kept_weight = sum(map(scores.__getitem__, kept))  # the same sum, not a generator
         weight = weight or kept_weight
         levels.append(LineLevel(text=text, tokens=after, kept=kept_weight / weight))
+        kept_lines.append(kept)
     made = tuple(levels)
     with _line_excerpts_lock:
         remember(_line_excerpts, key, made, ANCHORED_CACHE_SIZE)
-    return made
+    return made, tuple(kept_lines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +158,11 @@ class _Remembered:
     levels: tuple[LineLevel, ...]
     names: frozenset[str]  # the names and numbers its text holds (its profile's)
     numbers: frozenset[int]
-    text: str  # the text `relevance` and `sole` are of
+    text: str  # the text `relevance`, `sole` and `kept` are of
     sole: str | None  # `sole_term` of the text under the query's terms then
+    # the lines each size keeps, for an output holding two or more of the
+    # query's terms (the ones made again as the terms' weights move), else None
+    kept: Kept | None
 
     # the constructor, not `dataclasses.replace` (which reads the fields each
     # call): ~20 outputs a plan after an append have their echoes re-checked
@@ -142,6 +178,7 @@ class _Remembered:
             self.numbers,
             self.text,
             self.sole,
+            self.kept,
         )
 
     def with_text(self, text: str, sole: str | None) -> _Remembered:
@@ -156,6 +193,7 @@ class _Remembered:
             self.numbers,
             text,
             sole,
+            self.kept if text == self.text else None,
         )
 
 
@@ -269,7 +307,7 @@ def output_levels(
         entry = entry_at(slot)
         text = entry.chunk.text
         anchors, quoted = anchors_of(slot), quoted_of(slot)
-        was = remembered.get(slot)
+        was = last = remembered.get(slot)
         profiled = line_value.profile(text)
         relevance: tuple[tuple[int, float], ...] | None = None
         sole: str | None
@@ -296,17 +334,20 @@ def output_levels(
             elif was.text is not text or was.sole != sole:
                 was = was.with_text(text, sole)
         if was is None:
+            levels, kept = _made_levels(session, book, slot, facts, tuning, count_tokens, last)
+            sole = sole_term(facts, slot, text)
             was = _Remembered(
                 entry.stash_id(),
                 entry.tokens,
                 anchors,
                 quoted,
                 relevance_of(facts, slot, text)[1] if relevance is None else relevance,
-                levels_of(session, book, slot, facts, tuning, count_tokens),
+                levels,
                 profiled.all_names,
                 profiled.all_numbers,
                 text,
-                sole_term(facts, slot, text),
+                sole,
+                kept if sole is None else None,
             )
             memo.sizes.put(slot, was.levels)
         remembered[slot] = was
