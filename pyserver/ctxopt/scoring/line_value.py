@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, count
@@ -247,12 +248,6 @@ class LineProfile:
     all_names: frozenset[str]  # the names its lines hold (`names` of the text)
     all_numbers: frozenset[int]
     headers: tuple[int | None, ...]  # each line's enclosing def/class header
-    # the last names `lines_naming` resolved and its answer: an output made
-    # again because only the query terms' weights moved (several a plan after
-    # an append) asks for the same names
-    last_naming: tuple[frozenset[str], tuple[int, ...]] | None = field(
-        default=None, compare=False, repr=False
-    )
 
     def lines_naming(self, identifiers: frozenset[str]) -> tuple[int, ...]:
         """The numbers of the lines whose `names` hold one of `identifiers`.
@@ -262,11 +257,15 @@ class LineProfile:
         wanted = identifiers & self.all_names
         if not wanted:
             return ()
-        last = self.last_naming
-        if last is not None and last[0] == wanted:
-            return last[1]
+        key = (id(self), wanted)
+        found = _naming.get(key)
+        if found is not None and found[0] is self:  # not another profile at a reused id
+            return found[1]
         naming = self._lines_naming(wanted)
-        object.__setattr__(self, "last_naming", (wanted, naming))  # one tuple, swapped whole
+        with _naming_lock:
+            _naming[key] = (self, naming)
+            if len(_naming) > NAMING_CACHE_SIZE:
+                _naming.popitem(last=False)
         return naming
 
     def _lines_naming(self, wanted: frozenset[str]) -> tuple[int, ...]:
@@ -288,6 +287,17 @@ class LineProfile:
                 at = runs.find(piece, end)  # a run names one or not as a whole
         starts = sorted(start for start, naming in resolved.items() if naming)
         return tuple(dict.fromkeys(_line_numbers(encoded, starts, b"\n")))
+
+
+# the names lately resolved in a profile's lines, and the answer: an output
+# made again because only its query terms' weights moved (several a plan after
+# an append) asks for the same names. A hundred answers, not one kept per
+# profile (that held ~5 MB more at 10,000 chunks)
+_naming: OrderedDict[tuple[int, frozenset[str]], tuple[LineProfile, tuple[int, ...]]] = (
+    OrderedDict()
+)
+_naming_lock = threading.Lock()
+NAMING_CACHE_SIZE = 128  # above the ~55 outputs a plan after an append remakes at 10,000 chunks
 
 
 def _tail_in(path: str, names: frozenset[str]) -> bool:
