@@ -99,12 +99,6 @@ _texts: OrderedDict[str, TextLines] = OrderedDict()
 _texts_lock = threading.Lock()  # plans of different sessions run in parallel
 
 
-def _leads(last: tuple[Slotted, ...], now: tuple[Slotted, ...]) -> bool:
-    """Whether `now` starts with every element of `last`, the same objects."""
-    size = len(last)
-    return 0 < size <= len(now) and now[size - 1] is last[-1] and all(map(is_, last, now))
-
-
 def text_lines(text: str) -> TextLines:
     """The lines and keys of a text, cached by the text itself."""
     found = _texts.get(text)
@@ -159,25 +153,22 @@ class LineBook:
         self._moved_all = True
         self.version = 0  # bumps on every change
         self._synced_index = -1  # the session index version last synced with
-        # the live chunks as last synced, in the session's order: a session
-        # that only grew since (each of these the same object, first) has
-        # changed only in the chunks after them
-        self._synced: tuple[Slotted, ...] = ()
+        self._synced: tuple[Slotted, ...] = ()  # the live chunks last synced, in order
 
     def sync(self, index_version: int, live_chunks: Iterable[Slotted]) -> None:
         """Bring the book up to a session's live chunks (changed texts only);
         `index_version` is its text index's version: every change of a chunk's
         text goes through that index, so an unchanged version needs no work.
         The chunks come in the session's order (an added one last, a replaced
-        one a new object): when the last synced ones lead them unchanged, only
-        the rest are read (a pass over every live chunk was ~0.5 ms of a plan
-        after an append at 1,000 chunks)."""
+        one a new object): when the last synced lead them, only the rest are
+        read (a pass over every chunk was ~0.5 ms a plan at 1,000 chunks)."""
         if index_version == self._synced_index:
             return
         self._synced_index = index_version
         now, last = tuple(live_chunks), self._synced
         self._synced = now
-        if self.text and _leads(last, now):
+        grew = 0 < len(last) <= len(now) and now[len(last) - 1] is last[-1]
+        if self.text and grew and all(map(is_, last, now)):
             self._sync_changed([(e.slot, e.chunk) for e in now[len(last) :]], set())
             return
         live = {e.slot: e.chunk for e in now}
@@ -190,8 +181,7 @@ class LineBook:
         self._sync_changed(list(live.items()), touched)
 
     def _sync_changed(self, candidates: list[tuple[int, Chunk]], touched: set[str]) -> None:
-        """Hold the texts of `candidates` whose text is not the one held for
-        their slot; `touched`: keys whose holders' answers are already stale."""
+        """Hold the candidates whose text changed; `touched`: keys already stale."""
         changed = [(slot, c) for slot, c in candidates if self.text.get(slot) is not c.text]
         # a line's new holder above all its holders (an append) stales only its
         # previous latest holder's anchors and repeat (each other holder had a
@@ -199,7 +189,7 @@ class LineBook:
         # quoted lines: an append then re-checks a few slots, not every holder
         # of every line it repeats
         was_latest: set[int] = set()
-        quoting: set[str] = set()  # lines whose every holder's quoted lines are stale
+        quoting: set[str] = set()  # lines whose holders' quoted lines are stale
         quoting_model: set[str] = set()  # ... whose model holders' are
         # in slot order, so a model chunk finds the earlier chunks it quotes
         for slot, chunk in sorted(changed, key=lambda pair: pair[0]):
@@ -209,10 +199,9 @@ class LineBook:
             keys, above = self._add(slot, chunk.text, by_model, was_latest)
             if by_model:
                 self._mark_quoted(slot, keys)
-                # a holder's quoted lines change only where the model's count
-                # of a line went 0 -> 1 (quoted for the others) or 1 -> 2 (for
-                # the model's earlier holder); at ~1,200 chunks ~20 outputs a
-                # plan were read again for nothing
+                # a holder's quoted lines change only where the model's count of
+                # a line went 0 -> 1 (for the others) or 1 -> 2 (for the model's
+                # holder): ~20 -> ~1 outputs re-read a plan at ~1,200 chunks
                 model_held = self._model_held
                 quoting.update(key for key in above if model_held[key] == 1)
                 quoting_model.update(key for key in above if model_held[key] == 2)
