@@ -156,13 +156,13 @@ def test_the_changed_names_are_a_small_set() -> None:
 def slots_made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The slots whose sizes a plan makes from now on, in order."""
     made: list[int] = []
-    made_levels = line_levels._made_levels
+    levels_of = line_levels.levels_of
 
     def counted(*args: Any) -> tuple[tuple[line_levels.LineLevel, ...], Any]:
         made.append(args[2])
-        return made_levels(*args)
+        return levels_of(*args)
 
-    monkeypatch.setattr(line_levels, "_made_levels", counted)
+    monkeypatch.setattr(line_levels, "levels_of", counted)
     return made
 
 
@@ -365,7 +365,7 @@ def test_the_outputs_left_unvisited_hold_what_the_plain_definition_gives(
             assert (was.anchors, was.quoted) == (book.anchors(slot), book.quoted_lines(slot))
             assert was.relevance == relevance_of(facts, slot, text)[1]
             assert was.sole == sole_term(facts, slot, text)
-            levels = line_levels.levels_of(session, book, slot, facts, *rest[:2])
+            levels = line_levels.levels_of(session, book, slot, facts, *rest[:2])[0]
             assert was.levels == levels
             # what a plan reads of them
             assert made.first.get(slot) == ((levels[0].text, levels[0].tokens) if levels else None)
@@ -499,7 +499,7 @@ def test_a_size_keeping_the_same_lines_of_the_same_text_takes_its_last_bytes() -
         return len(excerpt) // 4
 
     line_levels._line_excerpts.clear()
-    levels, kept = line_levels._made_levels(view, book, 0, facts, tuning, count, None)
+    levels, kept = line_levels.levels_of(view, book, 0, facts, tuning, count)
     assert levels and kept is not None and len(kept) == len(levels)
     marked = tuple(
         line_levels.LineLevel(f"last {n}", lv.tokens, 1.0) for n, lv in enumerate(levels)
@@ -510,6 +510,6 @@ def test_a_size_keeping_the_same_lines_of_the_same_text_takes_its_last_bytes() -
             stash, 0, (), frozenset(), (), marked, frozenset(), frozenset(), last_text, None, kept
         )
         line_levels._line_excerpts.clear()
-        made, _ = line_levels._made_levels(view, book, 0, facts, tuning, count, last)
+        made, _ = line_levels.levels_of(view, book, 0, facts, tuning, count, last)
         assert [(m.text, m.tokens) for m in made] == [(e.text, e.tokens) for e in expected]
         assert [m.kept for m in made] == [level.kept for level in levels]

@@ -60,6 +60,9 @@ _line_excerpts: OrderedDict[tuple[object, ...], tuple[LineLevel, ...]] = Ordered
 _line_excerpts_lock = threading.Lock()
 
 
+Kept = tuple[tuple[int, ...], ...]  # per size, the numbers of the lines it keeps
+
+
 def levels_of(
     session: SessionView,
     book: LineBook,
@@ -67,30 +70,15 @@ def levels_of(
     facts: SessionFacts,
     tuning: Tuning,
     count_tokens: TokenCount,
-) -> tuple[LineLevel, ...]:
+    last: _Remembered | None = None,
+) -> tuple[tuple[LineLevel, ...], Kept | None]:
     """A tool output shrunk to the lines its signals point at (line_value),
     then, when `line_tight_share` asks for it, to its best lines within that
     share of its tokens: each size while it shrinks the one before well (none
-    when nothing points at any line). Cached while the facts about its own
-    lines stay the same."""
-    return _made_levels(session, book, slot, facts, tuning, count_tokens, None)[0]
-
-
-Kept = tuple[tuple[int, ...], ...]  # per size, the numbers of the lines it keeps
-
-
-def _made_levels(
-    session: SessionView,
-    book: LineBook,
-    slot: int,
-    facts: SessionFacts,
-    tuning: Tuning,
-    count_tokens: TokenCount,
-    last: _Remembered | None,
-) -> tuple[tuple[LineLevel, ...], Kept | None]:
-    """`levels_of`, and the lines each size keeps (None when the cache had
-    the sizes). `last`: the same text's sizes with their kept lines, whose
-    text and tokens a size keeping the same lines takes as they are."""
+    when nothing points at any line), and the lines each size keeps (None when
+    the cache had the sizes). Cached while the facts about its own lines stay
+    the same. `last`: the same text's sizes with their kept lines, whose text
+    and tokens a size keeping the same lines takes as they are."""
     entry = session.entry_at(slot)
     chunk = entry.chunk
     stash = entry.stash_id()
@@ -334,7 +322,7 @@ def output_levels(
             elif was.text is not text or was.sole != sole:
                 was = was.with_text(text, sole)
         if was is None:
-            levels, kept = _made_levels(session, book, slot, facts, tuning, count_tokens, last)
+            levels, kept = levels_of(session, book, slot, facts, tuning, count_tokens, last)
             sole = sole_term(facts, slot, text)
             was = _Remembered(
                 entry.stash_id(),
