@@ -481,7 +481,8 @@ def test_an_output_gone_leaves_no_size_a_plan_reads(monkeypatch: pytest.MonkeyPa
 def test_a_size_keeping_the_same_lines_of_the_same_text_takes_its_last_bytes() -> None:
     """An output made again (its query terms' weights moved) takes the text
     and tokens of a size of its last sizes that keeps the same lines, when
-    its stash and text are the same; another text makes its own bytes."""
+    its stash and text are the same; another text, or other lines, make
+    their own bytes."""
     text = holding(1, frozenset({"refund", "margin"}))
     session = Session(S, "", Analyzer())
     session.upsert(chunk("c1", text, kind=ChunkKind.TOOL_RESULT), len(text) // 4, 0)
@@ -505,9 +506,24 @@ def test_a_size_keeping_the_same_lines_of_the_same_text_takes_its_last_bytes() -
         line_levels.LineLevel(f"last {n}", lv.tokens, 1.0) for n, lv in enumerate(levels)
     )
     stash = view.entry_at(0).stash_id()
-    for last_text, expected in ((text, marked), (text + "\n", levels)):
+    other = tuple(lines[1:] for lines in kept)  # other lines of the same text
+    for last_text, last_kept, expected in (
+        (text, kept, marked),
+        (text + "\n", kept, levels),
+        (text, other, levels),
+    ):
         last = line_levels._Remembered(
-            stash, 0, (), frozenset(), (), marked, frozenset(), frozenset(), last_text, None, kept
+            stash,
+            0,
+            (),
+            frozenset(),
+            (),
+            marked,
+            frozenset(),
+            frozenset(),
+            last_text,
+            None,
+            last_kept,
         )
         line_levels._line_excerpts.clear()
         made, _ = line_levels.levels_of(view, book, 0, facts, tuning, count, last)
