@@ -20,6 +20,7 @@ import numpy as np
 
 from ctxopt import validate
 from ctxopt.config import Config
+from ctxopt.engine.collector import Collector
 from ctxopt.engine.quiet import QuietWriter
 from ctxopt.errors import CtxoptError, NotFound
 from ctxopt.model import ChunkKind, Role
@@ -37,12 +38,11 @@ from ctxopt.store import (
     require_owner,
     stored_of,
 )
-from ctxopt.text.analyzer import Analyzer
 from ctxopt.text.bm25 import BM25Index
 from ctxopt.text.countblob import CountBlobs
 from ctxopt.text.indexblob import IndexBlobs, chunk_key, chunks_digest
 from ctxopt.text.termblob import DocTerms, TermBlobs
-from ctxopt.tokens import TokenCounter, count_key
+from ctxopt.tokens import count_key
 
 log = logging.getLogger(__name__)
 
@@ -112,13 +112,12 @@ class LiveSessions:
     """Sessions by id, loaded on first use; `load_lock` guards bringing a stored
     session into memory (and an import replacing one)."""
 
-    def __init__(
-        self, config: Config, store: Store, analyzer: Analyzer, counter: TokenCounter
-    ) -> None:
+    def __init__(self, config: Config, store: Store, collector: Collector) -> None:
         self.config = config
         self.store = store
-        self.analyzer = analyzer
-        self.counter = counter
+        self.analyzer = analyzer = collector.analyzer  # the collector's: a plan reads the index
+        self.counter = counter = collector.counter
+        self.plans = collector.kept
         self.count_blobs = CountBlobs(counter)
         self.registry = Registry(analyzer)
         self.term_blobs = TermBlobs(analyzer)
@@ -214,6 +213,7 @@ class LiveSessions:
         tell(told)
         if whole and index is not None:
             kept.snapshot = (index.version, bytes(kept.by_slot))
+        self.plans.restore(session, stored.plan, stored.rows)
         return session
 
     def _kept_session(
@@ -307,6 +307,14 @@ class LiveSessions:
                 self._keep_session(session)
 
     def _keep_session(self, session: Session) -> None:
+        if self.plans.pending(session) and session.book_as_fresh():
+            try:
+                self.store.keep_plan(
+                    session.id, self.plans.encode(session, self.store.rows_digest(session.id))
+                )
+                self.plans.written(session)
+            except CtxoptError as err:
+                log.warning("session %r: last plan not kept: %s", session.id, err)
         kept = self._kept.setdefault(session, _KeptFacts())
         now = (session.index.version, bytes(kept.by_slot))
         if kept.snapshot == now:

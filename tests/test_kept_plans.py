@@ -1,0 +1,327 @@
+"""A session's last plan is kept as the process closes (engine/kept_plans.py),
+so a restart answers the same call on the unchanged session with it, making
+no plan: the plan read back must be the one the first process made and the one
+a fresh engine makes; any other call, any change, and a kept plan that is
+stale, damaged, cut, foreign, of another engine or of another type, is
+planned again, as before."""
+
+from __future__ import annotations
+
+import marshal
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from ctxopt.config import Config
+from ctxopt.engine import Engine
+from ctxopt.engine.collector import Collector
+from ctxopt.engine.kept_plans import plain_plan, plan_of
+from ctxopt.model import ChunkUpdate, OptimizeOptions, Plan, Role
+from ctxopt.planner.knobs import Tuning
+from ctxopt.store import DB_FILE, Store
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.factory import chunk, options
+from tests.stored import as_of_version
+from tests.test_line_blobs import S, forget_made_facts, output, session_chunks
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches() -> Iterator[None]:
+    forget_made_facts()
+    yield
+    forget_made_facts()
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The session ids of the plans made (not read back) from now on."""
+    seen: list[str] = []
+    plan = Collector._plan
+
+    def spied(self: Collector, session: object, opts: OptimizeOptions) -> Plan:
+        seen.append(getattr(session, "id", ""))
+        return plan(self, session, opts)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Collector, "_plan", spied)
+    return seen
+
+
+def call(query: str = "pricing tax", *, lean: bool = True) -> OptimizeOptions:
+    """A dry run to 40% of the test session (~2,300 tokens)."""
+    return options(900, query, dry_run=True, lean=lean)
+
+
+def same(plan: Plan) -> Plan:
+    return replace(plan, server_ms=0.0)
+
+
+def open_engine(data_dir: Path, tuning: Tuning | None = None) -> Engine:
+    return Engine(Config(data_dir=str(data_dir)), tuning)
+
+
+def built(data_dir: Path, opts: OptimizeOptions, sessions: tuple[str, ...] = (S,)) -> Plan:
+    """Sessions appended and planned with `opts`, then closed cleanly; the last one's plan."""
+    engine = open_engine(data_dir)
+    for session_id in sessions:
+        engine.append("", session_id, session_chunks(session_id))
+        plan = engine.optimize("", session_id, opts)
+    engine.close()
+    return same(plan)
+
+
+def planned(data_dir: Path, opts: OptimizeOptions, tuning: Tuning | None = None) -> Plan:
+    """A restart's first plan of `opts`."""
+    forget_made_facts()
+    engine = open_engine(data_dir, tuning)
+    try:
+        return same(engine.optimize("", S, opts))
+    finally:
+        engine.close()
+
+
+def fresh(opts: OptimizeOptions) -> Plan:
+    """The same session's plan in a fresh engine that never stored it."""
+    forget_made_facts()
+    engine = Engine(Config(data_dir=":memory:"))
+    try:
+        engine.append("", S, session_chunks(S))
+        return same(engine.optimize("", S, opts))
+    finally:
+        engine.close()
+
+
+def kept_blob(data_dir: Path, session_id: str = S) -> bytes | None:
+    with sqlite3.connect(data_dir / DB_FILE) as conn:
+        row = conn.execute(
+            "SELECT blob FROM kept_plans WHERE session_id = ?", (session_id,)
+        ).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+def set_kept(data_dir: Path, blob: object) -> None:
+    with sqlite3.connect(data_dir / DB_FILE) as conn:
+        conn.execute("UPDATE kept_plans SET blob = ? WHERE session_id = ?", (blob, S))
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_a_restart_answers_the_last_call_with_the_kept_plan(
+    tmp_path: Path, made: list[str], lean: bool
+) -> None:
+    opts = call(lean=lean)
+    first = built(tmp_path, opts)
+    assert kept_blob(tmp_path) is not None
+    made.clear()
+    assert planned(tmp_path, opts) == first == fresh(opts)
+    assert made == [S]  # only the fresh engine planned
+    assert planned(tmp_path, opts) == first  # and again: it is still kept
+
+
+def test_an_unchanged_plan_is_not_written_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built(tmp_path, call())
+    writes: list[str] = []
+    keep = Store.keep_plan
+
+    def spied(self: Store, session_id: str, blob: bytes | None) -> None:
+        writes.append(session_id)
+        keep(self, session_id, blob)
+
+    monkeypatch.setattr(Store, "keep_plan", spied)
+    planned(tmp_path, call())
+    assert writes == []
+    planned(tmp_path, call("total_price ValueError"))  # another call: its plan is kept
+    assert writes == [S]
+
+
+def test_another_call_is_planned_and_then_kept(tmp_path: Path, made: list[str]) -> None:
+    built(tmp_path, call())
+    other = call("total_price ValueError")
+    made.clear()
+    assert planned(tmp_path, other) == fresh(other)
+    assert made == [S, S]
+    made.clear()
+    assert planned(tmp_path, other) == fresh(other)
+    assert made == [S]  # the restart's came from the one kept at the last close
+
+
+def test_a_session_changed_after_the_restart_is_planned_again(
+    tmp_path: Path, made: list[str]
+) -> None:
+    opts = call()
+    built(tmp_path, opts)
+    engine = open_engine(tmp_path)
+    try:
+        engine.update("", S, [ChunkUpdate("o3", pinned=True)])
+        made.clear()
+        engine.optimize("", S, opts)
+        assert made == [S]
+    finally:
+        engine.close()
+
+
+def test_a_change_without_a_clean_close_is_not_trusted(tmp_path: Path, made: list[str]) -> None:
+    opts = call()
+    built(tmp_path, opts)
+    crashed = open_engine(tmp_path)
+    crashed.update("", S, [ChunkUpdate("o3", pinned=True)])
+    crashed.store.close()  # no `close`: the kept plan is of the rows before the pin
+    made.clear()
+    again = planned(tmp_path, opts)
+    assert made == [S]
+    with sqlite3.connect(tmp_path / DB_FILE) as conn:
+        conn.execute("DELETE FROM kept_plans")
+    assert again == planned(tmp_path, opts)
+
+
+def test_an_applied_plan_is_not_kept(tmp_path: Path, made: list[str]) -> None:
+    """A plan that changed the session was made from the state before it."""
+    opts = call()
+    built(tmp_path, opts)
+    engine = open_engine(tmp_path)
+    engine.optimize("", S, replace(opts, dry_run=False))
+    before = kept_blob(tmp_path)
+    engine.close()
+    assert kept_blob(tmp_path) == before  # the dry run's, of rows that are gone
+    made.clear()
+    planned(tmp_path, opts)
+    assert made == [S]
+
+
+@pytest.mark.parametrize("gone", ["removed", "changed"])
+def test_a_book_with_marks_a_restart_would_not_make_keeps_no_plan(
+    tmp_path: Path, made: list[str], gone: str
+) -> None:
+    """The model quoted an output's line, then its chunk went (or its text
+    changed): the live book still marks the output quoted, a restart's does not."""
+    opts = call()
+    quote = chunk("q", output(3).splitlines()[-1], role=Role.MODEL, turn=9)
+    engine = open_engine(tmp_path)
+    engine.append("", S, [*session_chunks(S), quote])
+    engine.optimize("", S, opts)
+    if gone == "removed":
+        engine.remove("", S, ["q"], stash_originals=False)
+    else:
+        engine.append("", S, [replace(quote, text="THOUGHT: the tax is fine")])
+    engine.optimize("", S, opts)
+    engine.close()
+    made.clear()
+    again = planned(tmp_path, opts)
+    assert made == [S]
+    with sqlite3.connect(tmp_path / DB_FILE) as conn:
+        conn.execute("DELETE FROM kept_plans")
+    assert again == planned(tmp_path, opts)
+
+
+def _flipped(blob: bytes) -> bytes:
+    return blob[:40] + bytes([blob[40] ^ 1]) + blob[41:]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [_flipped, lambda b: b[:-1], lambda b: b[: len(b) // 2], lambda b: b.hex()],
+    ids=["changed_byte", "last_byte_cut", "half_cut", "text_column"],
+)
+def test_a_damaged_kept_plan_is_planned_again(
+    tmp_path: Path, made: list[str], damage: object
+) -> None:
+    opts = call()
+    first = built(tmp_path, opts)
+    blob = kept_blob(tmp_path)
+    assert blob is not None
+    set_kept(tmp_path, damage(blob))  # type: ignore[operator]
+    made.clear()
+    assert planned(tmp_path, opts) == first
+    assert made == [S]
+
+
+def test_another_sessions_kept_plan_is_not_trusted(tmp_path: Path, made: list[str]) -> None:
+    opts = call()
+    others = built(tmp_path, opts, sessions=(S, "other"))
+    set_kept(tmp_path, kept_blob(tmp_path, "other"))
+    made.clear()
+    assert planned(tmp_path, opts) == fresh(opts) != others
+    assert made == [S, S]
+
+
+def test_another_engines_kept_plan_is_not_trusted(tmp_path: Path, made: list[str]) -> None:
+    opts = call()
+    built(tmp_path, opts)
+    made.clear()
+    planned(tmp_path, opts, Tuning(feedback_docs=Tuning().feedback_docs + 1))
+    assert made == [S]
+
+
+def test_a_v8_store_opens_plans_the_same_and_keeps_one(tmp_path: Path, made: list[str]) -> None:
+    opts = call()
+    first = built(tmp_path, opts)
+    as_of_version(tmp_path / DB_FILE, 8)
+    made.clear()
+    assert planned(tmp_path, opts) == first
+    assert made == [S] and kept_blob(tmp_path) is not None
+    made.clear()
+    assert planned(tmp_path, opts) == first
+    assert made == []
+
+
+def test_a_deleted_session_keeps_no_plan(tmp_path: Path) -> None:
+    built(tmp_path, call())
+    engine = open_engine(tmp_path)
+    engine.delete_session("", S, purge_stash=True)
+    engine.close()
+    assert kept_blob(tmp_path) is None
+
+
+_TEXT = st.text(max_size=12)
+_FLOAT = st.floats(allow_nan=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            _TEXT,
+            st.sampled_from([2, 3, 4, 5]),
+            st.integers(0, 10**6),
+            _FLOAT,
+            st.lists(_TEXT, max_size=3),
+            st.tuples(*[_FLOAT] * 5, st.booleans(), st.booleans(), _FLOAT),
+        ),
+        max_size=8,
+    ),
+    lean=st.booleans(),
+    repairs=st.lists(st.tuples(_TEXT, _TEXT, _TEXT), max_size=3),
+    outcome=st.sampled_from(["idle", "landed", "over_target"]),
+)
+def test_the_plan_codec_round_trips(
+    rows: list[tuple[str, int, int, float, list[str], tuple[object, ...]]],
+    lean: bool,
+    repairs: list[tuple[str, str, str]],
+    outcome: str,
+) -> None:
+    plain = (
+        [r[0] for r in rows],
+        [r[0] for r in rows],
+        [r[1] for r in rows],
+        [r[2] for r in rows],
+        [r[2] // 2 for r in rows],
+        [r[3] for r in rows],
+        None if lean else [r[5] for r in rows],
+        [tuple(r[4]) for r in rows],
+        ["".join(r[4]) for r in rows],
+        [r[0][:3] for r in rows],
+        7,
+        5,
+        6,
+        outcome,
+        repairs,
+        "why",
+        2,
+    )
+    plan = plan_of(marshal.loads(marshal.dumps(plain)))
+    assert plain_plan(plan) == plain
+    assert plan_of(plain_plan(plan)) == plan
