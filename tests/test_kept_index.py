@@ -158,6 +158,7 @@ def test_a_restart_reads_the_kept_session_and_plans_the_same(
     decoded.clear()
     engine = Engine(Config(data_dir=str(tmp_path)))
     session = engine.sessions.get("", S)
+    assert len(session.index)  # read on first use (engine/kept_plans.py)
     # no blob decoded a text at a time: the index and the facts were read whole
     assert decoded == Decoded()
     told = {e.chunk.id: remembered(e.chunk.text) for e in session.entries.values()}

@@ -222,14 +222,24 @@ class KeptPlans:
             if last is not None:
                 self._written[session] = last[1]
 
-    def restore(self, session: Session, blob: bytes | None, rows: bytes) -> None:
-        """Hold the kept plan of a session just loaded from `rows`, when trusted."""
+    def _opened(self, blob: bytes | None, rows: bytes) -> bytes | None:
+        """The body of a kept plan of this engine made from `rows`, else None."""
         body = opened(blob, head_size=_HEAD.size)
         if body is None:
+            return None
+        head = _HEAD.unpack_from(body)[:4]
+        return body if head == (_MAGIC, FORMAT, self._engine, rows) else None
+
+    def trusts(self, blob: bytes | None, rows: bytes) -> bool:
+        """Whether `restore` would hold this blob (a session loaded from `rows`)."""
+        return self._opened(blob, rows) is not None
+
+    def restore(self, session: Session, blob: bytes | None, rows: bytes) -> None:
+        """Hold the kept plan of a session just loaded from `rows`, when trusted."""
+        body = self._opened(blob, rows)
+        if body is None:
             return
-        magic, version, engine, made_from, collections, request = _HEAD.unpack_from(body)
-        if (magic, version, engine, made_from) != (_MAGIC, FORMAT, self._engine, rows):
-            return
+        collections, request = _HEAD.unpack_from(body)[4:]
         made = _Made(session.revision, collections, request)
         with self._lock:
             self._read[session] = (made, body[_HEAD.size :])

@@ -154,12 +154,23 @@ class IndexBlobs:
     def decode(self, blob: bytes | None, chunks: bytes) -> BM25Index | None:
         """The index `blob` holds for the live chunks whose digest is
         `chunks`, None when it cannot be trusted."""
+        state = self.state(blob, chunks)
+        return None if state is None else read_state(state)
+
+    def state(self, blob: bytes | None, chunks: bytes) -> bytes | None:
+        """The marshalled state of a blob that may be trusted (`read_state`
+        tells whether it holds together), else None."""
         body = opened(blob, head_size=_HEAD.size)
         if body is None:
             return None
         if _HEAD.unpack_from(body) != (_MAGIC, FORMAT, _ORDER, self._analyzer, chunks):
             return None
-        try:
-            return index_of(marshal.loads(body[_HEAD.size :]))
-        except (ValueError, TypeError, EOFError):
-            return None
+        return body[_HEAD.size :]
+
+
+def read_state(state: bytes) -> BM25Index | None:
+    """The index of `IndexBlobs.state`'s bytes, None when it does not hold together."""
+    try:
+        return index_of(marshal.loads(state))
+    except (ValueError, TypeError, EOFError):
+        return None
