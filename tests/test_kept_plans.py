@@ -20,7 +20,11 @@ from ctxopt.engine.collector import Collector
 from ctxopt.engine.kept_plans import plain_plan, plan_of
 from ctxopt.model import ChunkUpdate, OptimizeOptions, Plan, Role
 from ctxopt.planner.knobs import Tuning
+from ctxopt.scoring.lineblob import remembered
 from ctxopt.store import DB_FILE, Store
+from ctxopt.text import indexblob
+from ctxopt.text.bm25 import BM25Index
+from ctxopt.text.sealed import seal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -325,3 +329,62 @@ def test_the_plan_codec_round_trips(
     plan = plan_of(marshal.loads(marshal.dumps(plain)))
     assert plain_plan(plan) == plain
     assert plan_of(plain_plan(plan)) == plan
+
+
+@pytest.fixture
+def read_whole(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many kept indexes were decoded from now on."""
+    seen: list[int] = []
+    read = indexblob.index_of
+
+    def spied(state: object) -> BM25Index:
+        seen.append(1)
+        return read(state)
+
+    monkeypatch.setattr(indexblob, "index_of", spied)
+    return seen
+
+
+def test_the_call_the_kept_plan_answers_reads_no_index_nor_facts(
+    tmp_path: Path, made: list[str], read_whole: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opts = call()
+    first = built(tmp_path, opts)
+    writes: list[str] = []
+    monkeypatch.setattr(Store, "keep_session", lambda _, session_id, *__: writes.append(session_id))
+    forget_made_facts()
+    made.clear()
+    engine = open_engine(tmp_path)
+    try:
+        assert same(engine.optimize("", S, opts)) == first
+        session = engine.sessions.get("", S)
+        assert not session.settled and read_whole == [] and made == []
+        assert remembered(session.entries["o3"].chunk.text).profile is None  # not told yet
+        other = call("total_price ValueError")
+        got = same(engine.optimize("", S, other))  # reads them now
+        assert session.settled and read_whole == [1] and made == [S]
+        assert remembered(session.entries["o3"].chunk.text).profile is not None
+    finally:
+        engine.close()
+    assert writes == []  # read as kept: not written again
+    assert got == fresh(other)
+
+
+def test_a_kept_index_that_does_not_hold_together_is_made_from_the_texts(
+    tmp_path: Path, made: list[str]
+) -> None:
+    """Its envelope holds (format, analyzer, chunks, checksum), its state does not."""
+    opts, other = call(), call("total_price ValueError")
+    built(tmp_path, opts)
+    with sqlite3.connect(tmp_path / DB_FILE) as conn:
+        blob = conn.execute("SELECT index_blob FROM kept_sessions").fetchone()[0]
+        forged = seal(blob[: indexblob._HEAD.size] + marshal.dumps(("not", "a", "state")))
+        conn.execute("UPDATE kept_sessions SET index_blob = ?", (forged,))
+    forget_made_facts()
+    engine = open_engine(tmp_path)
+    try:
+        engine.optimize("", S, opts)
+        got = same(engine.optimize("", S, other))
+    finally:
+        engine.close()
+    assert got == fresh(other)
