@@ -46,6 +46,15 @@ _MAX_SLOT = (1 << 31) - 1  # decoded slots are int32
 
 
 _Array = TypeVar("_Array", IntArray, FloatArray)
+# The index as plain data (`BM25Index.state`): parameters, terms by id, each term's
+# posting count, the postings joined, `_ARRAYS`' bytes, each slot's term ids, `_COUNTERS`
+_Params = tuple[float, float, float]
+_Bytes = tuple[bytes, ...]
+IndexState = tuple[_Params, list[str], bytes, bytes, _Bytes, list[bytes | None], tuple[int, ...]]
+_ARRAYS: tuple[tuple[str, type[np.generic]], ...] = (("_df", np.int64), ("_term_changed", np.int64))
+_ARRAYS += (("_slot_uid", np.int64), ("_doc_len", np.float64), ("_uid_slot", np.int64))
+_COUNTERS: tuple[str, ...] = ("_next_uid", "_docs", "_total_len", "_end", "_live_postings")
+_COUNTERS += ("_stale_postings", "_version")
 
 
 def _grown(values: _Array, size: int, fill: int) -> _Array:
@@ -443,7 +452,37 @@ class BM25Index:
         del packed
         return slots.astype(np.int32), tf
 
-    # ---- accounting ------------------------------------------------------
+    def state(self) -> IndexState:
+        """What a scoring or an update reads, as plain data (text/indexblob.py keeps it)."""
+        terms = list(self._term_ids)  # ids are given in insertion order, from 0
+        sizes = array("Q", map(len, self._postings)).tobytes()
+        joined = b"".join(map(array.tobytes, self._postings))
+        arrays = tuple(getattr(self, name).tobytes() for name, _ in _ARRAYS)
+        counters = tuple(getattr(self, name) for name in _COUNTERS)
+        params = (self.k1, self.b, self.epsilon)
+        return (params, terms, sizes, joined, arrays, self._doc_terms, counters)
+
+    @classmethod
+    def from_state(cls, state: IndexState) -> BM25Index:
+        """The index whose `state` this is; ValueError when its parts do not fit together."""
+        params, terms, sizes, joined, arrays, doc_terms, counters = state
+        index, lengths, view, at = cls(*params), array("Q"), memoryview(joined), 0
+        lengths.frombytes(sizes)
+        for n in lengths:
+            index._postings.append(postings := array("Q"))
+            postings.frombytes(view[at : at + 8 * n])
+            at += 8 * n
+        index._term_ids.update(zip(terms, range(len(terms)), strict=True))
+        for (name, dtype), data in zip(_ARRAYS, arrays, strict=True):
+            setattr(index, name, np.frombuffer(data, dtype=dtype).copy())
+        fits = len(index._term_ids) == len(terms) == len(lengths) and at == len(joined)
+        fits = fits and len(terms) <= len(index._df) == len(index._term_changed)
+        if not fits or not len(index._slot_uid) == len(index._doc_len) == len(doc_terms):
+            raise ValueError("terms not distinct, or arrays of lengths that do not fit")
+        index._doc_terms = list(doc_terms)
+        for name, value in zip(_COUNTERS, counters, strict=True):
+            setattr(index, name, int(value))
+        return index
 
     def memory_bytes(self) -> int:
         """Bytes this index holds: postings, vocabulary, per-slot and per-term
@@ -452,8 +491,7 @@ class BM25Index:
         total += sys.getsizeof(self._term_ids) + sum(map(sys.getsizeof, self._term_ids))
         total += sys.getsizeof(self._doc_terms)
         total += sum(sys.getsizeof(d) for d in self._doc_terms if d is not None)
-        arrays = (self._df, self._term_changed, self._slot_uid, self._doc_len, self._uid_slot)
-        total += sum(a.nbytes for a in arrays)
+        total += sum(int(getattr(self, name).nbytes) for name, _ in _ARRAYS)
         if self._stats is not None:
             total += self._stats[2].nbytes
         total += sys.getsizeof(self._cache)
