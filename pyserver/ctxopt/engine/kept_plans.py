@@ -8,7 +8,7 @@ token counter and the code (`Collector.plan` memoises it on the first three
 in memory). At a clean close each session whose last plan was made from its
 state as it is (no change since) writes it (`LiveSessions.close`) with a
 digest of the rest. A restart trusts the blob only when its format, the
-engine's digest (the source of the package, the knobs, the counter's mode
+engine's digest (the package's version and source, the knobs, the counter's mode
 and its count of a probe text), the digest of the session's rows
 (`store.rows.rows_digest`: every column of every live row but the term and
 line caches; any write since, a crash after one, an import or another
@@ -59,10 +59,10 @@ _PROBE = "def total(x):\n    return x * 1.25  # naïve 日本語 🙂\n\n   The 
 
 @cache
 def code_digest() -> bytes:
-    """A digest of the package's source (~8 ms, once per process): a plan
-    kept by other code may decide otherwise."""
+    """A digest of the package's version and source (~8 ms, once per process):
+    a plan kept by other code may decide otherwise."""
     root = Path(ctxopt.__file__).parent
-    made = hashlib.blake2b(digest_size=DIGEST)
+    made = hashlib.blake2b(ctxopt.__version__.encode(), digest_size=DIGEST)
     for path in sorted(root.rglob("*.py")):
         made.update(str(path.relative_to(root)).encode())
         made.update(path.read_bytes())
