@@ -22,7 +22,7 @@ from ctxopt.session import Session
 from ctxopt.session.columns import Entry
 from ctxopt.store import DB_FILE, Store
 from ctxopt.text.bm25 import BM25Index
-from ctxopt.text.indexblob import IndexBlobs, chunk_key, chunks_digest
+from ctxopt.text.indexblob import IndexBlobs, chunks_digest
 from ctxopt.text.termblob import TermBlobs
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -256,7 +256,7 @@ def foreign(column: str) -> tuple[bytes, bytes]:
     other = engine.sessions.get("", S)
     plans(engine)
     live = sorted(other.entries.values(), key=lambda e: e.slot)
-    keys = chunks_digest(chunk_key(e.slot, e.chunk.text) for e in live)
+    keys = chunks_digest([e.slot for e in live], [e.chunk.text for e in live])
     if column == "index_blob":
         blob = engine.sessions.index_blobs.encode(other.index, keys)
         ruled = IndexBlobs(b"\1" * 8).encode(other.index, keys)

@@ -182,6 +182,21 @@ def test_a_change_without_a_clean_close_is_not_trusted(tmp_path: Path, made: lis
     assert again == planned(tmp_path, opts)
 
 
+def test_a_text_changed_alone_is_not_trusted(tmp_path: Path, made: list[str]) -> None:
+    """Every other column as it was (a write from outside the engine): the
+    texts' digest tells."""
+    opts = call()
+    built(tmp_path, opts)
+    with sqlite3.connect(tmp_path / DB_FILE) as conn:
+        conn.execute("UPDATE chunks SET text = replace(text, 'ValueError', 'KeyError__')")
+    made.clear()
+    again = planned(tmp_path, opts)
+    assert made == [S]
+    with sqlite3.connect(tmp_path / DB_FILE) as conn:
+        conn.execute("DELETE FROM kept_plans")
+    assert again == planned(tmp_path, opts)
+
+
 def test_an_applied_plan_is_not_kept(tmp_path: Path, made: list[str]) -> None:
     """A plan that changed the session was made from the state before it."""
     opts = call()

@@ -10,9 +10,9 @@ state as it is (no change since) writes it (`LiveSessions.close`) with a
 digest of the rest. A restart trusts the blob only when its format, the
 engine's digest (the package's version and source, the knobs, the counter's mode
 and its count of a probe text), the digest of the session's rows
-(`store.rows.rows_digest`: every column of every live row but the term and
-line caches; any write since, a crash after one, an import or another
-session's blob differs) and its checksum match; and answers with it only a
+(`made_from`: every column of every live row but the term and line caches;
+any write since, a crash after one, an import or another session's blob
+differs) and its checksum match; and answers with it only a
 call whose collection count and request (a digest of the options' `repr`)
 are the plan's, before any change of the session. Anything else: the plan
 is made as before. Nothing in it names code: plain data, `marshal`ed.
@@ -52,7 +52,7 @@ from ctxopt.tokens import TokenCounter
 
 FORMAT = 1
 _MAGIC = b"CP"
-ROWS_DIGEST = 16  # bytes of `store.rows.rows_digest`
+ROWS_DIGEST = 16  # bytes of `made_from`
 _HEAD = struct.Struct(f"<2sB{DIGEST}s{ROWS_DIGEST}sQ{DIGEST}s")
 _PROBE = "def total(x):\n    return x * 1.25  # naïve 日本語 🙂\n\n   The end. "
 
@@ -67,6 +67,13 @@ def code_digest() -> bytes:
         made.update(str(path.relative_to(root)).encode())
         made.update(path.read_bytes())
     return made.digest()
+
+
+def made_from(rows: bytes, chunks: bytes) -> bytes:
+    """What a kept plan was made from: the digests of the session's rows less
+    their texts (`store.rows.rows_digest`) and of its live chunks' slots and
+    texts (`text/indexblob.chunks_digest`, which a restart makes anyway)."""
+    return hashlib.blake2b(rows + chunks, digest_size=ROWS_DIGEST).digest()
 
 
 def request_digest(options: OptimizeOptions) -> bytes:
@@ -202,7 +209,7 @@ class KeptPlans:
 
     def encode(self, session: Session, rows: bytes) -> bytes | None:
         """The blob of the session's last plan (`pending`), made from `rows`
-        (`store.rows.rows_digest`); None when there is none or it is not plain data."""
+        (`made_from`); None when there is none or it is not plain data."""
         with self._lock:
             last = self._last.get(session)
         if last is None:

@@ -22,6 +22,7 @@ import numpy as np
 from ctxopt import validate
 from ctxopt.config import Config
 from ctxopt.engine.collector import Collector
+from ctxopt.engine.kept_plans import made_from
 from ctxopt.engine.quiet import QuietWriter
 from ctxopt.errors import CtxoptError, NotFound
 from ctxopt.model import ChunkKind, Role
@@ -50,7 +51,7 @@ from ctxopt.store import (
 )
 from ctxopt.text.bm25 import BM25Index
 from ctxopt.text.countblob import CountBlobs
-from ctxopt.text.indexblob import IndexBlobs, chunk_key, chunks_digest, read_state
+from ctxopt.text.indexblob import IndexBlobs, chunks_digest, read_state
 from ctxopt.text.termblob import DocTerms, TermBlobs
 from ctxopt.tokens import count_key
 
@@ -93,6 +94,12 @@ def _stored_facts(text: str, held: int) -> TextFacts:
         facts.cited if held & CITED else None,
         facts.profile if held & PROFILE else None,
     )
+
+
+def _live(session: Session) -> tuple[list[Entry], bytes]:
+    """The session's live entries in slot order, and their `chunks_digest`."""
+    live = sorted(session.entries.values(), key=attrgetter("slot"))
+    return live, chunks_digest([e.slot for e in live], [e.chunk.text for e in live])
 
 
 def _kept_counts(session: Session) -> int:
@@ -200,24 +207,31 @@ class LiveSessions:
         session.collections = stored.collections
         entries = [entry_of(item) for item in stored.chunks]
         texts = [item.chunk.text for item in stored.chunks]
-        kept = self._kept_bodies(stored, entries, texts)
-        if kept is not None and self.plans.trusts(stored.plan, stored.rows):
+        chunks = chunks_digest([e.slot for e in entries], texts)
+        plan_from = made_from(stored.rows, chunks)
+        kept = self._kept_bodies(stored, entries, chunks)
+        if kept is not None and self.plans.trusts(stored.plan, plan_from):
             # the kept plan may answer the first call, which then reads neither
             # (~15 ms per 1,000 chunks): read them on the index's first use
             read = partial(self._read_kept, session, stored.counts, kept, entries, texts)
             session.restore_kept(entries, read)
         else:
-            self._read_rows(session, stored, entries, texts)
-        self.plans.restore(session, stored.plan, stored.rows)
+            self._read_rows(session, stored, entries, texts, chunks)
+        self.plans.restore(session, stored.plan, plan_from)
         return session
 
     def _read_rows(
-        self, session: Session, stored: StoredSession, entries: list[Entry], texts: list[str]
+        self,
+        session: Session,
+        stored: StoredSession,
+        entries: list[Entry],
+        texts: list[str],
+        chunks: bytes,
     ) -> None:
         """Restore the session from its rows, with what the last process kept
         of it where trusted, each text's own blobs elsewhere."""
         self._tell_counts(stored.counts)
-        index, facts = self._kept_session(stored, entries, texts)
+        index, facts = self._kept_session(stored, entries, texts, chunks)
         whole = index is not None and facts is not None  # as kept: nothing to keep again
         if facts is None:
             decode = self.line_blobs.decode
@@ -282,22 +296,22 @@ class LiveSessions:
         tell(told)
 
     def _kept_session(
-        self, stored: StoredSession, entries: list[Entry], texts: list[str]
+        self, stored: StoredSession, entries: list[Entry], texts: list[str], chunks: bytes
     ) -> tuple[BM25Index | None, list[TextFacts | None] | None]:
         """The index and line facts the last process kept of the session as it
-        closed (text/indexblob.py), each None when absent or not to be trusted."""
+        closed (text/indexblob.py; `chunks`: the live chunks' digest), each None
+        when absent or not to be trusted."""
         if stored.index is None and stored.facts is None:
             return None, None
         if any(a.slot >= b.slot for a, b in pairwise(entries)):  # `restore_kept`'s rule
             return None, None
-        chunks = chunks_digest(map(chunk_key, [e.slot for e in entries], texts))
         return (
             self.index_blobs.decode(stored.index, chunks),
             self.line_blobs.decode_kept(texts, stored.facts, chunks),
         )
 
     def _kept_bodies(
-        self, stored: StoredSession, entries: list[Entry], texts: list[str]
+        self, stored: StoredSession, entries: list[Entry], chunks: bytes
     ) -> tuple[bytes, bytes] | None:
         """The index's and the facts' kept bodies when both may be trusted
         (format, analyzer, rules, chunks, checksum), not decoded yet."""
@@ -305,7 +319,6 @@ class LiveSessions:
             return None
         if any(a.slot >= b.slot for a, b in pairwise(entries)):  # `restore_kept`'s rule
             return None
-        chunks = chunks_digest(map(chunk_key, [e.slot for e in entries], texts))
         index = self.index_blobs.state(stored.index, chunks)
         facts = self.line_blobs.kept_facts(stored.facts, chunks)
         return None if index is None or facts is None else (index, facts)
@@ -390,9 +403,8 @@ class LiveSessions:
     def _keep_session(self, session: Session) -> None:
         if self.plans.pending(session) and session.book_as_fresh():
             try:
-                self.store.keep_plan(
-                    session.id, self.plans.encode(session, self.store.rows_digest(session.id))
-                )
+                rows = made_from(self.store.rows_digest(session.id), _live(session)[1])
+                self.store.keep_plan(session.id, self.plans.encode(session, rows))
                 self.plans.written(session)
             except CtxoptError as err:
                 log.warning("session %r: last plan not kept: %s", session.id, err)
@@ -402,8 +414,7 @@ class LiveSessions:
         now = (session.index.version, bytes(kept.by_slot))
         if kept.snapshot == now:
             return
-        live = sorted(session.entries.values(), key=attrgetter("slot"))
-        chunks = chunks_digest(chunk_key(e.slot, e.chunk.text) for e in live)
+        live, chunks = _live(session)
         facts = [_stored_facts(e.chunk.text, kept.held(e.slot)) for e in live]
         try:
             self.store.keep_session(

@@ -202,6 +202,7 @@ LIVE_SELECT = (
     "seq, born, last_touched_ms, origin, CAST(term_blob AS BLOB), CAST(line_blob AS BLOB), "
     f"{CHUNK_SELECT}"
 )
+_TEXT = 6 + 3  # a `LIVE_SELECT` row's text column (`chunk_from`'s r[3])
 STASH_NAMES = (
     "stash_id",
     "session_id",
@@ -341,9 +342,10 @@ def live_values(session_id: str, c: StoredChunk) -> tuple[object, ...]:
 
 def rows_digest(rows: Sequence[Sequence[Any]]) -> bytes:
     """A digest of `LIVE_SELECT` rows as SQLite returns them, less the term and
-    line blobs (caches made from the text): equal digests, the same chunks."""
-    plain = [(*r[:4], *r[6:]) for r in rows]
-    return hashlib.blake2b(marshal.dumps(plain), digest_size=16).digest()
+    line blobs (caches made from the text) and the text (which
+    `text/indexblob.chunks_digest` digests): equal digests and texts, the same chunks."""
+    plain = [(*r[:4], *r[6:_TEXT], *r[_TEXT + 1 :]) for r in rows]
+    return hashlib.blake2b(marshal.dumps(plain, 2), digest_size=16).digest()
 
 
 def live_from(row: Sequence[Any]) -> StoredChunk:

@@ -31,10 +31,10 @@ from __future__ import annotations
 import marshal
 import struct
 import sys
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from ctxopt.text.bm25 import BM25Index
-from ctxopt.text.sealed import DIGEST, digest, opened, seal, text_digest
+from ctxopt.text.sealed import DIGEST, digest, opened, packed, seal
 
 FORMAT = 1
 _MAGIC = b"CI"
@@ -45,14 +45,13 @@ _DEFAULTS = (BM25Index().k1, BM25Index().b, BM25Index().epsilon)
 _COUNT = 7  # `IndexState`'s parts: parameters, terms, sizes, postings, arrays, term ids, counters
 
 
-def chunk_key(slot: int, text: str) -> bytes:
-    """What `chunks_digest` reads of one live chunk: its slot and its text's digest."""
-    return slot.to_bytes(8, "little") + text_digest(text)
-
-
-def chunks_digest(keys: Iterable[bytes]) -> bytes:
-    """The digest of a session's live chunks: each one's `chunk_key`, by slot."""
-    return digest(b"".join(keys))
+def chunks_digest(slots: Sequence[int], texts: Sequence[str]) -> bytes:
+    """The digest of a session's live chunks, by slot: each one's slot and
+    text (their lengths first: no two lists join the same). One hash over
+    the texts joined, not one per text (~3x faster)."""
+    encoded = [t.encode("utf-8", "surrogatepass") for t in texts]
+    head = packed("Q", list(slots)) + packed("Q", list(map(len, encoded)))
+    return digest(head + b"".join(encoded))
 
 
 def index_of(state: object) -> BM25Index:
