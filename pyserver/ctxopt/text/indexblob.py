@@ -28,13 +28,14 @@ checksum (8) of everything before it.
 
 from __future__ import annotations
 
+import hashlib
 import marshal
 import struct
 import sys
 from collections.abc import Sequence
 
 from ctxopt.text.bm25 import BM25Index
-from ctxopt.text.sealed import DIGEST, digest, opened, packed, seal
+from ctxopt.text.sealed import DIGEST, opened, packed, seal
 
 FORMAT = 1
 _MAGIC = b"CI"
@@ -47,11 +48,12 @@ _COUNT = 7  # `IndexState`'s parts: parameters, terms, sizes, postings, arrays, 
 
 def chunks_digest(slots: Sequence[int], texts: Sequence[str]) -> bytes:
     """The digest of a session's live chunks, by slot: each one's slot and
-    text (their lengths first: no two lists join the same). One hash over
-    the texts joined, not one per text (~3x faster)."""
+    text (their lengths first: no two lists join the same). One SHA-256 over
+    the texts joined (hashed in hardware where the CPU can: ~3x faster than a
+    blake2b per text), cut to `DIGEST` bytes."""
     encoded = [t.encode("utf-8", "surrogatepass") for t in texts]
     head = packed("Q", list(slots)) + packed("Q", list(map(len, encoded)))
-    return digest(head + b"".join(encoded))
+    return hashlib.sha256(head + b"".join(encoded)).digest()[:DIGEST]
 
 
 def index_of(state: object) -> BM25Index:
