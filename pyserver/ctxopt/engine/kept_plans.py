@@ -166,7 +166,8 @@ class KeptPlans:
         self._engine = digest(code_digest() + repr(knobs).encode())
         self._last: WeakKeyDictionary[Session, tuple[_Made, Plan]] = WeakKeyDictionary()
         self._read: WeakKeyDictionary[Session, tuple[_Made, bytes]] = WeakKeyDictionary()
-        self._written: WeakKeyDictionary[Session, Plan] = WeakKeyDictionary()
+        # what the plan in the store was made from (a plan is a function of it)
+        self._written: WeakKeyDictionary[Session, _Made] = WeakKeyDictionary()
         self._lock = threading.Lock()
 
     def note(self, session: Session, options: OptimizeOptions, plan: Plan) -> None:
@@ -194,7 +195,8 @@ class KeptPlans:
         except (ValueError, TypeError, EOFError):
             return None
         with self._lock:
-            self._written[session] = plan  # in the store already
+            self._read.pop(session, None)  # the collector holds it now, as a warm engine would
+            self._written[session] = made  # in the store already
         return plan
 
     def pending(self, session: Session) -> bool:
@@ -203,7 +205,7 @@ class KeptPlans:
             last, written = self._last.get(session), self._written.get(session)
         return (
             last is not None
-            and last[1] is not written
+            and last[0] != written
             and (last[0].revision, last[0].collections) == (session.revision, session.collections)
         )
 
@@ -227,7 +229,7 @@ class KeptPlans:
         with self._lock:
             last = self._last.get(session)
             if last is not None:
-                self._written[session] = last[1]
+                self._written[session] = last[0]
 
     def _opened(self, blob: bytes | None, rows: bytes) -> bytes | None:
         """The body of a kept plan of this engine made from `rows`, else None."""
