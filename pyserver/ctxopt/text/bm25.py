@@ -49,13 +49,10 @@ BULK_MIN_DOCS = 32
 
 
 _Array = TypeVar("_Array", IntArray, FloatArray)
-# The index as plain data (`BM25Index.state`): parameters, terms by id, each term's
-# posting count, the postings joined, `_ARRAYS`' bytes, each slot's term ids, `_COUNTERS`
 _Params = tuple[float, float, float]
-_Bytes = tuple[bytes, ...]
+_Bytes = tuple[bytes, ...]  # the numpy arrays' bytes in `BM25Index.state`
 IndexState = tuple[_Params, list[str], bytes, bytes, _Bytes, list[bytes | None], tuple[int, ...]]
-_ARRAYS: tuple[tuple[str, type[np.generic]], ...] = (("_df", np.int64), ("_term_changed", np.int64))
-_ARRAYS += (("_slot_uid", np.int64), ("_doc_len", np.float64), ("_uid_slot", np.int64))
+_ARRAYS = ["_df", "_term_changed", "_slot_uid", "_doc_len", "_uid_slot"]  # numpy, by term or slot
 _COUNTERS: tuple[str, ...] = ("_next_uid", "_docs", "_total_len", "_end", "_live_postings")
 _COUNTERS += ("_stale_postings", "_version")
 
@@ -461,7 +458,7 @@ class BM25Index:
         terms = list(self._term_ids)  # ids are given in insertion order, from 0
         sizes = array("Q", map(len, self._postings)).tobytes()
         joined = b"".join(map(array.tobytes, self._postings))
-        arrays = tuple(getattr(self, name).tobytes() for name, _ in _ARRAYS)
+        arrays = tuple(getattr(self, name).tobytes() for name in _ARRAYS)
         counters = tuple(getattr(self, name) for name in _COUNTERS)
         params = (self.k1, self.b, self.epsilon)
         return (params, terms, sizes, joined, arrays, self._doc_terms, counters)
@@ -477,8 +474,8 @@ class BM25Index:
             postings.frombytes(view[at : at + 8 * n])
             at += 8 * n
         index._term_ids.update(zip(terms, range(len(terms)), strict=True))
-        for (name, dtype), data in zip(_ARRAYS, arrays, strict=True):
-            setattr(index, name, np.frombuffer(data, dtype=dtype).copy())
+        for name, data in zip(_ARRAYS, arrays, strict=True):  # the new index's dtypes
+            setattr(index, name, np.frombuffer(data, dtype=getattr(index, name).dtype).copy())
         fits = len(index._term_ids) == len(terms) == len(lengths) and at == len(joined)
         fits = fits and len(terms) <= len(index._df) == len(index._term_changed)
         if not fits or not len(index._slot_uid) == len(index._doc_len) == len(doc_terms):
@@ -495,9 +492,8 @@ class BM25Index:
         total += sys.getsizeof(self._term_ids) + sum(map(sys.getsizeof, self._term_ids))
         total += sys.getsizeof(self._doc_terms)
         total += sum(sys.getsizeof(d) for d in self._doc_terms if d is not None)
-        total += sum(int(getattr(self, name).nbytes) for name, _ in _ARRAYS)
-        if self._stats is not None:
-            total += self._stats[2].nbytes
+        total += sum(int(getattr(self, name).nbytes) for name in _ARRAYS)
+        total += self._stats[2].nbytes if self._stats is not None else 0
         total += sys.getsizeof(self._cache)
         total += sum(s.nbytes + tf.nbytes for _, s, tf in self._cache.values())
         return total
