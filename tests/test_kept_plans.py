@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import marshal
 import sqlite3
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,13 +30,6 @@ from hypothesis import strategies as st
 from tests.factory import chunk, options
 from tests.stored import as_of_version
 from tests.test_line_blobs import S, forget_made_facts, output, session_chunks
-
-
-@pytest.fixture(autouse=True)
-def _fresh_caches() -> Iterator[None]:
-    forget_made_facts()
-    yield
-    forget_made_facts()
 
 
 @pytest.fixture
@@ -69,12 +61,23 @@ def open_engine(data_dir: Path, tuning: Tuning | None = None) -> Engine:
 
 def built(data_dir: Path, opts: OptimizeOptions, sessions: tuple[str, ...] = (S,)) -> Plan:
     """Sessions appended and planned with `opts`, then closed cleanly; the last one's plan."""
+    forget_made_facts()
     engine = open_engine(data_dir)
     for session_id in sessions:
         engine.append("", session_id, session_chunks(session_id))
         plan = engine.optimize("", session_id, opts)
     engine.close()
     return same(plan)
+
+
+def planned_again(data_dir: Path, opts: OptimizeOptions, made: list[str]) -> None:
+    """A restart plans `opts` again (`made`: the spy's list), as with no kept plan."""
+    made.clear()
+    again = planned(data_dir, opts)
+    assert made == [S]
+    with sqlite3.connect(data_dir / DB_FILE) as conn:
+        conn.execute("DELETE FROM kept_plans")
+    assert again == planned(data_dir, opts)
 
 
 def planned(data_dir: Path, opts: OptimizeOptions, tuning: Tuning | None = None) -> Plan:
@@ -174,12 +177,7 @@ def test_a_change_without_a_clean_close_is_not_trusted(tmp_path: Path, made: lis
     crashed = open_engine(tmp_path)
     crashed.update("", S, [ChunkUpdate("o3", pinned=True)])
     crashed.store.close()  # no `close`: the kept plan is of the rows before the pin
-    made.clear()
-    again = planned(tmp_path, opts)
-    assert made == [S]
-    with sqlite3.connect(tmp_path / DB_FILE) as conn:
-        conn.execute("DELETE FROM kept_plans")
-    assert again == planned(tmp_path, opts)
+    planned_again(tmp_path, opts, made)
 
 
 def test_a_text_changed_alone_is_not_trusted(tmp_path: Path, made: list[str]) -> None:
@@ -189,12 +187,7 @@ def test_a_text_changed_alone_is_not_trusted(tmp_path: Path, made: list[str]) ->
     built(tmp_path, opts)
     with sqlite3.connect(tmp_path / DB_FILE) as conn:
         conn.execute("UPDATE chunks SET text = replace(text, 'ValueError', 'KeyError__')")
-    made.clear()
-    again = planned(tmp_path, opts)
-    assert made == [S]
-    with sqlite3.connect(tmp_path / DB_FILE) as conn:
-        conn.execute("DELETE FROM kept_plans")
-    assert again == planned(tmp_path, opts)
+    planned_again(tmp_path, opts, made)
 
 
 def test_an_applied_plan_is_not_kept(tmp_path: Path, made: list[str]) -> None:
@@ -228,12 +221,7 @@ def test_a_book_with_marks_a_restart_would_not_make_keeps_no_plan(
         engine.append("", S, [replace(quote, text="THOUGHT: the tax is fine")])
     engine.optimize("", S, opts)
     engine.close()
-    made.clear()
-    again = planned(tmp_path, opts)
-    assert made == [S]
-    with sqlite3.connect(tmp_path / DB_FILE) as conn:
-        conn.execute("DELETE FROM kept_plans")
-    assert again == planned(tmp_path, opts)
+    planned_again(tmp_path, opts, made)
 
 
 def _flipped(blob: bytes) -> bytes:
