@@ -391,3 +391,27 @@ def test_a_kept_index_that_does_not_hold_together_is_made_from_the_texts(
     finally:
         engine.close()
     assert got == fresh(other)
+
+
+@pytest.mark.parametrize("answered", [False, True], ids=["planned", "answered"])
+def test_a_change_reads_what_the_restart_kept_first(tmp_path: Path, answered: bool) -> None:
+    """The store's line facts of a text that goes are forgotten as usual
+    (`_forget_kept_facts`), whether the first call read them back or not."""
+    opts = call()
+    built(tmp_path, opts)
+    forget_made_facts()
+    engine = open_engine(tmp_path)
+    try:
+        engine.optimize("", S, opts if answered else call("total_price ValueError"))
+        session = engine.sessions.get("", S)
+        slot = session.slot_by_id["o3"]
+
+        def held() -> int:
+            kept = engine.sessions._kept.get(session)
+            return 0 if kept is None else kept.held(slot)
+
+        assert held() != 0 or answered
+        engine.remove("", S, ["o3"], stash_originals=False)
+        assert held() == 0
+    finally:
+        engine.close()

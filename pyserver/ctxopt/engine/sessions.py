@@ -431,6 +431,7 @@ class LiveSessions:
         """The one write path: the store first, then memory. A new text is
         analysed once, and its terms are stored with it (so a restart reads
         them instead of analysing it again)."""
+        session.settle()  # what a restart read back is of the session before this change
         change, docs = self._with_terms(session, change)
         self.store.commit(change)
         self._forget_kept_facts(session, change)

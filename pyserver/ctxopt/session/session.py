@@ -77,15 +77,19 @@ class Session:
     @property
     def index(self) -> BM25Index:
         """The BM25 index of the live texts (a restart's kept one read now if not yet)."""
-        if self._unread is not None:
-            read, self._unread = self._unread, None
-            self._index = read()
+        self.settle()
         return self._index
 
     @index.setter
     def index(self, index: BM25Index) -> None:
         self._unread = None
         self._index = index
+
+    def settle(self) -> None:
+        """Read a restart's kept index now if not yet (`restore_kept`)."""
+        if self._unread is not None:
+            read, self._unread = self._unread, None
+            self._index = read()
 
     @property
     def settled(self) -> bool:
