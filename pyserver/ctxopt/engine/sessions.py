@@ -207,7 +207,8 @@ class LiveSessions:
         session.collections = stored.collections
         entries = [entry_of(item) for item in stored.chunks]
         texts = [item.chunk.text for item in stored.chunks]
-        chunks = chunks_digest([e.slot for e in entries], texts)
+        kept_any = (stored.index, stored.facts, stored.plan) != (None, None, None)
+        chunks = chunks_digest([e.slot for e in entries], texts) if kept_any else b""
         plan_from = made_from(stored.rows, chunks)
         kept = self._kept_bodies(stored, entries, chunks)
         if kept is not None and self.plans.trusts(stored.plan, plan_from):
