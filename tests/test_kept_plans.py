@@ -415,3 +415,47 @@ def test_a_change_reads_what_the_restart_kept_first(tmp_path: Path, answered: bo
         assert held() == 0
     finally:
         engine.close()
+
+
+_STEP = st.tuples(
+    st.sampled_from(["quote", "remove", "change", "pin", "commit", "plan"]), st.integers(1, 8)
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(steps=st.lists(_STEP, max_size=5), query=st.sampled_from(["pricing tax", "total_price", ""]))
+def test_a_restart_plans_as_the_rows_alone_say(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, int]], query: str
+) -> None:
+    """Whatever the session went through (model chunks quoting an output's
+    line, removed or changed; pins; applied plans; a plan after each), the restart's first plan
+    of the last call is the one a restart from the rows alone makes."""
+    data_dir = tmp_path_factory.mktemp("kept")
+    opts = call(query)
+    forget_made_facts()
+    engine = open_engine(data_dir)
+    engine.append("", S, session_chunks(S))
+    quotes: list[str] = []
+    live = engine.sessions.get("", S).entries
+    for step, n in steps:
+        if step == "quote":
+            quotes.append(f"q{len(quotes)}")
+            line = output(n).splitlines()[n]
+            engine.append("", S, [chunk(quotes[-1], line, role=Role.MODEL, turn=9 + len(quotes))])
+        elif step in ("remove", "change") and quotes and quotes[-1] in live:
+            if step == "remove":
+                engine.remove("", S, [quotes[-1]], stash_originals=False)
+            else:
+                engine.append("", S, [chunk(quotes[-1], f"THOUGHT {n}", role=Role.MODEL, turn=9)])
+        elif step == "pin" and f"o{n}" in live:
+            engine.update("", S, [ChunkUpdate(f"o{n}", pinned=True)])
+        elif step == "commit":
+            engine.optimize("", S, replace(opts, dry_run=False))
+        engine.optimize("", S, opts)  # a plan after each step, as an agent's loop makes
+    engine.optimize("", S, opts)
+    engine.close()
+    restarted = planned(data_dir, opts)
+    with sqlite3.connect(data_dir / DB_FILE) as conn:
+        conn.execute("DELETE FROM kept_plans")
+        conn.execute("DELETE FROM kept_sessions")
+    assert restarted == planned(data_dir, opts)
