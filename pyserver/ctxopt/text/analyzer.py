@@ -28,6 +28,7 @@ from __future__ import annotations
 import operator
 import re
 import threading
+from collections import Counter
 from itertools import chain, compress
 
 import Stemmer
@@ -191,6 +192,18 @@ class Analyzer:
     def terms(self, text: str) -> list[str]:
         """The terms of `text` in order (a term repeats as often as it occurs)."""
         return list(chain.from_iterable(map(self._cache.__getitem__, self.raw_tokens(text))))
+
+    def term_counts(self, text: str) -> tuple[list[str], list[int]]:
+        """The distinct terms of `text` in first-occurrence order and how often
+        each occurs: `Counter(self.terms(text))`'s keys and values, counted as
+        the lookups give them (no list of every term in between; an append
+        analyses every new text this way).
+
+        >>> Analyzer().term_counts("the cats and a cat, cats")
+        (['cat'], [3])
+        """
+        counted = Counter(chain.from_iterable(map(self._cache.__getitem__, self.raw_tokens(text))))
+        return list(counted), list(counted.values())
 
     def line_postings(self, text: str, terms: frozenset[str]) -> dict[str, tuple[int, ...]]:
         """Per term of `terms` the text holds, the numbers of the lines
