@@ -198,11 +198,14 @@ BATCH_TEXTS = ["", "a", "b c", "def f(x):", "KeyError", "\ud800 lone", "日本",
 def test_batches_count_and_remember_as_the_former_loop_did(
     batches: list[list[str]], cache_size: int
 ) -> None:
-    """Lookups, recency moves and counts done by `map` over a batch: the same
-    counts, and the same remembered texts in the same order, as one text at a
-    time (repeats, hits, a lone surrogate among others, a cache too small for
-    one batch)."""
+    """Lookups, recency moves and counts done by `map` over a batch (and
+    `count`'s own path for one text): the same counts, and the same
+    remembered texts in the same order, as the former loop (repeats, hits, a
+    lone surrogate among others, a cache too small for one batch)."""
     fast, plain = TokenCounter(cache_size=cache_size), TokenCounter(cache_size=cache_size)
     for texts in batches:
         assert fast.count_many(texts) == _former_count_many(plain, texts)
         assert list(fast._cache.items()) == list(plain._cache.items())
+        for text in texts[-2:]:  # one at a time (`count`), a hit or not
+            assert fast.count(text) == _former_count_many(plain, [text])[0]
+            assert list(fast._cache.items()) == list(plain._cache.items())
