@@ -8,7 +8,6 @@ text, or plans would change."""
 from __future__ import annotations
 
 import re
-from unittest import mock
 
 from ctxopt.scoring import code_names, line_value
 from hypothesis import example, given, settings
@@ -249,22 +248,3 @@ def test_a_run_book_gives_the_plain_names_across_its_refills(texts: list[str], s
         assert book.of_text(text) == plain_names(text)
         for run in code_names.runs(text):
             assert frozenset(book.of_run(run)) == plain_names(run.decode("ascii"))
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.text(alphabet="aqZ_./-9", min_size=1, max_size=8), max_size=20))
-def test_new_runs_with_no_capital_and_no_mark_are_filed_plain_unresolved(words: list[str]) -> None:
-    """Picked out of a text's new runs in C: only runs with neither a capital
-    nor `_./` skip `resolve`, and the text's names are still the plain ones."""
-    text = " ".join(words)
-    resolved: list[bytes] = []
-    resolve = code_names.resolve
-
-    def counted(run: bytes) -> tuple[str, ...]:
-        resolved.append(run)
-        return resolve(run)
-
-    with mock.patch.object(code_names, "resolve", counted):
-        assert code_names.RunNames(1000).of_text(text) == plain_names(text)
-    marked = {r for r in code_names.runs(text) if r.lower() != r or any(c in r for c in b"_./")}
-    assert sorted(resolved) == sorted(marked)

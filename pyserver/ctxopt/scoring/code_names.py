@@ -28,7 +28,6 @@ _INNER_CAPITAL_BYTES = re.compile(rb"[a-z][A-Z]")
 # a run with neither names nothing. One charset is found by a fast scan, an
 # alternation is tried at every byte (4,400 instructions a run).
 _MARK = re.compile(rb"[_./]")
-_MARKS_CUT = bytes(32 if byte in b"_./" else byte for byte in range(256))
 MIN_NAME_CHARS = 4
 NAME_CACHE_SIZE = 65536  # distinct runs resolved, then forgotten all at once
 
@@ -83,13 +82,10 @@ class RunNames:
         # each a pass over the text's own runs (`difference_update` could walk `plain`)
         found = set(runs(text)).difference(plain)
         new = found.difference(named)
+        for run in new:
+            if not _filed(run, plain, named):
+                found.discard(run)
         if new:
-            quiet = _quiet(new)
-            plain.update(quiet)
-            found.difference_update(quiet)
-            for run in new.difference(quiet):
-                if not _filed(run, plain, named):
-                    found.discard(run)
             self._bound(plain, named)
         return frozenset(chain.from_iterable(map(named.__getitem__, found)))
 
@@ -111,16 +107,6 @@ class RunNames:
     def clear(self) -> None:
         """Forget every run (a fresh process's state)."""
         self._plain, self._named = set(), {}
-
-
-def _quiet(new: set[bytes]) -> set[bytes]:
-    """The runs among `new` with no capital and none of `_./`: they name
-    nothing (`resolve`'s first test), found in C over the runs joined: a run
-    is its own lowercase form only when it has no capital, and one piece of
-    the runs cut at `_./` only when it holds none of them. A fresh process
-    meets thousands of new runs, most of them plain words."""
-    joined = b" ".join(new)
-    return new.intersection(joined.lower().split(), joined.translate(_MARKS_CUT).split())
 
 
 def _filed(run: bytes, plain: set[bytes], named: dict[bytes, tuple[str, ...]]) -> tuple[str, ...]:
