@@ -195,13 +195,13 @@ BATCH_TEXTS = ["", "a", "b c", "def f(x):", "KeyError", "\ud800 lone", "日本",
     st.lists(st.lists(st.sampled_from(BATCH_TEXTS), max_size=8), max_size=6),
     st.integers(0, 5),
 )
-def test_batches_count_and_remember_as_the_former_loop_did(
+def test_one_text_counts_and_is_remembered_as_a_batch_of_one(
     batches: list[list[str]], cache_size: int
 ) -> None:
-    """Lookups, recency moves and counts done by `map` over a batch (and
-    `count`'s own path for one text): the same counts, and the same
-    remembered texts in the same order, as the former loop (repeats, hits, a
-    lone surrogate among others, a cache too small for one batch)."""
+    """`count`'s own path for one text (no batch steps): the same count, and
+    the same remembered texts in the same order, as the former loop over a
+    batch of one, among batches (repeats, hits, a lone surrogate, a cache too
+    small for one batch)."""
     fast, plain = TokenCounter(cache_size=cache_size), TokenCounter(cache_size=cache_size)
     for texts in batches:
         assert fast.count_many(texts) == _former_count_many(plain, texts)

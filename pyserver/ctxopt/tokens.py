@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from itertools import compress, repeat
-from operator import is_not
-from typing import Literal, cast
+from typing import Literal
 
 import tiktoken
 from rs_bpe.bpe import openai as rs_bpe_openai
@@ -107,34 +105,34 @@ class TokenCounter:
             if cached is not None:
                 self._cache.move_to_end(key)
                 return cached
-        n = self._measure([text])[0]
+        n = self._cl100k(text) if self._fast is not None else gemini_estimate(text)
         with self._lock:
             self._remember(key, n)
         return n
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
         """Tokens in each text, in order: cached counts first, then each
-        distinct miss counted once. Batch-wise (an append counts a thousand
-        new texts at once): the lookups, the recency moves and the counting
-        are `map`s, not a Python step per text."""
-        keys = list(map(count_key, texts))
-        cache = self._cache
+        distinct miss counted once."""
+        keys = [count_key(t) for t in texts]
+        counts = [0] * len(texts)
+        missing: dict[bytes, list[int]] = {}  # one tokenisation per distinct text
         with self._lock:
-            found = list(map(cache.get, keys))
-            hits = compress(keys, map(is_not, found, repeat(None)))
-            deque(map(cache.move_to_end, hits), maxlen=0)
-        if None not in found:
-            return cast(list[int], found)
-        # one tokenisation per distinct text (equal digests: the same text)
-        wanted = {key: text for key, text, n in zip(keys, texts, found, strict=True) if n is None}
-        made = dict(zip(wanted, self._measure(list(wanted.values())), strict=True))
-        if self.cache_size:
+            for i, key in enumerate(keys):
+                cached = self._cache.get(key)
+                if cached is None:
+                    missing.setdefault(key, []).append(i)
+                else:
+                    self._cache.move_to_end(key)
+                    counts[i] = cached
+        if missing:
+            measure = gemini_estimate if self._fast is None else self._cl100k
+            fresh = [measure(texts[positions[0]]) for positions in missing.values()]
             with self._lock:
-                cache.update(made)
-                deque(map(cache.move_to_end, made), maxlen=0)  # a key told meanwhile
-                while len(cache) > self.cache_size:
-                    cache.popitem(last=False)
-        return [made[key] if n is None else n for key, n in zip(keys, found, strict=True)]
+                for (key, positions), n in zip(missing.items(), fresh, strict=True):
+                    for i in positions:
+                        counts[i] = n
+                    self._remember(key, n)
+        return counts
 
     def tell(self, counts: Mapping[bytes, int]) -> None:
         """Remember counts made before (by `count_key`): a restart reads those
@@ -147,14 +145,6 @@ class TokenCounter:
         """Distinct texts whose count is remembered."""
         with self._lock:
             return len(self._cache)
-
-    def _measure(self, texts: list[str]) -> list[int]:
-        if self._fast is None:
-            return list(map(gemini_estimate, texts))
-        try:
-            return list(map(self._fast.count, texts))
-        except UnicodeEncodeError:  # a lone surrogate somewhere: text by text
-            return list(map(self._cl100k, texts))
 
     def _cl100k(self, text: str) -> int:
         assert self._fast is not None
