@@ -16,6 +16,7 @@ NO_FILTER = StashFilter()
 # what the migration from each version added (store/schema.py), undone newest
 # first to leave a store as an older release would have (the blob tests')
 _ADDED_FROM = {
+    8: "DROP TABLE kept_plans",
     7: "DROP TABLE kept_sessions",
     6: "DROP TABLE plan_counts",
     5: "ALTER TABLE chunks DROP COLUMN line_blob",

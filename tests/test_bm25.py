@@ -4,11 +4,13 @@ the live documents in slot order, through any sequence of edits."""
 from __future__ import annotations
 
 from dataclasses import replace
+from unittest import mock
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 from ctxopt.session import Session
+from ctxopt.text import bm25
 from ctxopt.text.analyzer import Analyzer
 from ctxopt.text.bm25 import BM25Index
 from hypothesis import given, settings
@@ -265,7 +267,18 @@ def test_bulk_indexing_equals_indexing_one_document_at_a_time(
 ) -> None:
     """Any batch (empty, repeated or occupied slots fall back to one at a time)
     leaves the index as `set_doc_counts` in order does, postings and versions
-    included; so do the scores read between batches."""
+    included; so do the scores read between batches. The batches here are
+    small: the bulk path is taken from one document on."""
+    with mock.patch.object(bm25, "BULK_MIN_DOCS", 1):
+        _check_bulk_against_one_at_a_time(before, batches, query)
+
+
+def _check_bulk_against_one_at_a_time(
+    before: list[tuple[int, dict[str, int]]],
+    batches: list[list[tuple[int, dict[str, int]]]],
+    query: list[str],
+    n_slots: int = SLOTS,
+) -> None:
     one, bulk = BM25Index(), BM25Index()
     for slot, counted in before:
         one.set_doc_counts(slot, list(counted), list(counted.values()))
@@ -279,7 +292,19 @@ def test_bulk_indexing_equals_indexing_one_document_at_a_time(
             [list(counted.values()) for _, counted in batch],
         )
         assert index_state(bulk) == index_state(one)
-        assert np.array_equal(bulk.scores(query, SLOTS), one.scores(query, SLOTS))
+        assert np.array_equal(bulk.scores(query, n_slots), one.scores(query, n_slots))
+
+
+def test_a_batch_at_the_bulk_size_is_indexed_as_one_document_at_a_time() -> None:
+    """At the default threshold (no patch), the smallest batch indexed in bulk."""
+    words = ["alpha", "beta", "gamma", "delta", "epsilon"]
+    batch = [
+        (slot, {w: 1 + (slot + i) % 3 for i, w in enumerate(words[: 1 + slot % 5])})
+        for slot in range(1, bm25.BULK_MIN_DOCS + 1)
+    ]
+    _check_bulk_against_one_at_a_time(
+        [(0, {"alpha": 2})], [batch], ["alpha", "gamma"], len(batch) + 1
+    )
 
 
 def test_a_bulk_batch_whose_terms_and_counts_differ_in_length_is_refused() -> None:

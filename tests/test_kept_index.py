@@ -22,7 +22,7 @@ from ctxopt.session import Session
 from ctxopt.session.columns import Entry
 from ctxopt.store import DB_FILE, Store
 from ctxopt.text.bm25 import BM25Index
-from ctxopt.text.indexblob import IndexBlobs, chunk_key, chunks_digest, state_of
+from ctxopt.text.indexblob import IndexBlobs, chunks_digest
 from ctxopt.text.termblob import TermBlobs
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -158,6 +158,7 @@ def test_a_restart_reads_the_kept_session_and_plans_the_same(
     decoded.clear()
     engine = Engine(Config(data_dir=str(tmp_path)))
     session = engine.sessions.get("", S)
+    assert len(session.index)  # read on first use (engine/kept_plans.py)
     # no blob decoded a text at a time: the index and the facts were read whole
     assert decoded == Decoded()
     told = {e.chunk.id: remembered(e.chunk.text) for e in session.entries.values()}
@@ -208,7 +209,7 @@ def test_a_session_read_whole_is_the_session_rebuilt_from_its_rows(tmp_path: Pat
     rows = sessions._hydrate(replace(loaded, index=None, facts=None))
     engine.close()
     assert session_state(whole) == session_state(rows)
-    assert repr(state_of(whole.index)[1:3]) != repr(state_of(rows.index)[1:3])  # its own history
+    assert repr(whole.index.state()[1:3]) != repr(rows.index.state()[1:3])  # its own history
     for query in QUERIES:
         terms = engine.analyzer.terms(query)
         assert np.array_equal(
@@ -255,7 +256,7 @@ def foreign(column: str) -> tuple[bytes, bytes]:
     other = engine.sessions.get("", S)
     plans(engine)
     live = sorted(other.entries.values(), key=lambda e: e.slot)
-    keys = chunks_digest(chunk_key(e.slot, e.chunk.text) for e in live)
+    keys = chunks_digest([e.slot for e in live], [e.chunk.text for e in live])
     if column == "index_blob":
         blob = engine.sessions.index_blobs.encode(other.index, keys)
         ruled = IndexBlobs(b"\1" * 8).encode(other.index, keys)
@@ -354,12 +355,12 @@ def test_the_codec_gives_back_the_index_it_was_given(
     index = index_from(docs, removed)
     back = BLOBS.decode(BLOBS.encode(index, KEYS), KEYS)
     assert back is not None
-    assert repr(state_of(back)) == repr(state_of(index))
+    assert repr(back.state()) == repr(index.state())
     for query in (["a"], ["b", "c", "b"], list("abcdefgh")):
         assert np.array_equal(back.scores(query, 12), index.scores(query, 12))
     back.set_doc(20, ["a", "z"])  # and it goes on as the original would
     index.set_doc(20, ["a", "z"])
-    assert repr(state_of(back)) == repr(state_of(index))
+    assert repr(back.state()) == repr(index.state())
     assert BLOBS.decode(BLOBS.encode(index, KEYS), b"j" * 8) is None  # other chunks
 
 

@@ -145,6 +145,7 @@ def test_a_restart_reads_the_facts_a_plan_made_and_plans_the_same(tmp_path: Path
     forget_made_facts()
     engine = Engine(Config(data_dir=str(tmp_path)))
     session = engine.sessions.get("", S)
+    assert len(session.index)  # read on first use (engine/kept_plans.py)
     for chunk_id in [*(f"o{n}" for n in range(1, 7)), *(f"m{n}" for n in range(1, 9))]:
         text = session.entries[chunk_id].chunk.text
         facts, fact = remembered(text), made(text)

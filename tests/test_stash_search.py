@@ -417,7 +417,7 @@ def test_a_v2_store_migrates_to_an_index_of_analysed_terms(data_dir: Path) -> No
         s.close()
     conn = sqlite3.connect(data_dir / DB_FILE)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
         conn.execute("INSERT INTO stash_fts (stash_fts) VALUES ('integrity-check')")
         assert indexed_with(conn.cursor()) == analyzer_identity(Analyzer().terms)
     finally:

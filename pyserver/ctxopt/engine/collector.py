@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ctxopt.config import Config
+from ctxopt.engine.kept_plans import KeptPlans
 from ctxopt.engine.noted_counts import NotedCounts
 from ctxopt.engine.session_checks import check_query_embedding
 from ctxopt.model import OptimizeOptions, Plan, Strategy, Weights
@@ -37,6 +38,7 @@ class Collector:
         self.noted = NotedCounts(counter)  # what plans count with
         self.trimmer = Trimmer(analyzer)
         self._last_plans: LastResult[Plan] = LastResult()
+        self.kept = KeptPlans(config, tuning, counter)  # the last plans, kept at close
 
     def scores(
         self,
@@ -65,15 +67,17 @@ class Collector:
         scoring and planning read one snapshot of the session. A plan is a
         function of the session's chunks, its collection count and the options
         alone, so the same call on an unchanged session gets the last plan back
-        (a copy: the caller sets its own `server_ms`)."""
+        (a copy: the caller sets its own `server_ms`), as does a restart's first
+        call from the plan the last process kept (engine/kept_plans.py)."""
         if options.strategy == Strategy.UNSPECIFIED:
             options = replace(options, strategy=Strategy.HYBRID)
         check_query_embedding(session.embedding_dim, options.query_embedding)
         made_from = Stamp((session.revision, session.collections, options), ())
         plan = self._last_plans.get(session, made_from)
         if plan is None:
-            plan = self._plan(session, options)
+            plan = self.kept.read_back(session, options) or self._plan(session, options)
             self._last_plans.put(session, made_from, plan)
+            self.kept.note(session, options, plan)
         return replace(plan)
 
     def _plan(self, session: Session, options: OptimizeOptions) -> Plan:

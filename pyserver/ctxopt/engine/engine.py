@@ -93,10 +93,10 @@ class Engine:
             stash_max_bytes=config.stash_max_bytes,
             analyzer=self.analyzer.with_identifier_parts(),  # the stash finds name parts
         )
-        self.sessions = LiveSessions(config, self.store, self.analyzer, self.counter)
+        self.collector = Collector(config, self.tuning, self.analyzer, self.counter)
+        self.sessions = LiveSessions(config, self.store, self.collector)
         self.registry = self.sessions.registry
         self._warm = WarmSessions(self.analyzer)
-        self.collector = Collector(config, self.tuning, self.analyzer, self.counter)
         self.last_plans = LastPlans()
 
     def close(self) -> None:

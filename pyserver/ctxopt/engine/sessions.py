@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from itertools import islice, pairwise
 from operator import attrgetter
 from weakref import WeakKeyDictionary
@@ -20,11 +21,22 @@ import numpy as np
 
 from ctxopt import validate
 from ctxopt.config import Config
+from ctxopt.engine.collector import Collector
+from ctxopt.engine.kept_plans import made_from
 from ctxopt.engine.quiet import QuietWriter
 from ctxopt.errors import CtxoptError, NotFound
 from ctxopt.model import ChunkKind, Role
 from ctxopt.scoring import line_value
-from ctxopt.scoring.lineblob import CITED, NAMES, PROFILE, LineBlobs, TextFacts, remembered, tell
+from ctxopt.scoring.lineblob import (
+    CITED,
+    NAMES,
+    PROFILE,
+    LineBlobs,
+    TextFacts,
+    read_kept,
+    remembered,
+    tell,
+)
 from ctxopt.session import Registry, Session
 from ctxopt.session.columns import Entry
 from ctxopt.store import (
@@ -37,12 +49,11 @@ from ctxopt.store import (
     require_owner,
     stored_of,
 )
-from ctxopt.text.analyzer import Analyzer
 from ctxopt.text.bm25 import BM25Index
 from ctxopt.text.countblob import CountBlobs
-from ctxopt.text.indexblob import IndexBlobs, chunk_key, chunks_digest
+from ctxopt.text.indexblob import IndexBlobs, chunks_digest, read_state
 from ctxopt.text.termblob import DocTerms, TermBlobs
-from ctxopt.tokens import TokenCounter, count_key
+from ctxopt.tokens import count_key
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +96,12 @@ def _stored_facts(text: str, held: int) -> TextFacts:
     )
 
 
+def _live(session: Session) -> tuple[list[Entry], bytes]:
+    """The session's live entries in slot order, and their `chunks_digest`."""
+    live = sorted(session.entries.values(), key=attrgetter("slot"))
+    return live, chunks_digest([e.slot for e in live], [e.chunk.text for e in live])
+
+
 def _kept_counts(session: Session) -> int:
     """How many token counts a session keeps: a plan counts at most a few
     excerpts per live chunk, and older ones are of texts gone or changed."""
@@ -112,13 +129,12 @@ class LiveSessions:
     """Sessions by id, loaded on first use; `load_lock` guards bringing a stored
     session into memory (and an import replacing one)."""
 
-    def __init__(
-        self, config: Config, store: Store, analyzer: Analyzer, counter: TokenCounter
-    ) -> None:
+    def __init__(self, config: Config, store: Store, collector: Collector) -> None:
         self.config = config
         self.store = store
-        self.analyzer = analyzer
-        self.counter = counter
+        self.analyzer = analyzer = collector.analyzer  # the collector's: a plan reads the index
+        self.counter = counter = collector.counter
+        self.plans = collector.kept
         self.count_blobs = CountBlobs(counter)
         self.registry = Registry(analyzer)
         self.term_blobs = TermBlobs(analyzer)
@@ -189,13 +205,34 @@ class LiveSessions:
     def _hydrate(self, stored: StoredSession) -> Session:
         session = Session(stored.session_id, stored.owner, self.analyzer)
         session.collections = stored.collections
-        kept = self._kept.setdefault(session, _KeptFacts())
-        counts = self.count_blobs.decode(stored.counts)
-        if counts is not None:
-            self.counter.tell(counts)
         entries = [entry_of(item) for item in stored.chunks]
         texts = [item.chunk.text for item in stored.chunks]
-        index, facts = self._kept_session(stored, entries, texts)
+        kept_any = (stored.index, stored.facts, stored.plan) != (None, None, None)
+        chunks = chunks_digest([e.slot for e in entries], texts) if kept_any else b""
+        plan_from = made_from(stored.rows, chunks)
+        kept = self._kept_bodies(stored, entries, chunks)
+        if kept is not None and self.plans.trusts(stored.plan, plan_from):
+            # the kept plan may answer the first call, which then reads neither
+            # (~15 ms per 1,000 chunks): read them on the index's first use
+            read = partial(self._read_kept, session, stored.counts, kept, entries, texts)
+            session.restore_kept(entries, read)
+        else:
+            self._read_rows(session, stored, entries, texts, chunks)
+        self.plans.restore(session, stored.plan, plan_from)
+        return session
+
+    def _read_rows(
+        self,
+        session: Session,
+        stored: StoredSession,
+        entries: list[Entry],
+        texts: list[str],
+        chunks: bytes,
+    ) -> None:
+        """Restore the session from its rows, with what the last process kept
+        of it where trusted, each text's own blobs elsewhere."""
+        self._tell_counts(stored.counts)
+        index, facts = self._kept_session(stored, entries, texts, chunks)
         whole = index is not None and facts is not None  # as kept: nothing to keep again
         if facts is None:
             decode = self.line_blobs.decode
@@ -206,30 +243,86 @@ class LiveSessions:
             decode_terms = self.term_blobs.decode
             docs = [decode_terms(t, i.term_blob) for t, i in zip(texts, stored.chunks, strict=True)]
             session.restore_entries(entries, docs)
+        self._tell_facts(session, entries, texts, facts)
+        if whole and index is not None:
+            kept = self._kept.setdefault(session, _KeptFacts())
+            kept.snapshot = (index.version, bytes(kept.by_slot))
+
+    def _read_kept(
+        self,
+        session: Session,
+        counts: bytes | None,
+        kept: tuple[bytes, bytes],
+        entries: list[Entry],
+        texts: list[str],
+    ) -> BM25Index:
+        """The index of a session restored by `restore_kept` with no index yet,
+        its counts and line facts told (`kept`: the bodies `_kept_bodies`
+        trusted). An index that does not hold together after all is made from
+        the texts, as a new one is; facts that do not, by the plans that read them."""
+        self._tell_counts(counts)
+        index, facts = read_state(kept[0]), read_kept(texts, kept[1])
+        if facts is not None:
+            self._tell_facts(session, entries, texts, facts)
+        if index is None:
+            index = BM25Index()
+            docs = [DocTerms.of(self.analyzer.terms(t)) for t in texts]
+            slots = [e.slot for e in entries]
+            index.set_docs_counts(slots, [d.terms for d in docs], [d.counts for d in docs])
+        elif facts is not None:  # as kept: nothing to keep again
+            held = self._kept.setdefault(session, _KeptFacts())
+            held.snapshot = (index.version, bytes(held.by_slot))
+        return index
+
+    def _tell_counts(self, blob: bytes | None) -> None:
+        counts = self.count_blobs.decode(blob)
+        if counts is not None:
+            self.counter.tell(counts)
+
+    def _tell_facts(
+        self,
+        session: Session,
+        entries: list[Entry],
+        texts: list[str],
+        facts: Sequence[TextFacts | None],
+    ) -> None:
+        """Tell the line-fact caches the facts stored of these texts, and note
+        which the store holds."""
+        kept = self._kept.setdefault(session, _KeptFacts())
         told: list[tuple[str, TextFacts]] = []
         for entry, text, made in zip(entries, texts, facts, strict=True):
             if made is not None:
                 told.append((text, made))
                 kept.hold(session.slot_by_id[entry.chunk.id], made.held)
         tell(told)
-        if whole and index is not None:
-            kept.snapshot = (index.version, bytes(kept.by_slot))
-        return session
 
     def _kept_session(
-        self, stored: StoredSession, entries: list[Entry], texts: list[str]
+        self, stored: StoredSession, entries: list[Entry], texts: list[str], chunks: bytes
     ) -> tuple[BM25Index | None, list[TextFacts | None] | None]:
         """The index and line facts the last process kept of the session as it
-        closed (text/indexblob.py), each None when absent or not to be trusted."""
+        closed (text/indexblob.py; `chunks`: the live chunks' digest), each None
+        when absent or not to be trusted."""
         if stored.index is None and stored.facts is None:
             return None, None
         if any(a.slot >= b.slot for a, b in pairwise(entries)):  # `restore_kept`'s rule
             return None, None
-        chunks = chunks_digest(map(chunk_key, [e.slot for e in entries], texts))
         return (
             self.index_blobs.decode(stored.index, chunks),
             self.line_blobs.decode_kept(texts, stored.facts, chunks),
         )
+
+    def _kept_bodies(
+        self, stored: StoredSession, entries: list[Entry], chunks: bytes
+    ) -> tuple[bytes, bytes] | None:
+        """The index's and the facts' kept bodies when both may be trusted
+        (format, analyzer, rules, chunks, checksum), not decoded yet."""
+        if stored.index is None or stored.facts is None:
+            return None
+        if any(a.slot >= b.slot for a, b in pairwise(entries)):  # `restore_kept`'s rule
+            return None
+        index = self.index_blobs.state(stored.index, chunks)
+        facts = self.line_blobs.kept_facts(stored.facts, chunks)
+        return None if index is None or facts is None else (index, facts)
 
     def keep_line_facts(self, session: Session) -> None:
         """Store the line facts a plan made of the session's live texts (each
@@ -239,6 +332,8 @@ class LiveSessions:
         after the plan returns (one at a time, in order: a later text's facts
         land after an earlier one's). A failed write only costs a restart the
         work, so it is logged, not raised. The caller holds the session's lock."""
+        if not session.settled:  # a plan that made facts has read the index
+            return
         made = (
             line_value.names_memo.misses,
             line_value.cited_memo.misses,
@@ -307,12 +402,20 @@ class LiveSessions:
                 self._keep_session(session)
 
     def _keep_session(self, session: Session) -> None:
+        if self.plans.pending(session) and session.book_as_fresh():
+            try:
+                rows = made_from(self.store.rows_digest(session.id), _live(session)[1])
+                self.store.keep_plan(session.id, self.plans.encode(session, rows))
+                self.plans.written(session)
+            except CtxoptError as err:
+                log.warning("session %r: last plan not kept: %s", session.id, err)
+        if not session.settled:  # the index and facts read back are as kept
+            return
         kept = self._kept.setdefault(session, _KeptFacts())
         now = (session.index.version, bytes(kept.by_slot))
         if kept.snapshot == now:
             return
-        live = sorted(session.entries.values(), key=attrgetter("slot"))
-        chunks = chunks_digest(chunk_key(e.slot, e.chunk.text) for e in live)
+        live, chunks = _live(session)
         facts = [_stored_facts(e.chunk.text, kept.held(e.slot)) for e in live]
         try:
             self.store.keep_session(
@@ -329,6 +432,7 @@ class LiveSessions:
         """The one write path: the store first, then memory. A new text is
         analysed once, and its terms are stored with it (so a restart reads
         them instead of analysing it again)."""
+        session.settle()  # what a restart read back is of the session before this change
         change, docs = self._with_terms(session, change)
         self.store.commit(change)
         self._forget_kept_facts(session, change)

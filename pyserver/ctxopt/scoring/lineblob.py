@@ -183,18 +183,29 @@ class LineBlobs:
     ) -> list[TextFacts | None] | None:
         """The facts `encode_kept` wrote of these texts, None when the blob
         cannot be trusted (another format, rules or chunks, a changed byte)."""
+        facts = self.kept_facts(blob, chunks)
+        return None if facts is None else read_kept(texts, facts)
+
+    def kept_facts(self, blob: bytes | None, chunks: bytes) -> bytes | None:
+        """The marshalled facts of a kept blob that may be trusted (`read_kept`
+        tells whether they fit the texts), else None."""
         body = opened(blob, head_size=_KEPT_HEAD.size)
         if body is None:
             return None
         if _KEPT_HEAD.unpack_from(body) != (_KEPT_MAGIC, FORMAT, self._rules, chunks):
             return None
-        try:
-            kept = marshal.loads(body[_KEPT_HEAD.size :])
-            if len(kept) != len(texts):
-                return None
-            return [_told(text, k) for text, k in zip(texts, kept, strict=True)]
-        except (ValueError, TypeError, EOFError):
+        return body[_KEPT_HEAD.size :]
+
+
+def read_kept(texts: Sequence[str], facts: bytes) -> list[TextFacts | None] | None:
+    """The facts of `LineBlobs.kept_facts`'s bytes, None when they do not fit `texts`."""
+    try:
+        kept = marshal.loads(facts)
+        if len(kept) != len(texts):
             return None
+        return [_told(text, k) for text, k in zip(texts, kept, strict=True)]
+    except (ValueError, TypeError, EOFError):
+        return None
 
 
 # One text's facts in a session's kept blob: which are held, the names, the

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from itertools import pairwise
 from operator import attrgetter
@@ -49,6 +49,8 @@ class Session:
         # reads besides `collections` (the collector's memo of its last plan)
         self.revision = 0
         self.analyzer = analyzer  # the one that indexed the text; line links use its terms too
+        # a restart's kept index, read on first use (`restore_kept`)
+        self._unread: Callable[[], BM25Index] | None = None
         # kept across a compaction, as the quoted marks are (text/lines.py)
         self._lines = LineBook()
         self._clear()
@@ -71,6 +73,28 @@ class Session:
         self.tokens_total = 0
 
     # ---- reading -------------------------------------------------------
+
+    @property
+    def index(self) -> BM25Index:
+        """The BM25 index of the live texts (a restart's kept one read now if not yet)."""
+        self.settle()
+        return self._index
+
+    @index.setter
+    def index(self, index: BM25Index) -> None:
+        self._unread = None
+        self._index = index
+
+    def settle(self) -> None:
+        """Read a restart's kept index now if not yet (`restore_kept`)."""
+        if self._unread is not None:
+            read, self._unread = self._unread, None
+            self._index = read()
+
+    @property
+    def settled(self) -> bool:
+        """Whether the index (and what a restart reads with it) has been read."""
+        return self._unread is None
 
     @property
     def n_slots(self) -> int:
@@ -116,6 +140,15 @@ class Session:
         """The session's line book, brought up to its live chunks."""
         self._lines.sync(self.index.version, self.entries.values())
         return self._lines
+
+    def book_as_fresh(self) -> bool:
+        """Whether the line book marks quoted the slots a book filled from the
+        live chunks alone (a restart's) would: one that kept the marks of a
+        quoting chunk since gone, or lacks a mark a text changed later would
+        have got, makes plans a restart does not (~17 ms per 1,000 chunks)."""
+        fresh = LineBook()
+        fresh.sync(self.index.version, self.entries.values())
+        return fresh.quoted == self.line_book().quoted
 
     def explicit_targets(self, chunk: Chunk) -> tuple[str, ...]:
         targets = [*chunk.references, *chunk.summary_of]
@@ -198,10 +231,14 @@ class Session:
             texts.append(entry.chunk.text)
         self._index_new(slots, known, texts)
 
-    def restore_kept(self, entries: Sequence[Entry], index: BM25Index) -> None:
+    def restore_kept(
+        self, entries: Sequence[Entry], index: BM25Index | Callable[[], BM25Index]
+    ) -> None:
         """Put back a stored session's chunks, in slot order at their own slots,
-        with `index` kept of exactly their texts there (text/indexblob.py):
-        nothing is indexed. Into a session holding nothing (a restart's)."""
+        with `index` kept of exactly their texts there (text/indexblob.py), or
+        what reads it on the index's first use (a restart whose kept plan may
+        answer its first call needs none): nothing is indexed. Into a session
+        holding nothing (a restart's)."""
         slots = [e.slot for e in entries]
         if self.slot_ids:
             raise ValueError("restore_kept: the session already holds chunks")
@@ -217,7 +254,10 @@ class Session:
         self.columns.ensure(self.n_slots)
         for entry in entries:
             self._link(entry, False)
-        self.index = index
+        if isinstance(index, BM25Index):
+            self.index = index
+        else:
+            self._unread = index
 
     def _index_new(self, slots: list[int], docs: list[DocTerms | None], texts: list[str]) -> None:
         """Index the texts of chunks just linked at `slots` (analysing those

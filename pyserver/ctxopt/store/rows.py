@@ -7,7 +7,10 @@ as packed floats.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import marshal
+import sqlite3
 import sys
 from array import array
 from collections.abc import Sequence
@@ -68,6 +71,10 @@ class StoredSession:
     # (text/indexblob.py, scoring/lineblob.py), as stored
     index: bytes | None = None
     facts: bytes | None = None
+    # its last plan as the last process closed (engine/kept_plans.py), as stored,
+    # and the digest of its rows (`rows_digest`) when there is one
+    plan: bytes | None = None
+    rows: bytes = b""
 
 
 # The owner's live sessions with their stash totals, most recently used first
@@ -137,7 +144,8 @@ SET_LINE_BLOB_SQL = "UPDATE chunks SET line_blob = ? WHERE session_id = ? AND ch
 PLAN_COUNTS_SQL = "SELECT blob FROM plan_counts WHERE session_id = ?"
 # a session's owner, collections and its plans' token counts (NULL: none)
 SESSION_HEAD_SQL = """SELECT owner, collections,
-(SELECT blob FROM plan_counts WHERE session_id = ?1), k.index_blob, k.facts_blob
+(SELECT blob FROM plan_counts WHERE session_id = ?1), k.index_blob, k.facts_blob,
+(SELECT blob FROM kept_plans WHERE session_id = ?1)
 FROM sessions LEFT JOIN kept_sessions k USING (session_id) WHERE session_id = ?1"""
 # a session gone meanwhile gets no row
 SET_COUNTS_SQL = """INSERT INTO plan_counts SELECT ?1, ?2
@@ -146,8 +154,11 @@ ON CONFLICT (session_id) DO UPDATE SET blob = excluded.blob"""
 SET_KEPT_SQL = """INSERT INTO kept_sessions SELECT ?1, ?2, ?3
 WHERE EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1) ON CONFLICT (session_id)
 DO UPDATE SET index_blob = excluded.index_blob, facts_blob = excluded.facts_blob"""
+SET_PLAN_SQL = """INSERT INTO kept_plans SELECT ?1, ?2
+WHERE EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1)
+ON CONFLICT (session_id) DO UPDATE SET blob = excluded.blob"""
 # the tables holding what a session keeps beside its chunks, by session id
-SESSION_TABLES = ("chunks", "plan_counts", "kept_sessions", "sessions")
+SESSION_TABLES = ("chunks", "plan_counts", "kept_sessions", "kept_plans", "sessions")
 
 
 def restash_values(session_id: str, r: Restash) -> tuple[object, ...]:
@@ -191,6 +202,7 @@ LIVE_SELECT = (
     "seq, born, last_touched_ms, origin, CAST(term_blob AS BLOB), CAST(line_blob AS BLOB), "
     f"{CHUNK_SELECT}"
 )
+_TEXT = 6 + 3  # a `LIVE_SELECT` row's text column (`chunk_from`'s r[3])
 STASH_NAMES = (
     "stash_id",
     "session_id",
@@ -328,6 +340,14 @@ def live_values(session_id: str, c: StoredChunk) -> tuple[object, ...]:
     return (*head, *chunk_values(c.chunk))
 
 
+def rows_digest(rows: Sequence[Sequence[Any]]) -> bytes:
+    """A digest of `LIVE_SELECT` rows as SQLite returns them, less the term and
+    line blobs (caches made from the text) and the text (which
+    `text/indexblob.chunks_digest` digests): equal digests and texts, the same chunks."""
+    plain = [(*r[:4], *r[6:_TEXT], *r[_TEXT + 1 :]) for r in rows]
+    return hashlib.sha256(marshal.dumps(plain, 2)).digest()[:16]  # SHA-256: in hardware
+
+
 def live_from(row: Sequence[Any]) -> StoredChunk:
     """A row selected with `LIVE_SELECT`."""
     return StoredChunk(chunk_from(row, 6), row[0], row[1], row[2], row[3], row[4], row[5])
@@ -386,4 +406,23 @@ def hit_from(row: Sequence[Any], snippet: str) -> StashHit:
         tokens=int(row[6]),
         action=Action(row[7]),
         stashed_at_ms=int(row[8]),
+    )
+
+
+def live_rows(cur: sqlite3.Cursor, session_id: str) -> list[Any]:
+    sql = f"SELECT {LIVE_SELECT} FROM chunks WHERE session_id = ? ORDER BY seq"
+    return cur.execute(sql, (session_id,)).fetchall()
+
+
+def load_session(cur: sqlite3.Cursor, session_id: str) -> StoredSession | None:
+    """A live session with its chunks in prompt order, None when it does not exist."""
+    head = cur.execute(SESSION_HEAD_SQL, (session_id,)).fetchone()
+    if head is None:
+        return None
+    rows = live_rows(cur, session_id)
+    chunks = [live_from(r) for r in rows]
+    counts, index, facts, plan = head[2:]
+    digest = rows_digest(rows) if plan is not None else b""  # only to trust a kept plan
+    return StoredSession(
+        session_id, str(head[0]), int(head[1]), chunks, counts, index, facts, plan, digest
     )

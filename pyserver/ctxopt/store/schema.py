@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 from ctxopt.store.rows import CHUNK_COLUMNS
 from ctxopt.store.search import FTS_TOKENIZER, Terms, analyzer_identity, index_text, term_count
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # Each owner's entries and terms: the statistics of its stash search (ranking.py)
 _OWNER_TOTALS = """CREATE TABLE IF NOT EXISTS stash_owner_totals (
@@ -50,6 +50,11 @@ CREATE TABLE IF NOT EXISTS kept_sessions (
   session_id TEXT PRIMARY KEY,
   index_blob BLOB NOT NULL,
   facts_blob BLOB NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS kept_plans (
+  session_id TEXT PRIMARY KEY,
+  blob BLOB NOT NULL
 );
 
 CREATE TABLE IF NOT EXISTS stash (
@@ -184,6 +189,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # which the tables' script creates; older sessions have none, and a restart
     # indexes their stored terms and reads each text's line facts as before
     7: (),
+    # v9 keeps each session's last plan as the process closes (engine/kept_plans.py)
+    # in `kept_plans`, which the tables' script creates; older sessions have
+    # none, and a restart's first plan is made as before
+    8: (),
 }
 
 REINDEX_BATCH = 1_000  # originals analysed and indexed per transaction by a reindex

@@ -62,15 +62,14 @@ from ctxopt.store.owners import owners_of, require_owner
 from ctxopt.store.ranking import VOCABULARY_DDL, ranked_page
 from ctxopt.store.rows import (
     LIST_SESSIONS_SQL,
-    LIVE_SELECT,
     LIVE_UPSERT,
     PLAN_COUNTS_SQL,
     RESTASH_SQL,
-    SESSION_HEAD_SQL,
     SESSION_TABLES,
     SET_COUNTS_SQL,
     SET_KEPT_SQL,
     SET_LINE_BLOB_SQL,
+    SET_PLAN_SQL,
     STASH_NAMES,
     STASH_SELECT,
     Change,
@@ -80,9 +79,11 @@ from ctxopt.store.rows import (
     entry_from,
     entry_values,
     hit_from,
-    live_from,
+    live_rows,
     live_values,
+    load_session,
     restash_values,
+    rows_digest,
     upsert_sql,
 )
 from ctxopt.store.schema import (
@@ -236,7 +237,7 @@ class Store:
     def load_session(self, session_id: str) -> StoredSession | None:
         """A live session with its chunks in prompt order, None when it does not exist."""
         with self._reading() as cur:
-            return _load_session(cur, session_id)
+            return load_session(cur, session_id)
 
     def commit(self, change: Change) -> None:
         """Write one change in one transaction (creating the session, owned by
@@ -286,6 +287,18 @@ class Store:
         """Replace the session's kept index and line facts (`kept_sessions`), as `keep_counts`."""
         with self._transaction() as cur:
             cur.execute(SET_KEPT_SQL, (session_id, index_blob, facts_blob))
+
+    def keep_plan(self, session_id: str, blob: bytes | None) -> None:
+        """Replace (None: drop) the session's kept last plan (`kept_plans`), as `keep_counts`."""
+        with self._transaction() as cur:
+            cur.execute("DELETE FROM kept_plans WHERE session_id = ?", (session_id,))
+            if blob is not None:
+                cur.execute(SET_PLAN_SQL, (session_id, blob))
+
+    def rows_digest(self, session_id: str) -> bytes:
+        """`rows.rows_digest` of the session's live rows as stored now."""
+        with self._reading() as cur:
+            return rows_digest(live_rows(cur, session_id))
 
     def delete_session(self, owner: str, session_id: str, *, purge_stash: bool) -> bool:
         """Delete a live session (and its stash when `purge_stash`); whether anything existed."""
@@ -414,7 +427,7 @@ class Store:
         """A session (live chunks and stash) as a JSON-able dict (`export.py`)."""
         with self._reading() as cur:
             require_owner(owners_of(cur, session_id), owner, session_id)
-            live = _load_session(cur, session_id)
+            live = load_session(cur, session_id)
             stash = [
                 entry_from(row)
                 for row in cur.execute(
@@ -476,14 +489,3 @@ def _claim(cur: sqlite3.Cursor, session_id: str, owner: str) -> None:
         "INSERT INTO sessions VALUES (?, ?, 0) ON CONFLICT (session_id) DO NOTHING",
         (session_id, owner),
     )
-
-
-def _load_session(cur: sqlite3.Cursor, session_id: str) -> StoredSession | None:
-    head = cur.execute(SESSION_HEAD_SQL, (session_id,)).fetchone()
-    if head is None:
-        return None
-    rows = cur.execute(
-        f"SELECT {LIVE_SELECT} FROM chunks WHERE session_id = ? ORDER BY seq", (session_id,)
-    ).fetchall()
-    chunks = [live_from(r) for r in rows]
-    return StoredSession(session_id, str(head[0]), int(head[1]), chunks, *head[2:])

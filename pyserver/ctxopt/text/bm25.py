@@ -43,9 +43,18 @@ _MIN_CAPACITY = 64
 _COMPACT_FLOOR = 1 << 16  # stale postings tolerated before a compaction is worth it
 _MIN_CACHED_POSTINGS = 4096  # decoded query postings kept: this, or a quarter of all
 _MAX_SLOT = (1 << 31) - 1  # decoded slots are int32
+# Below this many documents a batch is indexed one at a time: numpy's ~150 us
+# per batch outweighs the ~6 us per document it saves (an agent's step appends 2-3).
+BULK_MIN_DOCS = 32
 
 
 _Array = TypeVar("_Array", IntArray, FloatArray)
+_Params = tuple[float, float, float]
+_Bytes = tuple[bytes, ...]  # the numpy arrays' bytes in `BM25Index.state`
+IndexState = tuple[_Params, list[str], bytes, bytes, _Bytes, list[bytes | None], tuple[int, ...]]
+_ARRAYS = ["_df", "_term_changed", "_slot_uid", "_doc_len", "_uid_slot"]  # numpy, by term or slot
+_COUNTERS: tuple[str, ...] = ("_next_uid", "_docs", "_total_len", "_end", "_live_postings")
+_COUNTERS += ("_stale_postings", "_version")
 
 
 def _grown(values: _Array, size: int, fill: int) -> _Array:
@@ -182,7 +191,8 @@ class BM25Index:
         self, slots: Sequence[int], terms: Sequence[Sequence[str]], counts: Sequence[Sequence[int]]
     ) -> None:
         """`set_doc_counts(slot, t, c)` for each of `zip(slots, terms, counts)`
-        in order, in bulk when every slot is empty (an append of new chunks):
+        in order, in bulk when every slot is empty (an append of new chunks)
+        and the batch has at least `BULK_MIN_DOCS` documents:
         the same term ids, postings in the same order, frequencies, lengths and
         versions, with numpy doing per batch what the one-document path does
         per document."""
@@ -191,13 +201,13 @@ class BM25Index:
             raise ValueError(
                 f"slots, terms, counts: lengths differ ({n}, {len(terms)}, {len(counts)})"
             )
-        if not self._bulk_fits(slots):
+        sizes = list(map(len, terms))
+        if sizes != list(map(len, counts)):
+            raise ValueError("terms, counts: a document's terms and counts differ in length")
+        if n < BULK_MIN_DOCS or not self._bulk_fits(slots):
             for slot, doc_terms, doc_counts in zip(slots, terms, counts, strict=True):
                 self.set_doc_counts(slot, doc_terms, doc_counts)
             return
-        sizes = np.fromiter(map(len, terms), dtype=np.int64, count=n)
-        if not np.array_equal(sizes, np.fromiter(map(len, counts), dtype=np.int64, count=n)):
-            raise ValueError("terms, counts: a document's terms and counts differ in length")
         flat_terms = list(chain.from_iterable(terms))
         term_ids = self._term_ids
         fresh = [t for t in dict.fromkeys(flat_terms) if t not in term_ids]
@@ -443,7 +453,37 @@ class BM25Index:
         del packed
         return slots.astype(np.int32), tf
 
-    # ---- accounting ------------------------------------------------------
+    def state(self) -> IndexState:
+        """What a scoring or an update reads, as plain data (text/indexblob.py keeps it)."""
+        terms = list(self._term_ids)  # ids are given in insertion order, from 0
+        sizes = array("Q", map(len, self._postings)).tobytes()
+        joined = b"".join(map(array.tobytes, self._postings))
+        arrays = tuple(getattr(self, name).tobytes() for name in _ARRAYS)
+        counters = tuple(getattr(self, name) for name in _COUNTERS)
+        params = (self.k1, self.b, self.epsilon)
+        return (params, terms, sizes, joined, arrays, self._doc_terms, counters)
+
+    @classmethod
+    def from_state(cls, state: IndexState) -> BM25Index:
+        """The index whose `state` this is; ValueError when its parts do not fit together."""
+        params, terms, sizes, joined, arrays, doc_terms, counters = state
+        index, lengths, view, at = cls(*params), array("Q"), memoryview(joined), 0
+        lengths.frombytes(sizes)
+        for n in lengths:
+            index._postings.append(postings := array("Q"))
+            postings.frombytes(view[at : at + 8 * n])
+            at += 8 * n
+        index._term_ids.update(zip(terms, range(len(terms)), strict=True))
+        for name, data in zip(_ARRAYS, arrays, strict=True):  # the new index's dtypes
+            setattr(index, name, np.frombuffer(data, dtype=getattr(index, name).dtype).copy())
+        fits = len(index._term_ids) == len(terms) == len(lengths) and at == len(joined)
+        fits = fits and len(terms) <= len(index._df) == len(index._term_changed)
+        if not fits or not len(index._slot_uid) == len(index._doc_len) == len(doc_terms):
+            raise ValueError("terms not distinct, or arrays of lengths that do not fit")
+        index._doc_terms = list(doc_terms)
+        for name, value in zip(_COUNTERS, counters, strict=True):
+            setattr(index, name, int(value))
+        return index
 
     def memory_bytes(self) -> int:
         """Bytes this index holds: postings, vocabulary, per-slot and per-term
@@ -452,10 +492,8 @@ class BM25Index:
         total += sys.getsizeof(self._term_ids) + sum(map(sys.getsizeof, self._term_ids))
         total += sys.getsizeof(self._doc_terms)
         total += sum(sys.getsizeof(d) for d in self._doc_terms if d is not None)
-        arrays = (self._df, self._term_changed, self._slot_uid, self._doc_len, self._uid_slot)
-        total += sum(a.nbytes for a in arrays)
-        if self._stats is not None:
-            total += self._stats[2].nbytes
+        total += sum(int(getattr(self, name).nbytes) for name in _ARRAYS)
+        total += self._stats[2].nbytes if self._stats is not None else 0
         total += sys.getsizeof(self._cache)
         total += sum(s.nbytes + tf.nbytes for _, s, tf in self._cache.values())
         return total

@@ -1,0 +1,254 @@
+"""A session's last plan, kept with the session as the process closes, so that
+a restart answers the same call on the unchanged session as a warm engine
+does: with that plan, made by nobody again.
+
+A plan is a function of the session's rows, its collection count, the
+request, the engine's knobs (`Config`'s planner fields and `Tuning`), the
+token counter and the code (`Collector.plan` memoises it on the first three
+in memory). At a clean close each session whose last plan was made from its
+state as it is (no change since) writes it (`LiveSessions.close`) with a
+digest of the rest. A restart trusts the blob only when its format, the
+engine's digest (the package's version and source, the knobs, the counter's mode
+and its count of a probe text), the digest of the session's rows
+(`made_from`: every column of every live row but the term and line caches;
+any write since, a crash after one, an import or another session's blob
+differs) and its checksum match; and answers with it only a
+call whose collection count and request (a digest of the options' `repr`)
+are the plan's, before any change of the session. Anything else: the plan
+is made as before. Nothing in it names code: plain data, `marshal`ed.
+
+Layout: magic `CP`, format (1 byte), the engine's digest (8), the rows'
+digest (16), the collection count (uint64), the request's digest (8), the
+marshalled plan, and a checksum (8) of everything before it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import marshal
+import struct
+import threading
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+from weakref import WeakKeyDictionary
+
+import ctxopt
+from ctxopt.config import Config
+from ctxopt.model import (
+    Action,
+    Breakdown,
+    Decisions,
+    OptimizeOptions,
+    Plan,
+    PlanOutcome,
+    Repair,
+)
+from ctxopt.planner.knobs import Tuning
+from ctxopt.session import Session
+from ctxopt.text.sealed import DIGEST, digest, opened, seal
+from ctxopt.tokens import TokenCounter
+
+FORMAT = 1
+_MAGIC = b"CP"
+ROWS_DIGEST = 16  # bytes of `made_from`
+_HEAD = struct.Struct(f"<2sB{DIGEST}s{ROWS_DIGEST}sQ{DIGEST}s")
+_PROBE = "def total(x):\n    return x * 1.25  # naïve 日本語 🙂\n\n   The end. "
+
+
+@cache
+def code_digest() -> bytes:
+    """A digest of the package's version and source (~8 ms, once per process):
+    a plan kept by other code may decide otherwise."""
+    root = Path(ctxopt.__file__).parent
+    made = hashlib.blake2b(ctxopt.__version__.encode(), digest_size=DIGEST)
+    for path in sorted(root.rglob("*.py")):
+        made.update(str(path.relative_to(root)).encode())
+        made.update(path.read_bytes())
+    return made.digest()
+
+
+def made_from(rows: bytes, chunks: bytes) -> bytes:
+    """What a kept plan was made from: the digests of the session's rows less
+    their texts (`store.rows.rows_digest`) and of its live chunks' slots and
+    texts (`text/indexblob.chunks_digest`, which a restart makes anyway)."""
+    return hashlib.blake2b(rows + chunks, digest_size=ROWS_DIGEST).digest()
+
+
+def request_digest(options: OptimizeOptions) -> bytes:
+    """The request's digest: its `repr` names every field, floats exactly."""
+    return digest(repr(options).encode("utf-8", "surrogatepass"))
+
+
+def plain_plan(plan: Plan) -> tuple[Any, ...]:
+    """`plan` as `marshal`-able plain data (its timing left out)."""
+    d = plan.decisions
+    breakdowns = None if d.breakdowns is None else [tuple(b) for b in d.breakdowns]
+    return (
+        plan.kept_ids,
+        d.chunk_ids,
+        [int(a) for a in d.actions],
+        d.tokens,
+        d.tokens_after,
+        d.scores,
+        breakdowns,
+        d.reasons,
+        d.replacement_texts,
+        d.stash_ids,
+        plan.tokens_before,
+        plan.tokens_after,
+        plan.target_tokens,
+        plan.outcome.value,
+        [(r.rule, r.chunk_id, r.detail) for r in plan.repairs],
+        plan.explanation,
+        plan.mandatory_tokens,
+    )
+
+
+def plan_of(plain: tuple[Any, ...]) -> Plan:
+    """The plan `plain_plan` wrote (ValueError, TypeError when it is not one)."""
+    (kept, ids, actions, tokens, after, scores, breakdowns, reasons, texts, stash) = plain[:10]
+    columns = (actions, tokens, after, scores, reasons, texts, stash)
+    if any(len(c) != len(ids) for c in columns) or (
+        breakdowns is not None and len(breakdowns) != len(ids)
+    ):
+        raise ValueError("decision columns differ in length")
+    decisions = Decisions(
+        chunk_ids=ids,
+        actions=[Action(a) for a in actions],
+        tokens=tokens,
+        tokens_after=after,
+        scores=scores,
+        breakdowns=None if breakdowns is None else [Breakdown(*b) for b in breakdowns],
+        reasons=reasons,
+        replacement_texts=texts,
+        stash_ids=stash,
+    )
+    before, tokens_after, target, outcome, repairs, explanation, mandatory = plain[10:]
+    return Plan(
+        kept_ids=kept,
+        decisions=decisions,
+        tokens_before=before,
+        tokens_after=tokens_after,
+        target_tokens=target,
+        outcome=PlanOutcome(outcome),
+        repairs=[Repair(*r) for r in repairs],
+        explanation=explanation,
+        mandatory_tokens=mandatory,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Made:
+    """What a plan was made from, besides the rows: the session's revision (its
+    state in this process), collection count and the request."""
+
+    revision: int
+    collections: int
+    request: bytes
+
+
+class KeptPlans:
+    """Each session's last plan as the collector made it, and the one a
+    restart read back (thread-safe)."""
+
+    def __init__(self, config: Config, tuning: Tuning, counter: TokenCounter) -> None:
+        knobs = (
+            config.recency_half_life_turns,
+            config.old_generation_after,
+            config.neighbour_share,
+            config.incremental_batch,
+            tuning,
+            counter.mode,
+            counter.count(_PROBE),
+        )
+        self._engine = digest(code_digest() + repr(knobs).encode())
+        self._last: WeakKeyDictionary[Session, tuple[_Made, Plan]] = WeakKeyDictionary()
+        self._read: WeakKeyDictionary[Session, tuple[_Made, bytes]] = WeakKeyDictionary()
+        # what the plan in the store was made from (a plan is a function of it)
+        self._written: WeakKeyDictionary[Session, _Made] = WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def note(self, session: Session, options: OptimizeOptions, plan: Plan) -> None:
+        """The plan just made of `session` as it is, for `options`."""
+        made = _Made(session.revision, session.collections, request_digest(options))
+        with self._lock:
+            self._last[session] = (made, plan)
+
+    def read_back(self, session: Session, options: OptimizeOptions) -> Plan | None:
+        """The plan the last process kept, when it answers `options` on the
+        session as loaded (not changed since)."""
+        with self._lock:
+            found = self._read.get(session)
+        if found is None:
+            return None
+        made, body = found
+        if (made.revision, made.collections) != (session.revision, session.collections):
+            with self._lock:
+                self._read.pop(session, None)  # changed: it can no longer answer
+            return None
+        if made.request != request_digest(options):
+            return None
+        try:
+            plan = plan_of(marshal.loads(body))
+        except (ValueError, TypeError, EOFError):
+            return None
+        with self._lock:
+            self._read.pop(session, None)  # the collector holds it now, as a warm engine would
+            self._written[session] = made  # in the store already
+        return plan
+
+    def pending(self, session: Session) -> bool:
+        """Whether the session's last plan is of its state as it is and not kept yet."""
+        with self._lock:
+            last, written = self._last.get(session), self._written.get(session)
+        return (
+            last is not None
+            and last[0] != written
+            and (last[0].revision, last[0].collections) == (session.revision, session.collections)
+        )
+
+    def encode(self, session: Session, rows: bytes) -> bytes | None:
+        """The blob of the session's last plan (`pending`), made from `rows`
+        (`made_from`); None when there is none or it is not plain data."""
+        with self._lock:
+            last = self._last.get(session)
+        if last is None:
+            return None
+        made, plan = last
+        try:
+            body = marshal.dumps(plain_plan(plan))
+        except ValueError:  # not plain data: a restart makes it again
+            return None
+        head = _HEAD.pack(_MAGIC, FORMAT, self._engine, rows, made.collections, made.request)
+        return seal(head + body)
+
+    def written(self, session: Session) -> None:
+        """The session's last plan is now in the store."""
+        with self._lock:
+            last = self._last.get(session)
+            if last is not None:
+                self._written[session] = last[0]
+
+    def _opened(self, blob: bytes | None, rows: bytes) -> bytes | None:
+        """The body of a kept plan of this engine made from `rows`, else None."""
+        body = opened(blob, head_size=_HEAD.size)
+        if body is None:
+            return None
+        head = _HEAD.unpack_from(body)[:4]
+        return body if head == (_MAGIC, FORMAT, self._engine, rows) else None
+
+    def trusts(self, blob: bytes | None, rows: bytes) -> bool:
+        """Whether `restore` would hold this blob (a session loaded from `rows`)."""
+        return self._opened(blob, rows) is not None
+
+    def restore(self, session: Session, blob: bytes | None, rows: bytes) -> None:
+        """Hold the kept plan of a session just loaded from `rows`, when trusted."""
+        body = self._opened(blob, rows)
+        if body is None:
+            return
+        collections, request = _HEAD.unpack_from(body)[4:]
+        made = _Made(session.revision, collections, request)
+        with self._lock:
+            self._read[session] = (made, body[_HEAD.size :])
