@@ -94,8 +94,8 @@ def test_a_search_limit_outside_1_to_100_is_refused(limit: int) -> None:
 
 # Each field's edge values: valid ones, and each way a check refuses one.
 EDGES: dict[str, list[object]] = {
-    "id": ["a", "c1", "x" * 256, "x" * 257, "", "tab\there"],
-    "text": ["t", "", "x" * 5],
+    "id": ["a", "c1", "x" * 256, "x" * 257, "", "tab\there", None],
+    "text": ["t", "", "x" * 5, None],
     "role": [Role.MODEL, Role.UNSPECIFIED, 9],
     "kind": [ChunkKind.TOOL_RESULT, 0, 99],
     "policy": [GcPolicy.EPHEMERAL, 77],
