@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 
 import pytest
-from ctxopt.text.analyzer import MAX_TERM_CHARS, Analyzer
+import Stemmer
+from ctxopt.text.analyzer import MAX_TERM_CHARS, STOPWORDS, Analyzer
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -163,3 +165,38 @@ def test_line_postings_are_what_each_lines_terms_give(text: str) -> None:
         wanted = frozenset({*held, "cat", "absent"})
         expected = {t: tuple(i for i, ts in enumerate(lines) if t in ts) for t in wanted}
         assert analyzer.line_postings(text, wanted) == {t: n for t, n in expected.items() if n}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([*LINE_PIECES, "Cats", "CAT", "of", "a_cat"]), max_size=40))
+def test_term_counts_are_the_counted_terms_in_first_occurrence_order(pieces: list[str]) -> None:
+    """Counted as the cache lookups give them: still `Counter(terms)`'s keys
+    and values, in first-occurrence order (the index numbers new terms in
+    that order), for every analyzer and a fresh or a warm cache."""
+    text = "".join(pieces)
+    for analyzer in (PLAIN, FULL, DEFAULT, Analyzer()):
+        counted = Counter(analyzer.terms(text))
+        assert analyzer.term_counts(text) == (list(counted), list(counted.values()))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["The", "running", "Runs", "x" * 90, "don", "BETWEEN", "42", "a_b"])
+        | st.text(alphabet="aZe9_s", min_size=1, max_size=9),
+        max_size=12,
+    ),
+    st.booleans(),
+    st.booleans(),
+)
+def test_a_new_ascii_word_gets_the_plain_steps(
+    words: list[str], stopwords: bool, stem: bool
+) -> None:
+    """A miss on one ASCII word takes a written-out path (no call per step):
+    still lowercased, cut, stopwords dropped and stemmed as `_words` does."""
+    stemmer = Stemmer.Stemmer("english")
+    analyzer = Analyzer(stopwords=stopwords, stem=stem)
+    for word in words:
+        lowered = word.lower()[:MAX_TERM_CHARS]
+        kept = [] if stopwords and lowered in STOPWORDS else [lowered]
+        assert analyzer.terms(word) == (stemmer.stemWords(kept) if stem else kept)

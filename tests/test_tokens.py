@@ -6,7 +6,7 @@ import threading
 
 import pytest
 import tiktoken
-from ctxopt.tokens import TokenCounter, gemini_estimate
+from ctxopt.tokens import TokenCounter, count_key, gemini_estimate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -161,3 +161,51 @@ def test_gemini_long_texts_count_units_over_four() -> None:
     text = "日" * 100_001
     assert gemini_estimate(text) == 100_001 // 4
     assert gemini_estimate("日" * 100_000) == 150_000
+
+
+def _former_count_many(counter: TokenCounter, texts: list[str]) -> list[int]:
+    """The plain definition (the counter's former loop): hits refreshed in
+    order, each distinct miss counted once and remembered in order of first
+    occurrence, the oldest forgotten past the cache's size."""
+    cache = counter._cache
+    counts = [0] * len(texts)
+    missing: dict[bytes, list[int]] = {}
+    for i, key in enumerate(map(count_key, texts)):
+        if key in cache:
+            cache.move_to_end(key)
+            counts[i] = cache[key]
+        else:
+            missing.setdefault(key, []).append(i)
+    for key, positions in missing.items():
+        n = len(CL100K.encode_ordinary(texts[positions[0]]))
+        for i in positions:
+            counts[i] = n
+        if counter.cache_size:
+            cache[key] = n
+            while len(cache) > counter.cache_size:
+                cache.popitem(last=False)
+    return counts
+
+
+BATCH_TEXTS = ["", "a", "b c", "def f(x):", "KeyError", "\ud800 lone", "日本", " x "]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(BATCH_TEXTS), max_size=8), max_size=6),
+    st.integers(0, 5),
+)
+def test_one_text_counts_and_is_remembered_as_a_batch_of_one(
+    batches: list[list[str]], cache_size: int
+) -> None:
+    """`count`'s own path for one text (no batch steps): the same count, and
+    the same remembered texts in the same order, as the former loop over a
+    batch of one, among batches (repeats, hits, a lone surrogate, a cache too
+    small for one batch)."""
+    fast, plain = TokenCounter(cache_size=cache_size), TokenCounter(cache_size=cache_size)
+    for texts in batches:
+        assert fast.count_many(texts) == _former_count_many(plain, texts)
+        assert list(fast._cache.items()) == list(plain._cache.items())
+        for text in texts[-2:]:  # one at a time (`count`), a hit or not
+            assert fast.count(text) == _former_count_many(plain, [text])[0]
+            assert list(fast._cache.items()) == list(plain._cache.items())

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 from ctxopt import validate
 from ctxopt.config import Config
 from ctxopt.errors import InvalidArgument, ResourceExhausted
-from ctxopt.model import Action, Budget, ChunkUpdate
+from ctxopt.model import Action, Budget, Chunk, ChunkKind, ChunkUpdate, GcPolicy, Role
 from ctxopt.store import Exported, StashEntry, StoredChunk, StoredSession
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.factory import chunk
 
@@ -87,3 +90,76 @@ def test_a_query_embedding_must_be_finite_and_not_too_long() -> None:
 def test_a_search_limit_outside_1_to_100_is_refused(limit: int) -> None:
     with pytest.raises(InvalidArgument, match="limit"):
         validate.validate_search(limit, 0)
+
+
+# Each field's edge values: valid ones, and each way a check refuses one.
+EDGES: dict[str, list[object]] = {
+    "id": ["a", "c1", "x" * 256, "x" * 257, "", "tab\there", None],
+    "text": ["t", "", "x" * 5, None],
+    "role": [Role.MODEL, Role.UNSPECIFIED, 9],
+    "kind": [ChunkKind.TOOL_RESULT, 0, 99],
+    "policy": [GcPolicy.EPHEMERAL, 77],
+    "tokens": [5, validate.MAX_COUNTER, validate.MAX_COUNTER + 1, -1],
+    "turn": [3, -2],
+    "created_at_ms": [10**12, -1],
+    "line_start": [4, -1],
+    "line_end": [3, 4, 9],
+    "boost": [-1.0, 1.0, 0.5, 1.5, -1.5, math.nan, math.inf, -math.inf],
+    "parent_id": ["a", "c1"],
+    "embedding": [(0.5,), (math.nan,)],
+    "references": [("a",), ("",)],
+    "summary_of": [("c1",)],
+}
+EDITS = st.tuples(st.integers(0, 5), st.sampled_from(list(EDGES))).flatmap(
+    lambda at: st.tuples(st.just(at), st.sampled_from(EDGES[at[1]]))
+)
+
+
+def _verdict(check: Callable[[], None]) -> str:
+    try:
+        check()
+    except (InvalidArgument, ResourceExhausted) as err:
+        return f"{type(err).__name__}: {err}"
+    return "valid"
+
+
+def _agree(chunks: list[Chunk]) -> None:
+    """The verdict with the whole-batch passes is that of the checks chunk
+    by chunk (the error, field path and all), and the passes take every
+    valid batch with no links or embeddings."""
+    config = Config(max_text_chars=4)
+    plain = _verdict(lambda: validate._check_each_chunk(chunks, config, "chunks[{}]".format))
+    assert _verdict(lambda: validate.validate_chunks(chunks, config)) == plain
+    linked = any(c.embedding or c.references or c.summary_of for c in chunks)
+    assert validate._plainly_valid(chunks, config) == (plain == "valid" and not linked)
+
+
+def _batch(size: int, edits: list[tuple[int, str, object]]) -> list[Chunk]:
+    chunks = [Chunk(f"c{i}", Role.USER, ChunkKind.MESSAGE, "t") for i in range(size)]
+    for at, name, value in edits:
+        setattr(chunks[at % size], name, value)
+    return chunks
+
+
+def test_each_edge_value_anywhere_in_a_batch_gets_the_per_chunk_verdict() -> None:
+    """Every field's edge values, one at a time, at each place of batches of
+    one to three chunks; then the pairs one field cannot show: a line range
+    ending before it starts, a NaN after a valid value."""
+    for size in (1, 2, 3):
+        for at in range(size):
+            for name, values in EDGES.items():
+                for value in values:
+                    _agree(_batch(size, [(at, name, value)]))
+    _agree(_batch(2, [(1, "line_start", 4), (1, "line_end", 3)]))
+    _agree(_batch(2, [(0, "line_start", 4), (0, "line_end", 4)]))
+    for name, bad in [("boost", math.nan), ("tokens", math.nan), ("turn", -1)]:
+        _agree(_batch(3, [(0, name, 0.5 if name == "boost" else 1), (2, name, bad)]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 6), st.lists(EDITS, max_size=3))
+def test_a_batch_checked_whole_gets_the_verdict_of_the_checks_chunk_by_chunk(
+    size: int, edits: list[tuple[tuple[int, str], object]]
+) -> None:
+    """Any few edits at once: never a pass the checks refuse, the same first error."""
+    _agree(_batch(size, [(at, name, value) for (at, name), value in edits]))

@@ -97,8 +97,18 @@ class TokenCounter:
                 )
 
     def count(self, text: str) -> int:
-        """Tokens in `text`."""
-        return self.count_many([text])[0]
+        """Tokens in `text` (`count_many([text])[0]` without the batch's
+        steps: a plan counts its excerpts one at a time, most of them known)."""
+        key = count_key(text)
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return cached
+        n = self._cl100k(text) if self._fast is not None else gemini_estimate(text)
+        with self._lock:
+            self._remember(key, n)
+        return n
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
         """Tokens in each text, in order: cached counts first, then each

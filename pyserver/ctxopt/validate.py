@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from itertools import compress
+from operator import attrgetter, eq, lt
 
 from ctxopt.config import Config
 from ctxopt.errors import InvalidArgument, ResourceExhausted
@@ -88,6 +90,14 @@ def validate_chunks(chunks: Sequence[Chunk], config: Config, field: str = "chunk
 def _check_unique_chunks(
     chunks: Sequence[Chunk], config: Config, where_of: Callable[[int], str]
 ) -> None:
+    if not _plainly_valid(chunks, config):
+        _check_each_chunk(chunks, config, where_of)
+
+
+def _check_each_chunk(
+    chunks: Sequence[Chunk], config: Config, where_of: Callable[[int], str]
+) -> None:
+    """The checks one chunk at a time, raising the first failure."""
     seen: set[str] = set()
     for i, chunk in enumerate(chunks):
         where = where_of(i)
@@ -96,6 +106,60 @@ def _check_unique_chunks(
             raise InvalidArgument(f"{where}.id", chunk.id, "duplicate id in one batch")
         seen.add(chunk.id)
         validate_chunk(chunk, config, where)
+
+
+# What `_plainly_valid` reads of each chunk, in one C call per chunk.
+_CHECKED = attrgetter(
+    *("id", "text", "role", "kind", "policy", "parent_id", "boost", "line_start", "line_end"),
+    *("tokens", "turn", "created_at_ms", "embedding", "references", "summary_of"),
+)
+_SET_ROLES = frozenset(Role._value2member_map_).difference([Role.UNSPECIFIED])
+_KINDS = frozenset(ChunkKind._value2member_map_)
+_POLICIES = frozenset(GcPolicy._value2member_map_)
+
+
+def _within(values: Sequence[float], low: float, high: float) -> bool:
+    """Every value in [low, high] (a NaN anywhere makes the sum NaN: `min`
+    and `max` may step over one)."""
+    total = sum(values)
+    return low <= min(values) and max(values) <= high and total == total
+
+
+def _plainly_valid(chunks: Sequence[Chunk], config: Config) -> bool:
+    """Whether every chunk passes `validate_chunk` and no id repeats, by
+    whole-batch passes (an append checks hundreds of chunks per call; the
+    per-chunk checks name each field as they go). False is no verdict: the
+    caller then checks chunk by chunk, which raises the first failure. A batch
+    with embeddings or links is left to that path."""
+    if not chunks:
+        return True
+    columns = list(zip(*map(_CHECKED, chunks), strict=True))
+    ids, texts, roles, kinds, policies, parents, boosts = columns[:7]
+    counters = columns[7:12]  # line_start, line_end, tokens, turn, created_at_ms
+    starts, ends = counters[:2]
+    embeddings, references, summaries = columns[12:]
+    ranged = list(compress(starts, ends))  # a line range is checked where it ends
+    try:
+        return (
+            not any(embeddings)
+            and not any(references)
+            and not any(summaries)
+            and len(set(ids)) == len(ids)
+            and min(map(len, ids)) > 0
+            and max(map(len, ids)) <= MAX_ID_CHARS
+            and all(map(str.isprintable, ids))
+            and min(map(len, texts)) > 0
+            and max(map(len, texts)) <= config.max_text_chars
+            and _SET_ROLES.issuperset(roles)
+            and _KINDS.issuperset(kinds)
+            and _POLICIES.issuperset(policies)
+            and all(_within(column, 0, MAX_COUNTER) for column in counters)
+            and not any(map(lt, filter(None, ends), ranged))
+            and _within(boosts, -1.0, 1.0)
+            and not any(map(eq, parents, ids))
+        )
+    except TypeError:  # a value not of its field's type (an in-process caller's):
+        return False  # the checks chunk by chunk name the field, as they did
 
 
 def validate_chunk(chunk: Chunk, config: Config, where: str) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import operator
 import re
 import threading
+from collections import Counter
 from itertools import chain, compress
 
 import Stemmer
@@ -75,7 +76,9 @@ class _TermCache(dict[bytes, tuple[str, ...]]):
 
     def __init__(self, analyze: _TokenAnalyzer) -> None:
         super().__init__()
-        self._analyze = analyze
+        # a bound method: calling an instance's `__call__` from here cost a
+        # slot lookup per miss, and a new text's thousands of words each miss once
+        self._analyze = analyze.terms_of
 
     def __missing__(self, raw: bytes) -> tuple[str, ...]:
         terms = self._analyze(raw)
@@ -97,12 +100,22 @@ class _TokenAnalyzer:
         self._stemmer = Stemmer.Stemmer("english", 0) if stem else None
         self._stem_lock = threading.Lock()  # PyStemmer objects are not thread-safe
 
-    def __call__(self, raw: bytes) -> tuple[str, ...]:
+    def terms_of(self, raw: bytes) -> tuple[str, ...]:
         text = raw.decode("utf-8", "surrogatepass")
-        if text.isascii():
-            return self._run_terms(text) if self.split_identifiers else self._word(text)
-        run = _IDENTIFIER_RUN if self.split_identifiers else _WORD_RUN
-        return tuple(t for piece in run.findall(text) for t in self._run_terms(piece))
+        if not text.isascii():
+            run = _IDENTIFIER_RUN if self.split_identifiers else _WORD_RUN
+            return tuple(t for piece in run.findall(text) for t in self._run_terms(piece))
+        if self.split_identifiers:
+            return self._run_terms(text)
+        # one ASCII word, `_words([text])` (most raw tokens), written out here:
+        # a new text's distinct words each come through once
+        lowered = text.lower()[:MAX_TERM_CHARS]
+        if self.stopwords and lowered in STOPWORDS:
+            return ()
+        if self._stemmer is None:
+            return (lowered,)
+        with self._stem_lock:
+            return (self._stemmer.stemWord(lowered),)
 
     def _run_terms(self, run: str) -> tuple[str, ...]:
         if not self.split_identifiers:
@@ -131,17 +144,6 @@ class _TokenAnalyzer:
         if segment.isascii() and not segment.islower() and not segment.isupper():
             return _CAMEL_PART.findall(segment)
         return [segment]
-
-    def _word(self, word: str) -> tuple[str, ...]:
-        """`_words([word])` with less interpreter work: a new text's distinct
-        words (most raw tokens are one ASCII word) each come through here once."""
-        lowered = word.lower()[:MAX_TERM_CHARS]
-        if self.stopwords and lowered in STOPWORDS:
-            return ()
-        if self._stemmer is None:
-            return (lowered,)
-        with self._stem_lock:
-            return (self._stemmer.stemWord(lowered),)
 
     def _words(self, words: list[str]) -> tuple[str, ...]:
         lowered = [w.lower()[:MAX_TERM_CHARS] for w in words]
@@ -191,6 +193,18 @@ class Analyzer:
     def terms(self, text: str) -> list[str]:
         """The terms of `text` in order (a term repeats as often as it occurs)."""
         return list(chain.from_iterable(map(self._cache.__getitem__, self.raw_tokens(text))))
+
+    def term_counts(self, text: str) -> tuple[list[str], list[int]]:
+        """The distinct terms of `text` in first-occurrence order and how often
+        each occurs: `Counter(self.terms(text))`'s keys and values, counted as
+        the lookups give them (no list of every term in between; an append
+        analyses every new text this way).
+
+        >>> Analyzer().term_counts("the cats and a cat, cats")
+        (['cat'], [3])
+        """
+        counted = Counter(chain.from_iterable(map(self._cache.__getitem__, self.raw_tokens(text))))
+        return list(counted), list(counted.values())
 
     def line_postings(self, text: str, terms: frozenset[str]) -> dict[str, tuple[int, ...]]:
         """Per term of `terms` the text holds, the numbers of the lines

@@ -58,7 +58,7 @@ class TermBlobs:
         )
 
     def analyse(self, text: str) -> DocTerms:
-        return DocTerms.of(self.analyzer.terms(text))
+        return DocTerms(*self.analyzer.term_counts(text))
 
     def encode(self, text: str, doc: DocTerms) -> bytes:
         head = _HEAD.pack(_MAGIC, FORMAT, self.analyzer_digest, text_digest(text), len(doc.terms))
