@@ -11,8 +11,6 @@ holds, so an output keeps its excerpt while the session grows around it.
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from operator import is_
 
@@ -90,26 +88,12 @@ def session_facts(
     )
 
 
-_identifiers: OrderedDict[tuple[frozenset[str], frozenset[str]], frozenset[str]] = OrderedDict()
-_identifiers_lock = threading.Lock()  # plans of different sessions run in parallel
-IDENTIFIERS_CACHE_SIZE = 64
-
-
 def _with_query_names(written: frozenset[str], query_names: frozenset[str]) -> frozenset[str]:
-    """`written | query_names`, the same object while both are (`written`
-    itself when it holds the query's names): a plan with no
-    new model text then copies no pool of thousands of names, and the next
-    plan's `grown_facts` finds nothing changed by identity."""
-    if query_names <= written:
-        return written
-    key = (written, query_names)  # a frozenset keeps its hash; equal keys are the same objects
-    with _identifiers_lock:
-        found = _identifiers.get(key)
-        if found is None:
-            found = _identifiers[key] = written | query_names
-            if len(_identifiers) > IDENTIFIERS_CACHE_SIZE:
-                _identifiers.popitem(last=False)
-        return found
+    """`written | query_names`: `written` itself when it holds the query's
+    names (no copy of a pool of thousands of names, and the same object for
+    `grown_facts` while no model text came). Not cached: a cache of unions
+    would hold one pool-sized set per entry."""
+    return written if query_names <= written else written | query_names
 
 
 def grown_facts(
