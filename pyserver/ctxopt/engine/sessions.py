@@ -210,14 +210,19 @@ class LiveSessions:
         kept_any = (stored.index, stored.facts, stored.plan) != (None, None, None)
         chunks = chunks_digest([e.slot for e in entries], texts) if kept_any else b""
         plan_from = made_from(stored.rows, chunks)
-        kept = self._kept_bodies(stored, entries, chunks)
-        if kept is not None and self.plans.trusts(stored.plan, plan_from):
+        index_body, facts_body = self._kept_bodies(stored, entries, chunks)
+        if (
+            index_body is not None
+            and facts_body is not None
+            and self.plans.trusts(stored.plan, plan_from)
+        ):
             # the kept plan may answer the first call, which then reads neither
             # (~15 ms per 1,000 chunks): read them on the index's first use
+            kept = (index_body, facts_body)
             read = partial(self._read_kept, session, stored.counts, kept, entries, texts)
             session.restore_kept(entries, read)
         else:
-            self._read_rows(session, stored, entries, texts, chunks)
+            self._read_rows(session, stored, entries, texts, (index_body, facts_body))
         self.plans.restore(session, stored.plan, plan_from)
         return session
 
@@ -227,12 +232,14 @@ class LiveSessions:
         stored: StoredSession,
         entries: list[Entry],
         texts: list[str],
-        chunks: bytes,
+        kept: tuple[bytes | None, bytes | None],
     ) -> None:
         """Restore the session from its rows, with what the last process kept
-        of it where trusted, each text's own blobs elsewhere."""
+        of it where trusted (`kept`: the bodies `_kept_bodies` trusted), each
+        text's own blobs elsewhere."""
         self._tell_counts(stored.counts)
-        index, facts = self._kept_session(stored, entries, texts, chunks)
+        index = None if kept[0] is None else read_state(kept[0])
+        facts = None if kept[1] is None else read_kept(texts, kept[1])
         whole = index is not None and facts is not None  # as kept: nothing to keep again
         if facts is None:
             decode = self.line_blobs.decode
@@ -245,8 +252,7 @@ class LiveSessions:
             session.restore_entries(entries, docs)
         self._tell_facts(session, entries, texts, facts)
         if whole and index is not None:
-            kept = self._kept.setdefault(session, _KeptFacts())
-            kept.snapshot = (index.version, bytes(kept.by_slot))
+            self._as_kept(session, index)
 
     def _read_kept(
         self,
@@ -270,9 +276,14 @@ class LiveSessions:
             slots = [e.slot for e in entries]
             index.set_docs_counts(slots, [d.terms for d in docs], [d.counts for d in docs])
         elif facts is not None:  # as kept: nothing to keep again
-            held = self._kept.setdefault(session, _KeptFacts())
-            held.snapshot = (index.version, bytes(held.by_slot))
+            self._as_kept(session, index)
         return index
+
+    def _as_kept(self, session: Session, index: BM25Index) -> None:
+        """Note the session's index and facts as the store keeps them (a
+        close need not write them again)."""
+        kept = self._kept.setdefault(session, _KeptFacts())
+        kept.snapshot = (index.version, bytes(kept.by_slot))
 
     def _tell_counts(self, blob: bytes | None) -> None:
         counts = self.count_blobs.decode(blob)
@@ -296,33 +307,19 @@ class LiveSessions:
                 kept.hold(session.slot_by_id[entry.chunk.id], made.held)
         tell(told)
 
-    def _kept_session(
-        self, stored: StoredSession, entries: list[Entry], texts: list[str], chunks: bytes
-    ) -> tuple[BM25Index | None, list[TextFacts | None] | None]:
-        """The index and line facts the last process kept of the session as it
-        closed (text/indexblob.py; `chunks`: the live chunks' digest), each None
-        when absent or not to be trusted."""
-        if stored.index is None and stored.facts is None:
-            return None, None
+    def _kept_bodies(
+        self, stored: StoredSession, entries: list[Entry], chunks: bytes
+    ) -> tuple[bytes | None, bytes | None]:
+        """The bodies of the index and the line facts the last process kept of
+        the session as it closed (text/indexblob.py, scoring/lineblob.py;
+        `chunks`: the live chunks' digest), not decoded yet; each None when
+        absent or not to be trusted (format, analyzer, rules, chunks, checksum)."""
         if any(a.slot >= b.slot for a, b in pairwise(entries)):  # `restore_kept`'s rule
             return None, None
         return (
-            self.index_blobs.decode(stored.index, chunks),
-            self.line_blobs.decode_kept(texts, stored.facts, chunks),
+            self.index_blobs.state(stored.index, chunks),
+            self.line_blobs.kept_facts(stored.facts, chunks),
         )
-
-    def _kept_bodies(
-        self, stored: StoredSession, entries: list[Entry], chunks: bytes
-    ) -> tuple[bytes, bytes] | None:
-        """The index's and the facts' kept bodies when both may be trusted
-        (format, analyzer, rules, chunks, checksum), not decoded yet."""
-        if stored.index is None or stored.facts is None:
-            return None
-        if any(a.slot >= b.slot for a, b in pairwise(entries)):  # `restore_kept`'s rule
-            return None
-        index = self.index_blobs.state(stored.index, chunks)
-        facts = self.line_blobs.kept_facts(stored.facts, chunks)
-        return None if index is None or facts is None else (index, facts)
 
     def keep_line_facts(self, session: Session) -> None:
         """Store the line facts a plan made of the session's live texts (each
@@ -402,9 +399,11 @@ class LiveSessions:
                 self._keep_session(session)
 
     def _keep_session(self, session: Session) -> None:
+        live: tuple[list[Entry], bytes] | None = None  # made once, by whichever needs it
         if self.plans.pending(session) and session.book_as_fresh():
+            live = _live(session)
             try:
-                rows = made_from(self.store.rows_digest(session.id), _live(session)[1])
+                rows = made_from(self.store.rows_digest(session.id), live[1])
                 self.store.keep_plan(session.id, self.plans.encode(session, rows))
                 self.plans.written(session)
             except CtxoptError as err:
@@ -415,8 +414,8 @@ class LiveSessions:
         now = (session.index.version, bytes(kept.by_slot))
         if kept.snapshot == now:
             return
-        live, chunks = _live(session)
-        facts = [_stored_facts(e.chunk.text, kept.held(e.slot)) for e in live]
+        entries, chunks = live or _live(session)
+        facts = [_stored_facts(e.chunk.text, kept.held(e.slot)) for e in entries]
         try:
             self.store.keep_session(
                 session.id,

@@ -178,14 +178,6 @@ class LineBlobs:
         head = _KEPT_HEAD.pack(_KEPT_MAGIC, FORMAT, self._rules, chunks)
         return seal(head + marshal.dumps([_kept(f) for f in facts]))
 
-    def decode_kept(
-        self, texts: Sequence[str], blob: bytes | None, chunks: bytes
-    ) -> list[TextFacts | None] | None:
-        """The facts `encode_kept` wrote of these texts, None when the blob
-        cannot be trusted (another format, rules or chunks, a changed byte)."""
-        facts = self.kept_facts(blob, chunks)
-        return None if facts is None else read_kept(texts, facts)
-
     def kept_facts(self, blob: bytes | None, chunks: bytes) -> bytes | None:
         """The marshalled facts of a kept blob that may be trusted (`read_kept`
         tells whether they fit the texts), else None."""

@@ -86,12 +86,6 @@ class IndexBlobs:
         head = _HEAD.pack(_MAGIC, FORMAT, _ORDER, self._analyzer, chunks)
         return seal(head + marshal.dumps(index.state()))
 
-    def decode(self, blob: bytes | None, chunks: bytes) -> BM25Index | None:
-        """The index `blob` holds for the live chunks whose digest is
-        `chunks`, None when it cannot be trusted."""
-        state = self.state(blob, chunks)
-        return None if state is None else read_state(state)
-
     def state(self, blob: bytes | None, chunks: bytes) -> bytes | None:
         """The marshalled state of a blob that may be trusted (`read_state`
         tells whether it holds together), else None."""
