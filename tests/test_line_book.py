@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from ctxopt.model import Chunk, Role
 from ctxopt.session import Session
-from ctxopt.text import lines
+from ctxopt.text import line_book
 from ctxopt.text.analyzer import Analyzer
-from ctxopt.text.lines import ECHO_MIN_CHARS, LineBook, TextLines, text_lines
+from ctxopt.text.line_book import LineBook
+from ctxopt.text.lines import ECHO_MIN_CHARS, TextLines, text_lines
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -118,13 +119,13 @@ def test_an_append_reads_again_only_the_previous_latest_holder(
 
     ask_all()
     read: list[str] = []
-    split = lines.text_lines
+    split = text_lines
 
     def counted(text: str) -> TextLines:
         read.append(text)
         return split(text)
 
-    monkeypatch.setattr(lines, "text_lines", counted)
+    monkeypatch.setattr(line_book, "text_lines", counted)
     session.upsert(chunk("c4", f"{shared}\n{LONG[2]}", turn=4), 10, 0)
     book = session.line_book()
     read.clear()

@@ -37,7 +37,7 @@ from ctxopt.scoring.line_facts import (
     sole_term,
 )
 from ctxopt.session import SessionView
-from ctxopt.text.lines import LineBook
+from ctxopt.text.line_book import LineBook
 
 TokenCount = Callable[[str], int]
 T = TypeVar("T")

@@ -34,7 +34,7 @@ import numpy.typing as npt
 from ctxopt.model import ChunkKind, GcPolicy, Strategy
 from ctxopt.planner.knobs import Tuning
 from ctxopt.planner.selection import OUT, SHRUNK, TIGHT, Selection
-from ctxopt.text.lines import LineBook
+from ctxopt.text.line_book import LineBook
 
 IntArray = npt.NDArray[np.intp]
 FloatArray = npt.NDArray[np.float64]

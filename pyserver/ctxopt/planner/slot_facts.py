@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from ctxopt.session import SessionView
 from ctxopt.session.columns import Entry
-from ctxopt.text.lines import LineBook
+from ctxopt.text.line_book import LineBook
 
 IntArray = npt.NDArray[np.intp]
 ObjectArray = npt.NDArray[np.object_]

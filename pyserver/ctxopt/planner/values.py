@@ -29,7 +29,8 @@ from ctxopt.scoring.line_facts import session_facts
 from ctxopt.scoring.terms import rare_terms
 from ctxopt.session import SessionView
 from ctxopt.text.analyzer import Analyzer
-from ctxopt.text.lines import LineBook, text_lines
+from ctxopt.text.line_book import LineBook
+from ctxopt.text.lines import text_lines
 
 FloatArray = npt.NDArray[np.float64]
 # plain ints for numpy: comparing an array with an IntEnum member costs ~5x more

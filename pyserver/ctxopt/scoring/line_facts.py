@@ -29,7 +29,8 @@ from ctxopt.scoring.line_value import (
 from ctxopt.scoring.terms import rare_terms
 from ctxopt.session import SessionView
 from ctxopt.text.analyzer import Analyzer
-from ctxopt.text.lines import LineBook, text_lines
+from ctxopt.text.line_book import LineBook
+from ctxopt.text.lines import text_lines
 
 _MODEL = int(Role.MODEL)
 

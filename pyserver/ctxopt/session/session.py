@@ -30,7 +30,7 @@ from ctxopt.session.columns import Columns, Entry, Hubs
 from ctxopt.session.view import SessionView
 from ctxopt.text.analyzer import Analyzer
 from ctxopt.text.bm25 import BM25Index
-from ctxopt.text.lines import LineBook
+from ctxopt.text.line_book import LineBook
 from ctxopt.text.termblob import DocTerms
 
 # Below this many dead slots, their memory costs less than rebuilding the indexes.
