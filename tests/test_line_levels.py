@@ -6,6 +6,7 @@ plans and whatever the query."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -501,15 +502,20 @@ def test_a_size_keeping_the_same_lines_of_the_same_text_takes_its_last_bytes() -
 
     line_levels._line_excerpts.clear()
     levels, kept = line_levels.levels_of(view, book, 0, facts, tuning, count)
-    assert levels and kept is not None and len(kept) == len(levels)
+    assert levels and kept is not None and len(kept) >= len(levels)
+    assert [(made_text, tokens) for _, made_text, tokens in kept[: len(levels)]] == [
+        (level.text, level.tokens) for level in levels
+    ]
+    marked_kept = tuple((lines, f"last {n}", tokens) for n, (lines, _, tokens) in enumerate(kept))
     marked = tuple(
         line_levels.LineLevel(f"last {n}", lv.tokens, 1.0) for n, lv in enumerate(levels)
     )
     stash = view.entry_at(0).stash_id()
-    other = tuple(lines[1:] for lines in kept)  # other lines of the same text
+    # other lines of the same text
+    other = tuple((lines[1:], made_text, tokens) for lines, made_text, tokens in marked_kept)
     for last_text, last_kept, expected in (
-        (text, kept, marked),
-        (text + "\n", kept, levels),
+        (text, marked_kept, marked),
+        (text + "\n", marked_kept, levels),
         (text, other, levels),
     ):
         last = line_levels._Remembered(
@@ -529,3 +535,50 @@ def test_a_size_keeping_the_same_lines_of_the_same_text_takes_its_last_bytes() -
         made, _ = line_levels.levels_of(view, book, 0, facts, tuning, count, last)
         assert [(m.text, m.tokens) for m in made] == [(e.text, e.tokens) for e in expected]
         assert [m.kept for m in made] == [level.kept for level in levels]
+
+
+def test_a_dropped_size_keeping_the_same_lines_is_not_joined_and_counted_again() -> None:
+    """An output made again whose tight size was dropped (it did not shrink
+    the first size well) takes that size's last bytes too: the kept lines
+    hold every size made, and one made again asks for no excerpt's count."""
+    text = holding(1, frozenset({"refund", "margin"}))
+    session = Session(S, "", Analyzer())
+    session.upsert(chunk("c1", text, kind=ChunkKind.TOOL_RESULT), len(text) // 4, 0)
+    view, book = session.view(), session.line_book()
+    # the tight size keeps the first size's lines: it never shrinks it well
+    tuning = replace(Tuning(), line_tight_share=Tuning().line_budget)
+    facts = session_facts(
+        view,
+        "refund margin",
+        view.analyzer,
+        rare_share=1.0,
+        weights=LineWeights(1.0, 1.0, 1.0, 1.0, 1.0),
+        texts=slot_facts(view, book).texts,
+    )
+    counted: list[str] = []
+
+    def count(excerpt: str) -> int:
+        counted.append(excerpt)
+        return len(excerpt) // 4
+
+    line_levels._line_excerpts.clear()
+    levels, kept = line_levels.levels_of(view, book, 0, facts, tuning, count)
+    assert len(levels) == 1 and kept is not None  # the tight size was made and dropped
+    last = line_levels._Remembered(
+        view.entry_at(0).stash_id(),
+        0,
+        (),
+        frozenset(),
+        (),
+        levels,
+        frozenset(),
+        frozenset(),
+        text,
+        None,
+        kept,
+    )
+    counted.clear()
+    line_levels._line_excerpts.clear()
+    made, made_kept = line_levels.levels_of(view, book, 0, facts, tuning, count, last)
+    assert counted == []
+    assert made == levels and made_kept == kept

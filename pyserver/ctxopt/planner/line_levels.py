@@ -60,7 +60,9 @@ _line_excerpts: OrderedDict[tuple[object, ...], tuple[LineLevel, ...]] = Ordered
 _line_excerpts_lock = threading.Lock()
 
 
-Kept = tuple[tuple[int, ...], ...]  # per size, the numbers of the lines it keeps
+# per size made, the numbers of the lines it keeps, its text and tokens; the
+# last one may be a size dropped for not shrinking the one before well
+Kept = tuple[tuple[tuple[int, ...], str, int], ...]
 
 
 def levels_of(
@@ -78,7 +80,9 @@ def levels_of(
     when nothing points at any line), and the lines each size keeps (None when
     the cache had the sizes). Cached while the facts about its own lines stay
     the same. `last`: the same text's sizes with their kept lines, whose text
-    and tokens a size keeping the same lines takes as they are."""
+    and tokens a size keeping the same lines takes as they are (a dropped
+    size's too: most outputs made again have one size, and their tight one
+    was joined and counted again at every append)."""
     entry = session.entry_at(slot)
     chunk = entry.chunk
     stash = entry.stash_id()
@@ -98,7 +102,7 @@ def levels_of(
     per_char = entry.tokens / max(len(chunk.text), 1)
     costs = [(len(line) + 1) * per_char for line in lines]
     levels: list[LineLevel] = []
-    kept_lines: list[tuple[int, ...]] = []
+    kept_lines: list[tuple[tuple[int, ...], str, int]] = []
     weight = 0.0  # the excerpt's line weight, which a tighter size keeps a share of
     for share in (tuning.line_budget, tuning.line_tight_share):
         kept = tuple(
@@ -109,21 +113,21 @@ def levels_of(
         if not kept or share <= 0:
             break
         at = len(levels)
-        if at < len(kept_before) and kept_before[at] == kept and last is not None:
+        if at < len(kept_before) and kept_before[at][0] == kept:
             # the same lines of the same text: the same bytes (an output holding
             # two query terms is made again at each append as their weights move,
             # and mostly keeps its lines: ~55 a plan at 10,000 chunks)
-            text, after = last.levels[at].text, last.levels[at].tokens
+            _, text, after = kept_before[at]
         else:
             text = ranged_excerpt(chunk.id, lines, kept, stash)
             after = count_tokens(text)
+        kept_lines.append((kept, text, after))
         before = levels[-1].tokens if levels else entry.tokens
         if after >= before * tuning.shrink_worth:
             break  # a size that does not shrink the one before well; none under it either
         kept_weight = sum(map(scores.__getitem__, kept))  # the same sum, not a generator
         weight = weight or kept_weight
         levels.append(LineLevel(text=text, tokens=after, kept=kept_weight / weight))
-        kept_lines.append(kept)
     made = tuple(levels)
     with _line_excerpts_lock:
         remember(_line_excerpts, key, made, ANCHORED_CACHE_SIZE)
@@ -148,8 +152,9 @@ class _Remembered:
     numbers: frozenset[int]
     text: str  # the text `relevance`, `sole` and `kept` are of
     sole: str | None  # `sole_term` of the text under the query's terms then
-    # the lines each size keeps, for an output holding two or more of the
-    # query's terms (the ones made again as the terms' weights move), else None
+    # the lines each size made keeps with its bytes (`Kept`), for an output
+    # holding two or more of the query's terms (the ones made again as the
+    # terms' weights move), else None
     kept: Kept | None
 
     # the constructor, not `dataclasses.replace` (which reads the fields each
