@@ -22,7 +22,7 @@ from ctxopt.scoring.line_value import LineWeights
 from ctxopt.session import Session
 from ctxopt.text.analyzer import Analyzer
 from ctxopt.text.lines import TextLines
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.factory import chunk, filler, options
@@ -502,17 +502,26 @@ def test_a_size_keeping_the_same_lines_of_the_same_text_takes_its_last_bytes() -
 
     line_levels._line_excerpts.clear()
     levels, kept = line_levels.levels_of(view, book, 0, facts, tuning, count)
-    assert levels and kept is not None and len(kept) >= len(levels)
-    assert [(made_text, tokens) for _, made_text, tokens in kept[: len(levels)]] == [
+    assert levels and kept is not None and len(kept.sizes) >= len(levels)
+    assert [(made_text, tokens) for _, made_text, tokens in kept.sizes[: len(levels)]] == [
         (level.text, level.tokens) for level in levels
     ]
-    marked_kept = tuple((lines, f"last {n}", tokens) for n, (lines, _, tokens) in enumerate(kept))
+    marked_kept = replace(
+        kept,
+        sizes=tuple(
+            (lines, f"last {n}", tokens) for n, (lines, _, tokens) in enumerate(kept.sizes)
+        ),
+    )
     marked = tuple(
         line_levels.LineLevel(f"last {n}", lv.tokens, 1.0) for n, lv in enumerate(levels)
     )
     stash = view.entry_at(0).stash_id()
-    # other lines of the same text
-    other = tuple((lines[1:], made_text, tokens) for lines, made_text, tokens in marked_kept)
+    # other lines of the same text, ranked otherwise
+    other = replace(
+        marked_kept,
+        ranked=(),
+        sizes=tuple((lines[1:], made, tokens) for lines, made, tokens in marked_kept.sizes),
+    )
     for last_text, last_kept, expected in (
         (text, marked_kept, marked),
         (text + "\n", marked_kept, levels),
@@ -582,3 +591,95 @@ def test_a_dropped_size_keeping_the_same_lines_is_not_joined_and_counted_again()
     made, made_kept = line_levels.levels_of(view, book, 0, facts, tuning, count, last)
     assert counted == []
     assert made == levels and made_kept == kept
+
+
+def _output_facts(
+    term_lines: list[frozenset[str]], naming: tuple[int, ...], tokens: int
+) -> tuple[Session, SessionFacts]:
+    """A session of one output (its listing, then a line naming each set of
+    `term_lines`, `tokens` long) and `naming[k]` messages naming `TERMS[k]`
+    (which moves the query terms' weights), with the facts of a plan asking
+    for all of `TERMS`."""
+    others = [term for term, times in zip(TERMS, naming, strict=True) for _ in range(times)]
+    # four lines apart: each term line's window of context is its own
+    text = listing(1) + "".join(
+        f"\n{90 + 5 * k:6d}\t# {' '.join(sorted(terms))} noted"
+        + "".join(f"\n{91 + 5 * k + j:6d}\tstep({j})" for j in range(4))
+        for k, terms in enumerate(term_lines)
+    )
+    session = Session(S, "", Analyzer())
+    session.upsert(chunk("c1", text, kind=ChunkKind.TOOL_RESULT), tokens, 0)
+    for k, term in enumerate(others):
+        session.upsert(chunk(f"m{k}", f"{filler(5)} {term}"), 20, 0)
+    view = session.view()
+    facts = session_facts(
+        view,
+        " ".join(TERMS),
+        view.analyzer,
+        rare_share=1.0,
+        weights=LineWeights(1.0, 1.0, 1.0, 1.0, 1.0),
+        texts=slot_facts(view, session.line_book()).texts,
+    )
+    return session, facts
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(TERMS).map(lambda term: frozenset({term}))
+        | st.frozensets(st.sampled_from(TERMS), min_size=2),
+        min_size=2,
+        max_size=8,
+    ),
+    # per term, how many messages name it (its weight falls with each)
+    st.tuples(*[st.integers(0, 4)] * len(TERMS)),
+    st.tuples(*[st.integers(0, 4)] * len(TERMS)),
+    st.sampled_from([120, 240]),
+    # a tight size of one line's window, or of all of them
+    st.sampled_from([0.05, 0.3]),
+    st.sampled_from([0.05, 0.3]),
+)
+# the best line's window alone, and a weight move that ranks another line first
+@example([frozenset({"refund"}), frozenset({"margin"})], (4, 0, 0), (0, 4, 0), 120, 0.05, 0.05)
+def test_an_output_made_again_keeps_the_lines_the_plain_definition_keeps(
+    term_lines: list[frozenset[str]],
+    before: tuple[int, ...],
+    after: tuple[int, ...],
+    tokens_after: int,
+    share_was: float,
+    share_now: float,
+) -> None:
+    """An output holding several query terms, made again after their weights
+    moved (and maybe its tokens or the tight size's share), given its last
+    sizes and what they were picked from: the same sizes and kept lines as
+    made from scratch (a size takes its last lines only when its lines rank
+    as before, within the same tokens and knobs)."""
+
+    def count(excerpt: str) -> int:
+        return len(excerpt) // 4
+
+    was, facts_was = _output_facts(term_lines, before, 120)
+    line_levels._line_excerpts.clear()
+    tuning = replace(Tuning(), line_tight_share=share_was)
+    _, kept = line_levels.levels_of(was.view(), was.line_book(), 0, facts_was, tuning, count)
+    tuning = replace(Tuning(), line_tight_share=share_now)
+    now, facts_now = _output_facts(term_lines, after, tokens_after)
+    view, book = now.view(), now.line_book()
+    line_levels._line_excerpts.clear()
+    plain = line_levels.levels_of(view, book, 0, facts_now, tuning, count)
+    entry = view.entry_at(0)
+    last = line_levels._Remembered(
+        entry.stash_id(),
+        120,
+        (),
+        frozenset(),
+        (),
+        (),
+        frozenset(),
+        frozenset(),
+        entry.chunk.text,
+        None,
+        kept,
+    )
+    line_levels._line_excerpts.clear()
+    assert line_levels.levels_of(view, book, 0, facts_now, tuning, count, last) == plain
