@@ -118,10 +118,13 @@ def levels_of(
     kept_before: tuple[tuple[tuple[int, ...], str, int], ...] = ()
     same_lines = False  # the lines each size keeps are `kept_before`'s
     # the same stash and text: an excerpt's stash is its original's, whatever its text
-    if last is not None and last.kept is not None and last.stash == stash:
-        if last.text == chunk.text:
-            kept_before = last.kept.sizes
-            same_lines = last.kept.ranked == ranked and last.kept.basis == basis
+    if (
+        last is not None
+        and last.kept is not None
+        and (last.stash, last.text) == (stash, chunk.text)
+    ):
+        kept_before = last.kept.sizes
+        same_lines = last.kept.ranked == ranked and last.kept.basis == basis
     costs: list[float] = []
     levels: list[LineLevel] = []
     kept_lines: list[tuple[tuple[int, ...], str, int]] = []
