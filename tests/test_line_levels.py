@@ -13,7 +13,7 @@ import pytest
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.model import Chunk, ChunkKind, Plan, Role
-from ctxopt.planner import line_levels, values
+from ctxopt.planner import line_levels, line_memo, values
 from ctxopt.planner.knobs import Tuning
 from ctxopt.planner.slot_facts import slot_facts
 from ctxopt.scoring import line_value
@@ -159,7 +159,7 @@ def slots_made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     made: list[int] = []
     levels_of = line_levels.levels_of
 
-    def counted(*args: Any) -> tuple[tuple[line_levels.LineLevel, ...], Any]:
+    def counted(*args: Any) -> tuple[tuple[line_memo.LineLevel, ...], Any]:
         made.append(args[2])
         return levels_of(*args)
 
@@ -512,9 +512,7 @@ def test_a_size_keeping_the_same_lines_of_the_same_text_takes_its_last_bytes() -
             (lines, f"last {n}", tokens) for n, (lines, _, tokens) in enumerate(kept.sizes)
         ),
     )
-    marked = tuple(
-        line_levels.LineLevel(f"last {n}", lv.tokens, 1.0) for n, lv in enumerate(levels)
-    )
+    marked = tuple(line_memo.LineLevel(f"last {n}", lv.tokens, 1.0) for n, lv in enumerate(levels))
     stash = view.entry_at(0).stash_id()
     # other lines of the same text, ranked otherwise
     other = replace(
@@ -527,7 +525,7 @@ def test_a_size_keeping_the_same_lines_of_the_same_text_takes_its_last_bytes() -
         (text + "\n", marked_kept, levels),
         (text, other, levels),
     ):
-        last = line_levels._Remembered(
+        last = line_memo.Remembered(
             stash,
             0,
             (),
@@ -573,7 +571,7 @@ def test_a_dropped_size_keeping_the_same_lines_is_not_joined_and_counted_again()
     line_levels._line_excerpts.clear()
     levels, kept = line_levels.levels_of(view, book, 0, facts, tuning, count)
     assert len(levels) == 1 and kept is not None  # the tight size was made and dropped
-    last = line_levels._Remembered(
+    last = line_memo.Remembered(
         view.entry_at(0).stash_id(),
         0,
         (),
@@ -594,7 +592,7 @@ def test_a_dropped_size_keeping_the_same_lines_is_not_joined_and_counted_again()
 
 
 def _output_facts(
-    term_lines: list[frozenset[str]], naming: tuple[int, ...], tokens: int
+    term_lines: list[frozenset[str]], naming: tuple[int, ...], tokens: int, relevance: float = 1.0
 ) -> tuple[Session, SessionFacts]:
     """A session of one output (its listing, then a line naming each set of
     `term_lines`, `tokens` long) and `naming[k]` messages naming `TERMS[k]`
@@ -617,7 +615,7 @@ def _output_facts(
         " ".join(TERMS),
         view.analyzer,
         rare_share=1.0,
-        weights=LineWeights(1.0, 1.0, 1.0, 1.0, 1.0),
+        weights=LineWeights(relevance, 1.0, 1.0, 1.0, 1.0),
         texts=slot_facts(view, session.line_book()).texts,
     )
     return session, facts
@@ -668,7 +666,7 @@ def test_an_output_made_again_keeps_the_lines_the_plain_definition_keeps(
     line_levels._line_excerpts.clear()
     plain = line_levels.levels_of(view, book, 0, facts_now, tuning, count)
     entry = view.entry_at(0)
-    last = line_levels._Remembered(
+    last = line_memo.Remembered(
         entry.stash_id(),
         120,
         (),
@@ -683,3 +681,63 @@ def test_an_output_made_again_keeps_the_lines_the_plain_definition_keeps(
     )
     line_levels._line_excerpts.clear()
     assert line_levels.levels_of(view, book, 0, facts_now, tuning, count, last) == plain
+
+
+TERM_LINES = st.lists(
+    st.sampled_from(TERMS).map(lambda term: frozenset({term}))
+    | st.frozensets(st.sampled_from(TERMS), min_size=2),
+    max_size=4,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    TERM_LINES,
+    st.none() | TERM_LINES,
+    st.tuples(*[st.integers(0, 4)] * len(TERMS)),
+    st.tuples(*[st.integers(0, 4)] * len(TERMS)),
+    # 1.5 * w / w is not always 1.5: a sole term's value may move by a rounding
+    st.sampled_from([0.5, 1.5]),
+)
+# the same text, one term: its value rounds otherwise under the new weight
+@example([frozenset({"refund"})], None, (0, 1, 1), (0, 3, 4), 1.5)
+# another text, now holding a term the last one did not
+@example([], [frozenset({"refund"})], (0, 0, 0), (0, 0, 0), 0.5)
+def test_an_output_a_moved_term_reaches_is_remade_as_the_plain_definition_says(
+    lines_was: list[frozenset[str]],
+    lines_now: list[frozenset[str]] | None,
+    before: tuple[int, ...],
+    after: tuple[int, ...],
+    scale: float,
+) -> None:
+    """An output only a moved query term reached, its text the same object
+    or another (`lines_now`), is made again exactly when what the terms add
+    to its lines moved; one passed over holds the relevance, sole term and
+    text the plain definitions give now."""
+    was_session, facts_was = _output_facts(lines_was, before, 120, scale)
+    now_session, facts_now = _output_facts(lines_now or lines_was, after, 120, scale)
+    view = now_session.view()
+    text = view.entry_at(0).chunk.text
+    text_was = text if lines_now is None else was_session.view().entry_at(0).chunk.text
+    was = line_memo.Remembered(
+        view.entry_at(0).stash_id(),
+        120,
+        (),
+        frozenset(),
+        relevance_of(facts_was, 0, text_was)[1],
+        (),
+        frozenset(),
+        frozenset(),
+        text_was,
+        sole_term(facts_was, 0, text_was),
+        None,
+    )
+    remembered = {0: was}
+    same_query = facts_was.query_weights.keys() == facts_now.query_weights.keys()
+    moved = line_levels._relevance_moved(remembered, {0}, view, facts_now, same_query)
+    relevance = relevance_of(facts_now, 0, text)[1]
+    assert moved == ([0] if relevance != was.relevance else [])
+    if not moved:
+        now = remembered[0]
+        assert (now.relevance, now.sole) == (relevance, sole_term(facts_now, 0, text))
+        assert now.text is text

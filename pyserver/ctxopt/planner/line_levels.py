@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctxopt.planner.knobs import Tuning
+from ctxopt.planner.line_memo import Kept, LineLevel, Remembered
 from ctxopt.planner.texts import ANCHORED_CACHE_SIZE, ranged_excerpt, remember
 from ctxopt.scoring import line_value
 from ctxopt.scoring.line_facts import (
@@ -46,35 +47,8 @@ IntArray = npt.NDArray[np.int64]
 ObjectArray = npt.NDArray[np.object_]
 
 
-@dataclass(frozen=True, slots=True)
-class LineLevel:
-    """One size of a tool output's line excerpt: its text and tokens, and the
-    share of the excerpt's line weight it keeps (1 for the first size)."""
-
-    text: str
-    tokens: int
-    kept: float
-
-
 _line_excerpts: OrderedDict[tuple[object, ...], tuple[LineLevel, ...]] = OrderedDict()
 _line_excerpts_lock = threading.Lock()
-
-
-@dataclass(frozen=True, slots=True)
-class Kept:
-    """What `levels_of` picked an output's sizes from, for the next remake of
-    the same text: its lines scoring above 0, best first (the order
-    `line_value.excerpt_lines` walks them in), the tokens and knobs the lines
-    were picked within, and per size made the lines it keeps, its text and
-    tokens (the last may be a size dropped for not shrinking the one before
-    well). The same order, tokens and knobs pick the same lines: an output
-    holding two query terms is made again at each append as their weights
-    move, and mostly ranks its lines as before (~55 a plan at 10,000 chunks,
-    where picking the lines again was ~9 of ~30 ms)."""
-
-    ranked: tuple[int, ...]
-    basis: tuple[object, ...]
-    sizes: tuple[tuple[tuple[int, ...], str, int], ...]
 
 
 _ZERO = 0.0
@@ -87,7 +61,7 @@ def levels_of(
     facts: SessionFacts,
     tuning: Tuning,
     count_tokens: TokenCount,
-    last: _Remembered | None = None,
+    last: Remembered | None = None,
 ) -> tuple[tuple[LineLevel, ...], Kept | None]:
     """A tool output shrunk to the lines its signals point at (line_value),
     then, when `line_tight_share` asks for it, to its best lines within that
@@ -165,62 +139,6 @@ def levels_of(
     return made, Kept(ranked, basis, tuple(kept_lines))
 
 
-@dataclass(frozen=True, slots=True)
-class _Remembered:
-    """An output's sizes and what they were made from. The book's echo lines
-    are compared by identity first, then by value: an append stales the
-    cached answers of every older holder of a line it repeats, and most are
-    made again unchanged (at 10,000 chunks ~1,100 outputs a plan were remade
-    for new but equal tuples)."""
-
-    stash: str
-    tokens: int
-    anchors: tuple[int, ...]
-    quoted: frozenset[int]
-    relevance: tuple[tuple[int, float], ...]  # `relevance_of`'s key part
-    levels: tuple[LineLevel, ...]
-    names: frozenset[str]  # the names and numbers its text holds (its profile's)
-    numbers: frozenset[int]
-    text: str  # the text `relevance`, `sole` and `kept` are of
-    sole: str | None  # `sole_term` of the text under the query's terms then
-    # the lines each size made keeps with its bytes (`Kept`), for an output
-    # holding two or more of the query's terms (the ones made again as the
-    # terms' weights move), else None
-    kept: Kept | None
-
-    # the constructor, not `dataclasses.replace` (which reads the fields each
-    # call): ~20 outputs a plan after an append have their echoes re-checked
-    def with_echoes(self, anchors: tuple[int, ...], quoted: frozenset[int]) -> _Remembered:
-        return _Remembered(
-            self.stash,
-            self.tokens,
-            anchors,
-            quoted,
-            self.relevance,
-            self.levels,
-            self.names,
-            self.numbers,
-            self.text,
-            self.sole,
-            self.kept,
-        )
-
-    def with_text(self, text: str, sole: str | None) -> _Remembered:
-        return _Remembered(
-            self.stash,
-            self.tokens,
-            self.anchors,
-            self.quoted,
-            self.relevance,
-            self.levels,
-            self.names,
-            self.numbers,
-            text,
-            sole,
-            self.kept if text == self.text else None,
-        )
-
-
 @dataclass(slots=True)
 class OutputSizes:
     """What a plan reads of the outputs' sizes, by slot: the first size's
@@ -256,7 +174,7 @@ class _Memo:
 
     facts: SessionFacts | None = None
     knobs: tuple[object, ...] = ()
-    by_slot: dict[int, _Remembered] = field(default_factory=dict)
+    by_slot: dict[int, Remembered] = field(default_factory=dict)
     sizes: OutputSizes = field(default_factory=OutputSizes)
     tokens: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     stash: ObjectArray = field(default_factory=lambda: np.zeros(0, dtype=object))
@@ -360,7 +278,7 @@ def output_levels(
         if was is None:
             levels, kept = levels_of(session, book, slot, facts, tuning, count_tokens, last)
             sole = sole_term(facts, slot, text)
-            was = _Remembered(
+            was = Remembered(
                 entry.stash_id(),
                 entry.tokens,
                 anchors,
@@ -418,7 +336,7 @@ def _to_check(
 
 
 def _relevance_moved(
-    remembered: dict[int, _Remembered],
+    remembered: dict[int, Remembered],
     slots: AbstractSet[int],
     session: SessionView,
     facts: SessionFacts,
@@ -426,11 +344,25 @@ def _relevance_moved(
 ) -> list[int]:
     """Of `slots` (outputs only a moved query term reached), those whose
     relevance moved (to be made again); the others' remembered text and sole
-    term are brought up to date."""
+    term are brought up to date. What a sole term adds per line is worked out
+    once per term (`_sole_relevance`'s arithmetic), and an output of the same
+    text holding none or one whose value stayed is passed over: most of the
+    ~800 outputs a moved term reaches at 10,000 chunks."""
     moved: list[int] = []
+    scale = facts.weights.relevance
+    sole_values = {
+        term: scale * weight / weight if weight > 0 else None
+        for term, weight in facts.query_weights.items()
+    }
+    entry_at = session.entry_at
     for slot in slots:
         was = remembered[slot]
-        text = session.entry_at(slot).chunk.text
+        text = entry_at(slot).chunk.text
+        if same_query and was.text is text and was.sole is not None:
+            if not was.sole:
+                continue  # no term on its lines: nothing added, as before
+            if was.relevance and was.relevance[0][1] == sole_values[was.sole]:
+                continue
         relevance, sole = _relevance(was, facts, same_query, slot, text)
         if relevance != was.relevance:
             moved.append(slot)
@@ -440,7 +372,7 @@ def _relevance_moved(
 
 
 def _relevance(
-    was: _Remembered, facts: SessionFacts, same_query: bool, slot: int, text: str
+    was: Remembered, facts: SessionFacts, same_query: bool, slot: int, text: str
 ) -> tuple[tuple[tuple[int, float], ...], str | None]:
     """`relevance_of`'s key part and `sole_term` of a remembered output now;
     the same terms and text give the same holders of them and the same sole
@@ -450,7 +382,7 @@ def _relevance(
     return relevance_of(facts, slot, text)[1], sole_term(facts, slot, text)
 
 
-def _sole_relevance(was: _Remembered, facts: SessionFacts) -> tuple[tuple[int, float], ...]:
+def _sole_relevance(was: Remembered, facts: SessionFacts) -> tuple[tuple[int, float], ...]:
     """`relevance_of`'s key part for an output holding at most one of the
     query's terms (`was.sole`), whose text, query terms and place among the
     terms' holders are as when `was` was made: the term's lines, each at the
