@@ -736,7 +736,7 @@ def test_an_output_a_moved_term_reaches_is_remade_as_the_plain_definition_says(
     same_query = facts_was.query_weights.keys() == facts_now.query_weights.keys()
     moved = line_levels._relevance_moved(remembered, {0}, view, facts_now, same_query)
     relevance = relevance_of(facts_now, 0, text)[1]
-    assert moved == ([0] if relevance != was.relevance else [])
+    assert list(moved) == ([0] if relevance != was.relevance else [])
     if not moved:
         now = remembered[0]
         assert (now.relevance, now.sole) == (relevance, sole_term(facts_now, 0, text))

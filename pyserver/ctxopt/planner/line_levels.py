@@ -244,7 +244,9 @@ def output_levels(
         memo.stash = _grown(memo.stash, n, "")
     remembered = memo.by_slot
     entry_at, anchors_of, quoted_of = session.entry_at, book.anchors, book.quoted_lines
-    todo.update(_relevance_moved(remembered, reach_only, session, facts, same_query))
+    # the relevance and sole term of the outputs whose relevance moved, found once
+    known = _relevance_moved(remembered, reach_only, session, facts, same_query)
+    todo.update(known)
     for slot in sorted(todo):
         entry = entry_at(slot)
         text = entry.chunk.text
@@ -252,7 +254,7 @@ def output_levels(
         was = last = remembered.get(slot)
         profiled = line_value.profile(text)
         relevance: tuple[tuple[int, float], ...] | None = None
-        sole: str | None
+        sole: str | None = None
         if was is not None and (was.anchors is not anchors or was.quoted is not quoted):
             if was.anchors == anchors and was.quoted == quoted:
                 # the same lines in a new object: remember this one
@@ -270,14 +272,15 @@ def output_levels(
         elif slot in term_reach:
             # the sizes differ only if what the terms add per line does (a
             # text holding one of them, or the same mix, keeps them)
-            relevance, sole = _relevance(was, facts, same_query, slot, text)
+            relevance, sole = known.get(slot) or _relevance(was, facts, same_query, slot, text)
             if relevance != was.relevance:
                 was = None
             elif was.text is not text or was.sole != sole:
                 was = was.with_text(text, sole)
         if was is None:
             levels, kept = levels_of(session, book, slot, facts, tuning, count_tokens, last)
-            sole = sole_term(facts, slot, text)
+            if relevance is None:
+                sole = sole_term(facts, slot, text)
             was = Remembered(
                 entry.stash_id(),
                 entry.tokens,
@@ -341,14 +344,15 @@ def _relevance_moved(
     session: SessionView,
     facts: SessionFacts,
     same_query: bool,
-) -> list[int]:
+) -> dict[int, tuple[tuple[tuple[int, float], ...], str | None]]:
     """Of `slots` (outputs only a moved query term reached), those whose
-    relevance moved (to be made again); the others' remembered text and sole
-    term are brought up to date. What a sole term adds per line is worked out
-    once per term (`_sole_relevance`'s arithmetic), and an output of the same
-    text holding none or one whose value stayed is passed over: most of the
-    ~800 outputs a moved term reaches at 10,000 chunks."""
-    moved: list[int] = []
+    relevance moved (to be made again), with their relevance and sole term
+    now; the others' remembered text and sole term are brought up to date.
+    What a sole term adds per line is worked out once per term
+    (`_sole_relevance`'s arithmetic), and an output of the same text holding
+    none or one whose value stayed is passed over: most of the ~800 outputs a
+    moved term reaches at 10,000 chunks."""
+    moved: dict[int, tuple[tuple[tuple[int, float], ...], str | None]] = {}
     scale = facts.weights.relevance
     sole_values = {
         term: scale * weight / weight if weight > 0 else None
@@ -365,7 +369,7 @@ def _relevance_moved(
                 continue
         relevance, sole = _relevance(was, facts, same_query, slot, text)
         if relevance != was.relevance:
-            moved.append(slot)
+            moved[slot] = relevance, sole
         elif was.text is not text or was.sole != sole:
             remembered[slot] = was.with_text(text, sole)
     return moved
