@@ -6,6 +6,7 @@ plans and whatever the query."""
 from __future__ import annotations
 
 import sys
+from array import array
 from dataclasses import replace
 from typing import Any
 
@@ -517,7 +518,7 @@ def test_a_size_keeping_the_same_lines_of_the_same_text_takes_its_last_bytes() -
     # other lines of the same text, ranked otherwise
     other = replace(
         marked_kept,
-        ranked=(),
+        order=array("H"),
         sizes=tuple((lines[1:], made, tokens) for lines, made, tokens in marked_kept.sizes),
     )
     for last_text, last_kept, expected in (
@@ -571,6 +572,7 @@ def test_a_dropped_size_keeping_the_same_lines_is_not_joined_and_counted_again()
     line_levels._line_excerpts.clear()
     levels, kept = line_levels.levels_of(view, book, 0, facts, tuning, count)
     assert len(levels) == 1 and kept is not None  # the tight size was made and dropped
+    assert [text is None for _, text, _ in kept.sizes] == [False, True]  # its bytes not held
     last = line_memo.Remembered(
         view.entry_at(0).stash_id(),
         0,
@@ -656,11 +658,13 @@ def test_an_output_made_again_keeps_the_lines_the_plain_definition_keeps(
     def count(excerpt: str) -> int:
         return len(excerpt) // 4
 
+    # one object per share, as an engine holds its knobs
+    tunings = {share: replace(Tuning(), line_tight_share=share) for share in (0.05, 0.3)}
     was, facts_was = _output_facts(term_lines, before, 120)
     line_levels._line_excerpts.clear()
-    tuning = replace(Tuning(), line_tight_share=share_was)
+    tuning = tunings[share_was]
     _, kept = line_levels.levels_of(was.view(), was.line_book(), 0, facts_was, tuning, count)
-    tuning = replace(Tuning(), line_tight_share=share_now)
+    tuning = tunings[share_now]
     now, facts_now = _output_facts(term_lines, after, tokens_after)
     view, book = now.view(), now.line_book()
     line_levels._line_excerpts.clear()

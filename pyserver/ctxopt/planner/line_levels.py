@@ -14,6 +14,7 @@ time (at 1,000 chunks, about 7 of 9 ms in-process).
 from __future__ import annotations
 
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
@@ -27,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctxopt.planner.knobs import Tuning
-from ctxopt.planner.line_memo import Kept, LineLevel, Remembered
+from ctxopt.planner.line_memo import Kept, LineLevel, Remembered, Size
 from ctxopt.planner.texts import ANCHORED_CACHE_SIZE, ranged_excerpt, remember
 from ctxopt.scoring import line_value
 from ctxopt.scoring.line_facts import (
@@ -52,6 +53,7 @@ _line_excerpts_lock = threading.Lock()
 
 
 _ZERO = 0.0
+_SHORT = 65535  # the most lines whose numbers an "H" array holds
 
 
 def levels_of(
@@ -85,11 +87,11 @@ def levels_of(
     lines = text_profile.lines
     scores = line_value.line_scores(text_profile, line_facts, facts.weights)
     # `excerpt_lines`' order: the lines scoring above 0, best first, ties by line
-    ranked = tuple(
-        sorted(compress(count(), map(_ZERO.__lt__, scores)), key=scores.__getitem__, reverse=True)
+    ranked = sorted(
+        compress(count(), map(_ZERO.__lt__, scores)), key=scores.__getitem__, reverse=True
     )
-    basis = (entry.tokens, *knobs)
-    kept_before: tuple[tuple[tuple[int, ...], str, int], ...] = ()
+    order = array("H" if len(lines) <= _SHORT else "I", ranked)
+    kept_before: tuple[Size, ...] = ()
     same_lines = False  # the lines each size keeps are `kept_before`'s
     # the same stash and text: an excerpt's stash is its original's, whatever its text
     if (
@@ -98,10 +100,13 @@ def levels_of(
         and (last.stash, last.text) == (stash, chunk.text)
     ):
         kept_before = last.kept.sizes
-        same_lines = last.kept.ranked == ranked and last.kept.basis == basis
+        # the same order within the same tokens (`last.tokens`) and knobs
+        same_lines = (
+            last.kept.tuning is tuning and last.tokens == entry.tokens and last.kept.order == order
+        )
     costs: list[float] = []
     levels: list[LineLevel] = []
-    kept_lines: list[tuple[tuple[int, ...], str, int]] = []
+    kept_lines: list[Size] = []
     weight = 0.0  # the excerpt's line weight, which a tighter size keeps a share of
     for share in (tuning.line_budget, tuning.line_tight_share):
         at = len(levels)
@@ -122,21 +127,24 @@ def levels_of(
             # the same lines of the same text: the same bytes (an output holding
             # two query terms is made again at each append as their weights move,
             # and mostly keeps its lines: ~55 a plan at 10,000 chunks)
-            _, text, after = kept_before[at]
+            _, was_text, after = kept_before[at]
+            # a dropped size's bytes are not kept: the same lines, the same count
+            text = ranged_excerpt(chunk.id, lines, kept, stash) if was_text is None else was_text
         else:
             text = ranged_excerpt(chunk.id, lines, kept, stash)
             after = count_tokens(text)
-        kept_lines.append((kept, text, after))
         before = levels[-1].tokens if levels else entry.tokens
         if after >= before * tuning.shrink_worth:
+            kept_lines.append((kept, None, after))
             break  # a size that does not shrink the one before well; none under it either
+        kept_lines.append((kept, text, after))
         kept_weight = sum(map(scores.__getitem__, kept))  # the same sum, not a generator
         weight = weight or kept_weight
         levels.append(LineLevel(text=text, tokens=after, kept=kept_weight / weight))
     made = tuple(levels)
     with _line_excerpts_lock:
         remember(_line_excerpts, key, made, ANCHORED_CACHE_SIZE)
-    return made, Kept(ranked, basis, tuple(kept_lines))
+    return made, Kept(order, tuning, tuple(kept_lines))
 
 
 @dataclass(slots=True)
