@@ -480,23 +480,31 @@ def test_an_output_gone_leaves_no_size_a_plan_reads(monkeypatch: pytest.MonkeyPa
     engine.close()
 
 
-def test_a_size_keeping_the_same_lines_of_the_same_text_takes_its_last_bytes() -> None:
-    """An output made again (its query terms' weights moved) takes the text
-    and tokens of a size of its last sizes that keeps the same lines, when
-    its stash and text are the same; another text, or other lines, make
-    their own bytes."""
+def _holding_two_terms() -> tuple[str, Session, SessionFacts]:
+    """A session of one output holding both of the query's terms, its text,
+    and the facts of a plan asking for them."""
     text = holding(1, frozenset({"refund", "margin"}))
     session = Session(S, "", Analyzer())
     session.upsert(chunk("c1", text, kind=ChunkKind.TOOL_RESULT), len(text) // 4, 0)
-    view, book, tuning = session.view(), session.line_book(), Tuning()
+    view = session.view()
     facts = session_facts(
         view,
         "refund margin",
         view.analyzer,
         rare_share=1.0,
         weights=LineWeights(1.0, 1.0, 1.0, 1.0, 1.0),
-        texts=slot_facts(view, book).texts,
+        texts=slot_facts(view, session.line_book()).texts,
     )
+    return text, session, facts
+
+
+def test_a_size_keeping_the_same_lines_of_the_same_text_takes_its_last_bytes() -> None:
+    """An output made again (its query terms' weights moved) takes the text
+    and tokens of a size of its last sizes that keeps the same lines, when
+    its stash and text are the same; another text, or other lines, make
+    their own bytes."""
+    text, session, facts = _holding_two_terms()
+    view, book, tuning = session.view(), session.line_book(), Tuning()
 
     def count(excerpt: str) -> int:
         return len(excerpt) // 4
@@ -549,20 +557,10 @@ def test_a_dropped_size_keeping_the_same_lines_is_not_joined_and_counted_again()
     """An output made again whose tight size was dropped (it did not shrink
     the first size well) takes that size's last bytes too: the kept lines
     hold every size made, and one made again asks for no excerpt's count."""
-    text = holding(1, frozenset({"refund", "margin"}))
-    session = Session(S, "", Analyzer())
-    session.upsert(chunk("c1", text, kind=ChunkKind.TOOL_RESULT), len(text) // 4, 0)
+    text, session, facts = _holding_two_terms()
     view, book = session.view(), session.line_book()
     # the tight size keeps the first size's lines: it never shrinks it well
     tuning = replace(Tuning(), line_tight_share=Tuning().line_budget)
-    facts = session_facts(
-        view,
-        "refund margin",
-        view.analyzer,
-        rare_share=1.0,
-        weights=LineWeights(1.0, 1.0, 1.0, 1.0, 1.0),
-        texts=slot_facts(view, book).texts,
-    )
     counted: list[str] = []
 
     def count(excerpt: str) -> int:
