@@ -53,6 +53,12 @@ _line_excerpts_lock = threading.Lock()
 
 
 _ZERO = 0.0
+# `relevance_of`'s answer: per line the summed weight of the query terms on
+# it, and what `line_scores` adds per line for them
+Relevance = tuple[dict[int, float], tuple[tuple[int, float], ...]]
+# an output a moved term reached: `relevance_of`'s key part, `sole_term`, and
+# `relevance_of`'s lines when its text was searched (else None)
+_Reached = tuple[tuple[tuple[int, float], ...], str | None, dict[int, float] | None]
 _SHORT = 65535  # the most lines whose numbers an "H" array holds
 
 
@@ -64,6 +70,7 @@ def levels_of(
     tuning: Tuning,
     count_tokens: TokenCount,
     last: Remembered | None = None,
+    searched: Relevance | None = None,
 ) -> tuple[tuple[LineLevel, ...], Kept | None]:
     """A tool output shrunk to the lines its signals point at (line_value),
     then, when `line_tight_share` asks for it, to its best lines within that
@@ -73,11 +80,12 @@ def levels_of(
     the same. `last`: the same text's sizes with their kept lines, whose text
     and tokens a size keeping the same lines takes as they are (a dropped
     size's too: most outputs made again have one size, and their tight one
-    was joined and counted again at every append)."""
+    was joined and counted again at every append). `searched`:
+    `relevance_of` of the output now, when the caller has it."""
     entry = session.entry_at(slot)
     chunk = entry.chunk
     stash = entry.stash_id()
-    line_facts, facts_key = facts_of(facts, book, slot, chunk.text)
+    line_facts, facts_key = facts_of(facts, book, slot, chunk.text, searched)
     knobs = (tuning.line_context, tuning.line_budget, tuning.line_tight_share, tuning.shrink_worth)
     key = (stash, entry.tokens, facts_key, knobs, count_tokens)  # engines share this cache
     found = _line_excerpts.get(key)  # one lookup: another plan may evict it
@@ -263,6 +271,7 @@ def output_levels(
         profiled = line_value.profile(text)
         relevance: tuple[tuple[int, float], ...] | None = None
         sole: str | None = None
+        full: dict[int, float] | None = None  # `relevance_of`'s lines, once searched
         if was is not None and (was.anchors is not anchors or was.quoted is not quoted):
             if was.anchors == anchors and was.quoted == quoted:
                 # the same lines in a new object: remember this one
@@ -280,21 +289,27 @@ def output_levels(
         elif slot in term_reach:
             # the sizes differ only if what the terms add per line does (a
             # text holding one of them, or the same mix, keeps them)
-            relevance, sole = known.get(slot) or _relevance(was, facts, same_query, slot, text)
+            relevance, sole, full = known.get(slot) or _relevance(
+                was, facts, same_query, slot, text
+            )
             if relevance != was.relevance:
                 was = None
             elif was.text is not text or was.sole != sole:
                 was = was.with_text(text, sole)
         if was is None:
-            levels, kept = levels_of(session, book, slot, facts, tuning, count_tokens, last)
             if relevance is None:
                 sole = sole_term(facts, slot, text)
+            if full is None or relevance is None:  # its text searched once a plan
+                full, relevance = relevance_of(facts, slot, text)
+            levels, kept = levels_of(
+                session, book, slot, facts, tuning, count_tokens, last, (full, relevance)
+            )
             was = Remembered(
                 entry.stash_id(),
                 entry.tokens,
                 anchors,
                 quoted,
-                relevance_of(facts, slot, text)[1] if relevance is None else relevance,
+                relevance,
                 levels,
                 profiled.all_names,
                 profiled.all_numbers,
@@ -352,7 +367,7 @@ def _relevance_moved(
     session: SessionView,
     facts: SessionFacts,
     same_query: bool,
-) -> dict[int, tuple[tuple[tuple[int, float], ...], str | None]]:
+) -> dict[int, _Reached]:
     """Of `slots` (outputs only a moved query term reached), those whose
     relevance moved (to be made again), with their relevance and sole term
     now; the others' remembered text and sole term are brought up to date.
@@ -360,7 +375,7 @@ def _relevance_moved(
     (`_sole_relevance`'s arithmetic), and an output of the same text holding
     none or one whose value stayed is passed over: most of the ~800 outputs a
     moved term reaches at 10,000 chunks."""
-    moved: dict[int, tuple[tuple[tuple[int, float], ...], str | None]] = {}
+    moved: dict[int, _Reached] = {}
     scale = facts.weights.relevance
     sole_values = {
         term: scale * weight / weight if weight > 0 else None
@@ -375,9 +390,9 @@ def _relevance_moved(
                 continue  # no term on its lines: nothing added, as before
             if was.relevance and was.relevance[0][1] == sole_values[was.sole]:
                 continue
-        relevance, sole = _relevance(was, facts, same_query, slot, text)
+        relevance, sole, full = _relevance(was, facts, same_query, slot, text)
         if relevance != was.relevance:
-            moved[slot] = relevance, sole
+            moved[slot] = relevance, sole, full
         elif was.text is not text or was.sole != sole:
             remembered[slot] = was.with_text(text, sole)
     return moved
@@ -385,13 +400,15 @@ def _relevance_moved(
 
 def _relevance(
     was: Remembered, facts: SessionFacts, same_query: bool, slot: int, text: str
-) -> tuple[tuple[tuple[int, float], ...], str | None]:
-    """`relevance_of`'s key part and `sole_term` of a remembered output now;
-    the same terms and text give the same holders of them and the same sole
+) -> _Reached:
+    """`relevance_of`'s key part and `sole_term` of a remembered output now,
+    with `relevance_of`'s lines when its text was searched (else None); the
+    same terms and text give the same holders of them and the same sole
     term, whose lines are remembered."""
     if same_query and was.sole is not None and was.text is text:
-        return _sole_relevance(was, facts), was.sole
-    return relevance_of(facts, slot, text)[1], sole_term(facts, slot, text)
+        return _sole_relevance(was, facts), was.sole, None
+    full, relevance = relevance_of(facts, slot, text)
+    return relevance, sole_term(facts, slot, text), full
 
 
 def _sole_relevance(was: Remembered, facts: SessionFacts) -> tuple[tuple[int, float], ...]:

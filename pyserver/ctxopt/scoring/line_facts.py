@@ -126,14 +126,19 @@ def grown_facts(
 
 
 def facts_of(
-    facts: SessionFacts, book: LineBook, slot: int, text: str
+    facts: SessionFacts,
+    book: LineBook,
+    slot: int,
+    text: str,
+    found: tuple[dict[int, float], tuple[tuple[int, float], ...]] | None = None,
 ) -> tuple[LineFacts, tuple[object, ...]]:
-    """The facts about one output's lines, and the key they depend on."""
+    """The facts about one output's lines, and the key they depend on;
+    `found`: `relevance_of`'s answer for it, when the caller has it."""
     lines = profile(text)
     identifiers = facts.identifiers & lines.all_names
     cited = facts.cited & lines.all_numbers
     echoed = frozenset(book.anchors(slot)) | book.quoted_lines(slot)
-    relevance, added = relevance_of(facts, slot, text)
+    relevance, added = found if found is not None else relevance_of(facts, slot, text)
     key = (identifiers, cited, echoed, added, facts.weights)
     return LineFacts(relevance, identifiers, cited, echoed), key
 
