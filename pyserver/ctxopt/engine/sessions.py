@@ -72,6 +72,7 @@ class LiveSessions:
         self.analyzer = analyzer = collector.analyzer  # the collector's: a plan reads the index
         self.counter = counter = collector.counter
         self.plans = collector.kept
+        self.count_tokens = collector.noted.count  # what plans count with (kept sizes)
         self.count_blobs = CountBlobs(counter)
         self.registry = Registry(analyzer)
         self.term_blobs = TermBlobs(analyzer)
@@ -201,9 +202,11 @@ class LiveSessions:
     ) -> BM25Index:
         """The index of a session restored by `restore_kept` with no index yet,
         its counts and line facts told (`kept`: the bodies `_kept_bodies`
-        trusted). An index that does not hold together after all is made from
-        the texts, as a new one is; facts that do not, by the plans that read them."""
+        trusted), and the output sizes kept with its plan remembered. An index
+        that does not hold together after all is made from the texts, as a new
+        one is; facts that do not, by the plans that read them."""
         self._tell_counts(counts)
+        self.plans.restore_sizes(session, self.count_tokens)
         index, facts = read_state(kept[0]), read_kept(texts, kept[1])
         if facts is not None:
             self._tell_facts(session, entries, texts, facts)
