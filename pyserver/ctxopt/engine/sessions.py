@@ -206,10 +206,10 @@ class LiveSessions:
         that does not hold together after all is made from the texts, as a new
         one is; facts that do not, by the plans that read them."""
         self._tell_counts(counts)
-        self.plans.restore_sizes(session, self.count_tokens)
         index, facts = read_state(kept[0]), read_kept(texts, kept[1])
         if facts is not None:
             self._tell_facts(session, entries, texts, facts)
+        self.plans.restore_sizes(session, self.count_tokens)
         if index is None:
             index = BM25Index()
             docs = [DocTerms.of(self.analyzer.terms(t)) for t in texts]

@@ -1,16 +1,18 @@
 """A session's output sizes as its last plan left them, kept with that plan at
 a clean close (engine/kept_plans.py), so that a restart's first plan after an
 append, or for another query, remakes only the outputs a warm engine's plan
-would (`line_levels.output_levels`), not every one (at 1,000 chunks ~65 of
-the ~85 ms such a call took after a restart).
+would (`line_levels.output_levels`), not every one (at 1,000 chunks ~65 ms of
+a restart's plan after an append, profiled: ~25 ms of ~100 unprofiled).
 
 Plain data for `marshal`: the knobs and facts the sizes were made with, and
 per output what `output_levels` remembers of it but its text (a restart binds
 each to the text it loads at the slot: the kept plan's digests say it is the
-same). The analyzer and the token counter are this process's. The next plan
-checks the sizes as it checks a warm engine's: the knobs, then per output its
-tokens and stash id, its echo lines (against the restart's own line book),
-the names and numbers the model wrote and the query's terms.
+same) and the names and numbers its text holds (its profile's, which the
+restart reads with the kept line facts: they were ~half the bytes). The
+analyzer and the token counter are this process's. The next plan checks the
+sizes as it checks a warm engine's: the knobs, then per output its tokens and
+stash id, its echo lines (against the restart's own line book), the names
+and numbers the model wrote and the query's terms.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ctxopt.planner.line_levels import (
     last_sizes,
     remember_sizes,
 )
+from ctxopt.scoring import line_value
 from ctxopt.scoring.line_facts import SessionFacts
 from ctxopt.scoring.line_value import LineWeights
 from ctxopt.text.analyzer import Analyzer
@@ -53,7 +56,7 @@ def kept_sizes(book: LineBook, text_at: Callable[[int], str | None]) -> PlainSiz
         outputs.append(
             (
                 *(slot, was.stash, was.tokens, was.anchors, was.quoted, was.relevance, levels),
-                *(was.names, was.numbers, was.sole, was.kept),
+                *(was.sole, was.kept),
             )
         )
     weights = (w.relevance, w.identifier, w.cited, w.error, w.echoed)
@@ -91,20 +94,13 @@ def restore_sizes(
     if not isinstance(outputs, tuple):
         raise TypeError("kept sizes: not a tuple of outputs")
     for output in outputs:
-        slot, stash, tokens, anchors, quoted, relevance, levels, names, numbers, sole, kept = output
+        slot, stash, tokens, anchors, quoted, relevance, levels, sole, kept = output
         made = tuple(LineLevel(text, count, share) for text, count, share in levels)
+        text = text_at(slot)
+        profiled = line_value.profile(text)  # told at the load, as the plan reads it
         memo.by_slot[slot] = _Remembered(
-            stash,
-            tokens,
-            anchors,
-            quoted,
-            relevance,
-            made,
-            names,
-            numbers,
-            text_at(slot),
-            sole,
-            kept,
+            *(stash, tokens, anchors, quoted, relevance, made),
+            *(profiled.all_names, profiled.all_numbers, text, sole, kept),
         )
         memo.sizes.put(slot, made)
         memo.tokens[slot], memo.stash[slot] = tokens, stash
