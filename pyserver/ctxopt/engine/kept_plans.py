@@ -17,15 +17,18 @@ call whose collection count and request (a digest of the options' `repr`)
 are the plan's, before any change of the session. Anything else: the plan
 is made as before. Nothing in it names code: plain data, `marshal`ed.
 
-With the plan the sizes its outputs had (`planner/kept_sizes.py`): a
+With the plan, the session's line book (`LineBook.state`: its lines, marks
+and cached answers, the live book's, kept only when a fresh book would mark
+the same) and the sizes its outputs had (`planner/kept_sizes.py`): a
 restart's first plan of another call (after an append, another query)
 starts from them as a warm engine's would; read only on the session's first
-change or other plan (`restore_sizes`), never by the call the plan answers.
+change or other plan (`restore_lines`), never by the call the plan answers.
 
 Layout: magic `CP`, format (1 byte), the engine's digest (8), the rows'
 digest (16), the collection count (uint64), the request's digest (8), the
-marshalled pair of the marshalled plan and the marshalled sizes (None when
-the last plan made none), and a checksum (8) of everything before it.
+marshalled pair of the marshalled plan and the marshalled pair of the book
+and the sizes (None when the last plan made none), and a checksum (8) of
+everything before it.
 Format 1 (the plan alone) is not read: its restart plans again.
 """
 
@@ -35,6 +38,7 @@ import hashlib
 import marshal
 import struct
 import threading
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
@@ -175,8 +179,8 @@ class KeptPlans:
         self._engine = digest(code_digest() + repr(knobs).encode())
         self._last: WeakKeyDictionary[Session, tuple[_Made, Plan]] = WeakKeyDictionary()
         self._read: WeakKeyDictionary[Session, tuple[_Made, bytes]] = WeakKeyDictionary()
-        # the kept sizes of a session whose kept plan was trusted, not read yet
-        self._sizes: WeakKeyDictionary[Session, bytes] = WeakKeyDictionary()
+        # the kept book and sizes of a session whose kept plan was trusted, not read yet
+        self._lines: WeakKeyDictionary[Session, bytes] = WeakKeyDictionary()
         # what the plan in the store was made from (a plan is a function of it)
         self._written: WeakKeyDictionary[Session, _Made] = WeakKeyDictionary()
         self._lock = threading.Lock()
@@ -234,8 +238,8 @@ class KeptPlans:
             return None
         try:
             sizes = kept_sizes(session.lines, partial(_text_at, session))
-            body = marshal.dumps((body, None if sizes is None else marshal.dumps(sizes)))
-        except ValueError:  # not plain data: a restart remakes every size
+            body = marshal.dumps((body, marshal.dumps((session.lines.state(), sizes))))
+        except ValueError:  # not plain data: a restart makes the book and sizes again
             body = marshal.dumps((body, None))
         head = _HEAD.pack(_MAGIC, FORMAT, self._engine, rows, made.collections, made.request)
         return seal(head + body)
@@ -267,36 +271,47 @@ class KeptPlans:
         collections, request = _HEAD.unpack_from(body)[4:]
         made = _Made(session.revision, collections, request)
         try:
-            plan, sizes = marshal.loads(body[_HEAD.size :])
+            plan, lines = marshal.loads(body[_HEAD.size :])
         except (ValueError, TypeError, EOFError):
             return
-        if not isinstance(plan, bytes) or not isinstance(sizes, bytes | None):
+        if not isinstance(plan, bytes) or not isinstance(lines, bytes | None):
             return
         with self._lock:
             self._read[session] = (made, plan)
-            if sizes is not None:
-                self._sizes[session] = sizes
+            if lines is not None:
+                self._lines[session] = lines
 
-    def restore_sizes(self, session: Session, count_tokens: TokenCount) -> None:
-        """Remember the output sizes kept with the session's plan as its line
-        book's last plan's, once, before the session's first change or any
-        plan that reads its index (`Session.settle`): the session is as
-        loaded, so each output's text is the one it was made of."""
+    def restore_lines(self, session: Session, count_tokens: TokenCount) -> None:
+        """Hold the line book kept with the session's plan as the session's,
+        and remember the output sizes kept with it as that book's last plan's,
+        once, before the session's first change or any plan that reads its
+        index (`Session.settle`): the session is as loaded, so each text is
+        the one they were made of. What is not what a close wrote is made
+        again by the next plan, the book and the sizes each on its own."""
         with self._lock:
-            body = self._sizes.pop(session, None)
+            body = self._lines.pop(session, None)
         if body is None:
+            return
+        try:
+            book, sizes = marshal.loads(body)
+        except (ValueError, TypeError, EOFError):
+            return
+        texts = {entry.slot: entry.chunk.text for entry in session.entries.values()}
+        with suppress(ValueError, TypeError):  # else the book stays empty: its first sync fills it
+            session.lines.restore(book, texts)
+        if sizes is None:
             return
         try:
             restore_sizes(
                 session.lines,
-                marshal.loads(body),
+                sizes,
                 partial(_live_text, session),
                 session.n_slots,
                 session.analyzer,
                 count_tokens,
             )
-        except (ValueError, TypeError, EOFError, KeyError, IndexError):
-            return  # not what a close wrote: the next plan remakes every size
+        except (ValueError, TypeError, KeyError, IndexError):
+            return  # the next plan remakes every size
 
 
 def _text_at(session: Session, slot: int) -> str | None:

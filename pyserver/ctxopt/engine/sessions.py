@@ -202,14 +202,14 @@ class LiveSessions:
     ) -> BM25Index:
         """The index of a session restored by `restore_kept` with no index yet,
         its counts and line facts told (`kept`: the bodies `_kept_bodies`
-        trusted), and the output sizes kept with its plan remembered. An index
+        trusted), and the line book and output sizes kept with its plan. An index
         that does not hold together after all is made from the texts, as a new
         one is; facts that do not, by the plans that read them."""
         self._tell_counts(counts)
         index, facts = read_state(kept[0]), read_kept(texts, kept[1])
         if facts is not None:
             self._tell_facts(session, entries, texts, facts)
-        self.plans.restore_sizes(session, self.count_tokens)
+        self.plans.restore_lines(session, self.count_tokens)
         if index is None:
             index = BM25Index()
             docs = [DocTerms.of(self.analyzer.terms(t)) for t in texts]

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from operator import is_
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -436,3 +436,48 @@ class LineBook:
         self._repeat_stale = set()
         self._repeated_all = (self.version, out)
         return out
+
+    # ---- kept with a session's last plan at a clean close (engine/kept_plans.py) ----
+
+    def state(self) -> tuple[Any, ...]:
+        """The book's lines, marks and cached answers as plain data for
+        `marshal`, without its texts (`restore` takes the texts loaded at its
+        slots): what a restart's first sync and plan would make again."""
+        return (
+            tuple(sorted(self.text)),
+            "\n".join(self.holders),  # a key is a stripped line: it holds no newline
+            tuple(map(tuple, self.holders.values())),
+            self._latest,
+            tuple(self.quoted),
+            tuple(self._by_model),
+            dict(self._model_held),
+            self._anchors,
+            self._quoted_lines,
+            self._repeated,
+        )
+
+    def restore(self, state: tuple[Any, ...], texts: dict[int, str]) -> None:
+        """Hold `state()`'s book, of `texts` (slot -> the text loaded there, the
+        ones it was made of), as a book synced to them; into a book holding
+        nothing. ValueError, TypeError when `state` is not one of these texts'."""
+        slots, joined, held, latest, quoted, by_model, model_held = state[:7]
+        anchors, quoted_lines, repeated = state[7:]
+        keys = joined.split("\n") if joined else []
+        if self.text or len(keys) != len(held) or tuple(sorted(texts)) != slots:
+            raise ValueError("restore: not a book of these texts into an empty one")
+        holders: defaultdict[str, set[int]] = defaultdict(
+            set, zip(keys, map(set, held), strict=True)
+        )
+        shared = {key for key, slots_of in zip(keys, held, strict=True) if len(slots_of) > 1}
+        model = Counter(dict(model_held))
+        self._forget_all()
+        self.text, self.holders, self._shared, self._model_held = (
+            dict(texts),
+            holders,
+            shared,
+            model,
+        )
+        self._latest, self.quoted, self._by_model = dict(latest), set(quoted), set(by_model)
+        self._anchors, self._quoted_lines = dict(anchors), dict(quoted_lines)
+        self._repeated = dict(repeated)
+        self._repeat_stale = set(texts)
