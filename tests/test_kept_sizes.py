@@ -8,25 +8,29 @@ remade, with the same plan."""
 from __future__ import annotations
 
 import marshal
+import shutil
+import sqlite3
 import struct
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from ctxopt.config import Config
 from ctxopt.engine import Engine, kept_plans
-from ctxopt.model import ChunkKind, OptimizeOptions, Plan, Role
+from ctxopt.model import Chunk, ChunkKind, ChunkUpdate, OptimizeOptions, Plan, Role
 from ctxopt.planner import kept_sizes as kept_sizes_module
 from ctxopt.planner import line_levels
 from ctxopt.planner.kept_sizes import kept_sizes, restore_sizes
 from ctxopt.planner.line_levels import last_sizes
+from ctxopt.store import DB_FILE
 from ctxopt.text.line_book import LineBook
 from ctxopt.text.sealed import opened, seal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.factory import chunk
-from tests.test_kept_plans import built, call, kept_blob, open_engine, same, set_kept
+from tests.test_kept_plans import _STEP, built, call, kept_blob, open_engine, same, set_kept
 from tests.test_line_blobs import S, forget_made_facts, output, session_chunks
 
 NEW_QUERY = "Cart3 rate_3"
@@ -247,3 +251,138 @@ def test_an_older_format_kept_plan_is_planned_again(tmp_path: Path, remade: list
         assert remade  # planned, not read back
     finally:
         engine.close()
+
+
+@pytest.fixture
+def fills(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many slots each first fill of a line book read, from now on."""
+    seen: list[int] = []
+    fill = LineBook._fill
+
+    def spied(self: LineBook, live: dict[int, Chunk]) -> None:
+        seen.append(len(live))
+        fill(self, live)
+
+    monkeypatch.setattr(LineBook, "_fill", spied)
+    return seen
+
+
+def answers(engine: Engine) -> tuple[object, ...]:
+    """The session's line book's answers for every slot, and a fresh book's of
+    the same chunks."""
+    session = engine.sessions.get("", S)
+    book = session.line_book()
+    fresh = LineBook()
+    fresh.sync(session.index.version, session.entries.values())
+
+    def of(b: LineBook) -> tuple[object, ...]:
+        slots = sorted(b.text)
+        return (
+            slots,
+            b.quoted,
+            [b.anchors(s) for s in slots],
+            [b.quoted_lines(s) for s in slots],
+            [b.repeated_share(s) for s in slots],
+        )
+
+    return of(book), of(fresh)
+
+
+@pytest.mark.parametrize("kind", ["append", "query"])
+def test_a_restart_holds_the_kept_book(
+    tmp_path: Path, fills: list[int], remade: list[int], kind: str
+) -> None:
+    """The restart's other call fills no line book; the book it holds answers
+    as a fresh one of the same chunks does, and the plan is the warm engine's."""
+    built(tmp_path, call())
+    forget_made_facts()
+    engine = open_engine(tmp_path)
+    try:
+        fills.clear()
+        plan = step(engine, kind)
+        assert fills == []
+        kept, fresh = answers(engine)
+        assert kept == fresh
+    finally:
+        engine.close()
+    assert plan == warm(kind, remade)[0]
+
+
+def test_a_kept_book_not_of_the_texts_loaded_is_filled_again(
+    tmp_path: Path, fills: list[int], remade: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = LineBook.state
+
+    def short(self: LineBook) -> tuple[object, ...]:
+        made = state(self)
+        return (made[0][:-1], *made[1:])  # a slot fewer than the session holds
+
+    monkeypatch.setattr(LineBook, "state", short)
+    built(tmp_path, call())
+    forget_made_facts()
+    engine = open_engine(tmp_path)
+    try:
+        fills.clear()
+        plan = step(engine, "append")
+        assert fills == [len(session_chunks(S)) + 2]  # the plan's first sync
+    finally:
+        engine.close()
+    assert plan == warm("append", remade)[0]
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    steps=st.lists(_STEP, max_size=5),
+    query=st.sampled_from(["pricing tax", "total_price", ""]),
+    kind=st.sampled_from(["append", "query"]),
+)
+def test_a_restarts_other_call_plans_as_without_the_kept_book_and_sizes(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, int]], query: str, kind: str
+) -> None:
+    """Whatever the session went through (model chunks quoting an output's
+    line, removed or changed; pins; applied plans; a plan after each), a
+    restart's other first call plans as one without the kept book and sizes,
+    and its book answers as a fresh one."""
+    data_dir = tmp_path_factory.mktemp("kept")
+    opts = call(query)
+    forget_made_facts()
+    engine = open_engine(data_dir)
+    engine.append("", S, session_chunks(S))
+    quotes: list[str] = []
+    live = engine.sessions.get("", S).entries
+    for what, n in steps:
+        if what == "quote":
+            quotes.append(f"q{len(quotes)}")
+            line = output(n).splitlines()[n]
+            engine.append("", S, [chunk(quotes[-1], line, role=Role.MODEL, turn=9 + len(quotes))])
+        elif what in ("remove", "change") and quotes and quotes[-1] in live:
+            if what == "remove":
+                engine.remove("", S, [quotes[-1]], stash_originals=False)
+            else:
+                engine.append("", S, [chunk(quotes[-1], f"THOUGHT {n}", role=Role.MODEL, turn=9)])
+        elif what == "pin" and f"o{n}" in live:
+            engine.update("", S, [ChunkUpdate(f"o{n}", pinned=True)])
+        elif what == "commit":
+            engine.optimize("", S, replace(opts, dry_run=False))
+        engine.optimize("", S, opts)
+    engine.optimize("", S, opts)
+    engine.close()
+    bare = tmp_path_factory.mktemp("bare")
+    shutil.copytree(data_dir, bare, dirs_exist_ok=True)
+    with sqlite3.connect(bare / DB_FILE) as conn:
+        conn.execute("DELETE FROM kept_plans")
+
+    def other(at: Path) -> tuple[Plan, tuple[object, ...]]:
+        forget_made_facts()
+        engine = open_engine(at)
+        try:
+            if kind == "append":
+                engine.append("", S, more_chunks(30))  # type: ignore[arg-type]
+                return same(engine.optimize("", S, opts)), answers(engine)
+            return same(engine.optimize("", S, call(NEW_QUERY))), answers(engine)
+        finally:
+            engine.close()
+
+    plan, (kept, fresh) = other(data_dir)
+    assert kept == fresh
+    assert plan == other(bare)[0]
