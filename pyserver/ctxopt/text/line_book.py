@@ -454,6 +454,7 @@ class LineBook:
             self._anchors,
             self._quoted_lines,
             self._repeated,
+            (self._excerpt_key, self._excerpt_tokens.tobytes(), self._excerpt_text),
         )
 
     def restore(self, state: tuple[Any, ...], texts: dict[int, str]) -> None:
@@ -461,7 +462,7 @@ class LineBook:
         ones it was made of), as a book synced to them; into a book holding
         nothing. ValueError, TypeError when `state` is not one of these texts'."""
         slots, joined, held, latest, quoted, by_model, model_held = state[:7]
-        anchors, quoted_lines, repeated = state[7:]
+        anchors, quoted_lines, repeated, (excerpt_key, excerpt_tokens, excerpt_text) = state[7:]
         keys = joined.split("\n") if joined else []
         if self.text or len(keys) != len(held) or tuple(sorted(texts)) != slots:
             raise ValueError("restore: not a book of these texts into an empty one")
@@ -481,3 +482,5 @@ class LineBook:
         self._anchors, self._quoted_lines = dict(anchors), dict(quoted_lines)
         self._repeated = dict(repeated)
         self._repeat_stale = set(texts)
+        self._excerpt_key, self._excerpt_text = excerpt_key, dict(excerpt_text)
+        self._excerpt_tokens = np.frombuffer(excerpt_tokens, dtype=np.float64).copy()
