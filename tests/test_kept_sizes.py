@@ -20,7 +20,7 @@ from ctxopt.config import Config
 from ctxopt.engine import Engine, kept_plans
 from ctxopt.model import Chunk, ChunkKind, ChunkUpdate, OptimizeOptions, Plan, Role
 from ctxopt.planner import kept_sizes as kept_sizes_module
-from ctxopt.planner import line_levels
+from ctxopt.planner import line_levels, values
 from ctxopt.planner.kept_sizes import kept_sizes, restore_sizes
 from ctxopt.planner.line_levels import last_sizes
 from ctxopt.store import DB_FILE
@@ -288,24 +288,50 @@ def answers(engine: Engine) -> tuple[object, ...]:
     return of(book), of(fresh)
 
 
+@pytest.fixture
+def excerpted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The slots whose anchored excerpt a plan made (not the book's), from now on."""
+    seen: list[int] = []
+    made = values._anchored_excerpt
+
+    def spied(session: object, book: object, slot: int, *args: object) -> object:
+        seen.append(slot)
+        return made(session, book, slot, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(values, "_anchored_excerpt", spied)
+    return seen
+
+
 @pytest.mark.parametrize("kind", ["append", "query"])
 def test_a_restart_holds_the_kept_book(
-    tmp_path: Path, fills: list[int], remade: list[int], kind: str
+    tmp_path: Path, fills: list[int], remade: list[int], excerpted: list[int], kind: str
 ) -> None:
-    """The restart's other call fills no line book; the book it holds answers
-    as a fresh one of the same chunks does, and the plan is the warm engine's."""
+    """The restart's other call fills no line book and makes the anchored
+    excerpts a warm engine makes; the book it holds answers as a fresh one of
+    the same chunks does, and the plan is the warm engine's."""
     built(tmp_path, call())
     forget_made_facts()
     engine = open_engine(tmp_path)
     try:
         fills.clear()
+        excerpted.clear()
         plan = step(engine, kind)
         assert fills == []
+        made = sorted(excerpted)
         kept, fresh = answers(engine)
         assert kept == fresh
     finally:
         engine.close()
-    assert plan == warm(kind, remade)[0]
+    forget_made_facts()
+    engine = Engine(Config(data_dir=":memory:"))
+    try:
+        engine.append("", S, session_chunks(S))
+        engine.optimize("", S, call())
+        excerpted.clear()
+        assert step(engine, kind) == plan
+        assert sorted(excerpted) == made
+    finally:
+        engine.close()
 
 
 def test_a_kept_book_not_of_the_texts_loaded_is_filled_again(
@@ -386,3 +412,40 @@ def test_a_restarts_other_call_plans_as_without_the_kept_book_and_sizes(
     plan, (kept, fresh) = other(data_dir)
     assert kept == fresh
     assert plan == other(bare)[0]
+
+
+def echoed_chunks() -> list[Chunk]:
+    """The session with a user turn repeating lines of an output (its anchors:
+    the latest chunk holding them), long enough for an anchored excerpt."""
+    lines = output(3).splitlines()[2:12]
+    echo = chunk("u3", "\n".join(["Look at these lines:", *lines]), role=Role.USER, turn=3)
+    chunks = session_chunks(S)
+    at = [c.id for c in chunks].index("o3") + 1
+    return [*chunks[:at], echo, *chunks[at:]]
+
+
+def test_a_restart_makes_the_anchored_excerpts_a_warm_engine_makes(
+    tmp_path: Path, excerpted: list[int]
+) -> None:
+    plans: list[Plan] = []
+    made: list[list[int]] = []
+    for data_dir in (str(tmp_path), ":memory:"):
+        forget_made_facts()
+        engine = Engine(Config(data_dir=data_dir))
+        if data_dir != ":memory:":
+            engine.append("", S, echoed_chunks())
+            engine.optimize("", S, call())
+            engine.close()
+            forget_made_facts()
+            engine = open_engine(tmp_path)  # the restart
+        else:
+            engine.append("", S, echoed_chunks())
+            engine.optimize("", S, call())  # the warm engine
+        try:
+            excerpted.clear()
+            plans.append(step(engine, "append"))
+            made.append(sorted(excerpted))
+        finally:
+            engine.close()
+    assert plans[0] == plans[1]
+    assert made[0] == made[1]
