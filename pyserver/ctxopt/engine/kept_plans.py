@@ -251,21 +251,18 @@ class KeptPlans:
             if last is not None:
                 self._written[session] = last[0]
 
-    def _opened(self, blob: bytes | None, rows: bytes) -> bytes | None:
-        """The body of a kept plan of this engine made from `rows`, else None."""
+    def opened(self, blob: bytes | None, rows: bytes) -> bytes | None:
+        """The body of a kept plan of this engine made from `rows` (its
+        checksum holds), else None: what `restore` takes."""
         body = opened(blob, head_size=_HEAD.size)
         if body is None:
             return None
         head = _HEAD.unpack_from(body)[:4]
         return body if head == (_MAGIC, FORMAT, self._engine, rows) else None
 
-    def trusts(self, blob: bytes | None, rows: bytes) -> bool:
-        """Whether `restore` would hold this blob (a session loaded from `rows`)."""
-        return self._opened(blob, rows) is not None
-
-    def restore(self, session: Session, blob: bytes | None, rows: bytes) -> None:
-        """Hold the kept plan of a session just loaded from `rows`, when trusted."""
-        body = self._opened(blob, rows)
+    def restore(self, session: Session, body: bytes | None) -> None:
+        """Hold the kept plan of a session just loaded (`body`: what `opened`
+        gave of its blob, checked once: the blob is mostly the line book)."""
         if body is None:
             return
         collections, request = _HEAD.unpack_from(body)[4:]
@@ -297,7 +294,8 @@ class KeptPlans:
         except (ValueError, TypeError, EOFError):
             return
         texts = {entry.slot: entry.chunk.text for entry in session.entries.values()}
-        with suppress(ValueError, TypeError):  # else the book stays empty: its first sync fills it
+        # else the book stays empty: its first sync fills it
+        with suppress(ValueError, TypeError, KeyError, IndexError):
             session.lines.restore(book, texts)
         if sizes is None:
             return

@@ -147,13 +147,9 @@ class LiveSessions:
         texts = [item.chunk.text for item in stored.chunks]
         kept_any = (stored.index, stored.facts, stored.plan) != (None, None, None)
         chunks = chunks_digest([e.slot for e in entries], texts) if kept_any else b""
-        plan_from = made_from(stored.rows, chunks)
+        plan = self.plans.opened(stored.plan, made_from(stored.rows, chunks))
         index_body, facts_body = self._kept_bodies(stored, entries, chunks)
-        if (
-            index_body is not None
-            and facts_body is not None
-            and self.plans.trusts(stored.plan, plan_from)
-        ):
+        if index_body is not None and facts_body is not None and plan is not None:
             # the kept plan may answer the first call, which then reads neither
             # (~15 ms per 1,000 chunks): read them on the index's first use
             kept = (index_body, facts_body)
@@ -161,7 +157,7 @@ class LiveSessions:
             session.restore_kept(entries, read)
         else:
             self._read_rows(session, stored, entries, texts, (index_body, facts_body))
-        self.plans.restore(session, stored.plan, plan_from)
+        self.plans.restore(session, plan)
         return session
 
     def _read_rows(
