@@ -260,23 +260,24 @@ class KeptPlans:
         head = _HEAD.unpack_from(body)[:4]
         return body if head == (_MAGIC, FORMAT, self._engine, rows) else None
 
-    def restore(self, session: Session, body: bytes | None) -> None:
+    def restore(self, session: Session, body: bytes | None, *, lines: bool) -> None:
         """Hold the kept plan of a session just loaded (`body`: what `opened`
-        gave of its blob, checked once: the blob is mostly the line book)."""
+        gave of its blob, checked once: the blob is mostly the line book),
+        and its book and sizes when `lines` (`restore_lines` will read them)."""
         if body is None:
             return
         collections, request = _HEAD.unpack_from(body)[4:]
         made = _Made(session.revision, collections, request)
         try:
-            plan, lines = marshal.loads(body[_HEAD.size :])
+            plan, kept_lines = marshal.loads(body[_HEAD.size :])
         except (ValueError, TypeError, EOFError):
             return
-        if not isinstance(plan, bytes) or not isinstance(lines, bytes | None):
+        if not isinstance(plan, bytes) or not isinstance(kept_lines, bytes | None):
             return
         with self._lock:
             self._read[session] = (made, plan)
-            if lines is not None:
-                self._lines[session] = lines
+            if kept_lines is not None and lines:
+                self._lines[session] = kept_lines
 
     def restore_lines(self, session: Session, count_tokens: TokenCount) -> None:
         """Hold the line book kept with the session's plan as the session's,

@@ -157,7 +157,8 @@ class LiveSessions:
             session.restore_kept(entries, read)
         else:
             self._read_rows(session, stored, entries, texts, (index_body, facts_body))
-        self.plans.restore(session, plan)
+        # the rows path (the session settled) reads no kept book
+        self.plans.restore(session, plan, lines=not session.settled)
         return session
 
     def _read_rows(
