@@ -12,13 +12,12 @@ import shutil
 import sqlite3
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from ctxopt.config import Config
 from ctxopt.engine import Engine, kept_plans
-from ctxopt.model import Chunk, ChunkKind, ChunkUpdate, OptimizeOptions, Plan, Role
+from ctxopt.model import Chunk, ChunkKind, OptimizeOptions, Plan, Role
 from ctxopt.planner import kept_sizes as kept_sizes_module
 from ctxopt.planner import line_levels, values
 from ctxopt.planner.kept_sizes import kept_sizes, restore_sizes
@@ -30,7 +29,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.factory import chunk
-from tests.test_kept_plans import _STEP, built, call, kept_blob, open_engine, same, set_kept
+from tests.test_kept_plans import (
+    _STEP,
+    built,
+    call,
+    kept_blob,
+    open_engine,
+    same,
+    set_kept,
+    went_through,
+)
 from tests.test_line_blobs import S, forget_made_facts, output, session_chunks
 
 NEW_QUERY = "Cart3 rate_3"
@@ -60,27 +68,32 @@ def step(engine: Engine, kind: str) -> Plan:
 @pytest.fixture
 def remade(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The slots whose sizes were made (not remembered) from now on."""
+    return slots_of(monkeypatch, line_levels, "levels_of")
+
+
+def slots_of(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[int]:
+    """The slots `module.name(session, book, slot, ...)` is called for from now on."""
     seen: list[int] = []
-    levels_of = line_levels.levels_of
+    made = getattr(module, name)
 
     def spied(session: object, book: object, slot: int, *args: object) -> object:
         seen.append(slot)
-        return levels_of(session, book, slot, *args)  # type: ignore[arg-type]
+        return made(session, book, slot, *args)
 
-    monkeypatch.setattr(line_levels, "levels_of", spied)
+    monkeypatch.setattr(module, name, spied)
     return seen
 
 
-def warm(kind: str, remade: list[int]) -> tuple[Plan, list[int]]:
+def warm(kind: str, spied: list[int]) -> tuple[Plan, list[int]]:
     """A never-restarted engine's plan of the step after the first plan, and
-    the slots it remade."""
+    the slots a spy's list (`remade`, `excerpted`) saw in that step."""
     forget_made_facts()
     engine = Engine(Config(data_dir=":memory:"))
     try:
         engine.append("", S, session_chunks(S))
         engine.optimize("", S, call())
-        remade.clear()
-        return step(engine, kind), sorted(remade)
+        spied.clear()
+        return step(engine, kind), sorted(spied)
     finally:
         engine.close()
 
@@ -291,15 +304,7 @@ def answers(engine: Engine) -> tuple[object, ...]:
 @pytest.fixture
 def excerpted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The slots whose anchored excerpt a plan made (not the book's), from now on."""
-    seen: list[int] = []
-    made = values._anchored_excerpt
-
-    def spied(session: object, book: object, slot: int, *args: object) -> object:
-        seen.append(slot)
-        return made(session, book, slot, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(values, "_anchored_excerpt", spied)
-    return seen
+    return slots_of(monkeypatch, values, "_anchored_excerpt")
 
 
 @pytest.mark.parametrize("kind", ["append", "query"])
@@ -322,16 +327,7 @@ def test_a_restart_holds_the_kept_book(
         assert kept == fresh
     finally:
         engine.close()
-    forget_made_facts()
-    engine = Engine(Config(data_dir=":memory:"))
-    try:
-        engine.append("", S, session_chunks(S))
-        engine.optimize("", S, call())
-        excerpted.clear()
-        assert step(engine, kind) == plan
-        assert sorted(excerpted) == made
-    finally:
-        engine.close()
+    assert warm(kind, excerpted) == (plan, made)
 
 
 def test_a_kept_book_not_of_the_texts_loaded_is_filled_again(
@@ -371,28 +367,7 @@ def test_a_restarts_other_call_plans_as_without_the_kept_book_and_sizes(
     and its book answers as a fresh one."""
     data_dir = tmp_path_factory.mktemp("kept")
     opts = call(query)
-    forget_made_facts()
-    engine = open_engine(data_dir)
-    engine.append("", S, session_chunks(S))
-    quotes: list[str] = []
-    live = engine.sessions.get("", S).entries
-    for what, n in steps:
-        if what == "quote":
-            quotes.append(f"q{len(quotes)}")
-            line = output(n).splitlines()[n]
-            engine.append("", S, [chunk(quotes[-1], line, role=Role.MODEL, turn=9 + len(quotes))])
-        elif what in ("remove", "change") and quotes and quotes[-1] in live:
-            if what == "remove":
-                engine.remove("", S, [quotes[-1]], stash_originals=False)
-            else:
-                engine.append("", S, [chunk(quotes[-1], f"THOUGHT {n}", role=Role.MODEL, turn=9)])
-        elif what == "pin" and f"o{n}" in live:
-            engine.update("", S, [ChunkUpdate(f"o{n}", pinned=True)])
-        elif what == "commit":
-            engine.optimize("", S, replace(opts, dry_run=False))
-        engine.optimize("", S, opts)
-    engine.optimize("", S, opts)
-    engine.close()
+    went_through(data_dir, steps, opts)
     bare = tmp_path_factory.mktemp("bare")
     shutil.copytree(data_dir, bare, dirs_exist_ok=True)
     with sqlite3.connect(bare / DB_FILE) as conn:
