@@ -23,6 +23,7 @@ from ctxopt.planner import line_levels, values
 from ctxopt.planner.kept_sizes import kept_sizes, restore_sizes
 from ctxopt.planner.line_levels import last_sizes
 from ctxopt.store import DB_FILE
+from ctxopt.text.analyzer import Analyzer
 from ctxopt.text.line_book import LineBook
 from ctxopt.text.sealed import opened, seal
 from hypothesis import given, settings
@@ -424,3 +425,39 @@ def test_a_restart_makes_the_anchored_excerpts_a_warm_engine_makes(
             engine.close()
     assert plans[0] == plans[1]
     assert made[0] == made[1]
+
+
+def test_a_restart_searches_the_lines_a_warm_engine_searches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an append, an output holding two or more of the query's terms
+    is searched for them only where a warm engine searches it: the kept
+    sizes hold the lines each term was found on."""
+    searched: list[int] = []  # how many terms each search looked for
+    line_postings = Analyzer.line_postings
+
+    def spied(self: Analyzer, text: str, terms: frozenset[str]) -> object:
+        searched.append(len(terms))
+        return line_postings(self, text, terms)
+
+    monkeypatch.setattr(Analyzer, "line_postings", spied)
+    opts = call(NEW_QUERY)  # two terms, on the same lines of one output
+    plans, seen = [], []
+    for data_dir in (tmp_path / "restart", None):
+        forget_made_facts()
+        engine = Engine(Config(data_dir=str(data_dir or ":memory:")))
+        engine.append("", S, session_chunks(S))
+        engine.optimize("", S, opts)
+        if data_dir is not None:
+            engine.close()
+            forget_made_facts()
+            engine = open_engine(data_dir)
+        try:
+            searched.clear()
+            engine.append("", S, more_chunks(9))  # type: ignore[arg-type]
+            plans.append(same(engine.optimize("", S, opts)))
+            seen.append(sorted(searched))
+        finally:
+            engine.close()
+    assert plans[0] == plans[1]
+    assert seen[0] == seen[1]

@@ -17,7 +17,7 @@ and numbers the model wrote and the query's terms.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,7 @@ from ctxopt.scoring.line_facts import SessionFacts
 from ctxopt.scoring.line_value import LineWeights
 from ctxopt.text.analyzer import Analyzer
 from ctxopt.text.line_book import LineBook
+from ctxopt.text.lines import text_lines
 
 PlainSizes = tuple[Any, ...]  # marshal's plain data
 
@@ -49,6 +50,7 @@ def kept_sizes(book: LineBook, text_at: Callable[[int], str | None]) -> PlainSiz
     f, w = memo.facts, memo.facts.weights
     facts = (f.query_weights, f.identifiers, f.cited, f.term_holders, f.query_names)
     outputs = []
+    terms = f.query_weights.keys()
     for slot, was in memo.by_slot.items():
         if text_at(slot) != was.text:
             continue  # remade by the next plan, as a new output is
@@ -56,11 +58,27 @@ def kept_sizes(book: LineBook, text_at: Callable[[int], str | None]) -> PlainSiz
         outputs.append(
             (
                 *(slot, was.stash, was.tokens, was.anchors, was.quoted, was.relevance, levels),
-                *(was.sole, was.kept),
+                *(was.sole, was.kept, _postings(was, terms, f.analyzer)),
             )
         )
     weights = (w.relevance, w.identifier, w.cited, w.error, w.echoed)
     return memo.knobs[:4], weights, facts, tuple(outputs)
+
+
+def _postings(
+    was: _Remembered, terms: Iterable[str], analyzer: Analyzer
+) -> dict[str, tuple[int, ...]] | None:
+    """The lines of an output holding two or more of the query's terms that
+    hold each (`TextLines.term_lines`, as the plan searched them): the next
+    plan after an append searches them again (`relevance_of`), with the
+    analyzer's word cache cold after a restart (~80 ms profiled at 10,000)."""
+    if was.sole is not None:
+        return None  # none or one term: the next plan of the query reads its remembered lines
+    lines = text_lines(was.text)
+    found = lines.postings
+    if lines.analyzer is not analyzer:
+        return None
+    return {term: found[term] for term in terms if term in found}
 
 
 def restore_sizes(
@@ -91,12 +109,15 @@ def restore_sizes(
     memo = _Memo(session_facts, (*knobs, session_facts.weights, analyzer, count_tokens))
     memo.tokens = np.zeros(n_slots, dtype=np.int64)
     memo.stash = np.full(n_slots, "", dtype=object)
+    searched: list[tuple[str, dict[str, tuple[int, ...]]]] = []
     if not isinstance(outputs, tuple):
         raise TypeError("kept sizes: not a tuple of outputs")
     for output in outputs:
-        slot, stash, tokens, anchors, quoted, relevance, levels, sole, kept = output
+        slot, stash, tokens, anchors, quoted, relevance, levels, sole, kept, postings = output
         made = tuple(LineLevel(text, count, share) for text, count, share in levels)
         text = text_at(slot)
+        if postings:
+            searched.append((text, postings))
         profiled = line_value.profile(text)  # told at the load, as the plan reads it
         memo.by_slot[slot] = _Remembered(
             *(stash, tokens, anchors, quoted, relevance, made),
@@ -105,3 +126,5 @@ def restore_sizes(
         memo.sizes.put(slot, made)
         memo.tokens[slot], memo.stash[slot] = tokens, stash
     remember_sizes(book, memo)
+    for text, postings in searched:
+        text_lines(text).searched(postings, analyzer)
