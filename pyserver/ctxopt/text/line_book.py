@@ -445,19 +445,18 @@ class LineBook:
         slots): what a restart's first sync and plan would make again. A line
         is kept as where a holder's text has it (its bytes were most of the
         book's: ~0.5 MB per 1,000 chunks)."""
-        text, holders = self.text, self.holders
+        text = self.text
+        holders = {key: held for key, held in self.holders.items() if held}
         at = {key: i for i, key in enumerate(holders)}
         return (
             tuple(sorted(text)),
-            tuple(
-                (slot := next(iter(held)), text[slot].find(key)) for key, held in holders.items()
-            ),
+            tuple((s := min(held), text[s].find(key)) for key, held in holders.items()),
             tuple(map(len, holders)),
             tuple(map(tuple, holders.values())),
-            tuple((at[key], slot) for key, slot in self._latest.items()),
+            tuple((at[key], slot) for key, slot in self._latest.items() if key in at),
             tuple(self.quoted),
             tuple(self._by_model),
-            tuple((at[key], count) for key, count in self._model_held.items()),
+            tuple((at[key], n) for key, n in self._model_held.items() if key in at),
             self._anchors,
             self._quoted_lines,
             self._repeated,
