@@ -5,7 +5,7 @@ picked from, and the facts they were made under."""
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # a size made: the numbers of the lines it keeps, its text (None: not kept,
 # a size dropped) and tokens
@@ -39,7 +39,9 @@ class Kept:
     kept lines alone."""
 
     order: array[int]
-    tuning: object  # the `Tuning` (compared by identity)
+    # the `Tuning`, compared by identity (None: restored by a restart, which
+    # has its own); not part of what a `Kept` equals
+    tuning: object = field(compare=False)
     sizes: tuple[Size, ...]
 
 
