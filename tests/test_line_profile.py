@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from ctxopt.scoring import code_names, line_value
+from ctxopt.text.lines import text_lines
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -133,6 +134,16 @@ def test_a_profile_is_its_lines_plain_definitions(text: str) -> None:
     assert made.all_numbers == {n for n in map(plain_number, lines) if n is not None}
     line_names = [plain_names(line) for line in lines]
     assert made.all_names == line_value.names(text) == frozenset().union(*line_names)
+
+
+def test_a_profile_holds_the_line_books_split_of_its_text() -> None:
+    """A profile's lines are the tuple `text_lines` keeps for the line book
+    (one copy of each line per process), still `text.split("\n")`."""
+    text = "first line\n    second = line_two(x)\n\nlast"
+    split = text_lines(text)
+    made = line_value.profile(text)
+    assert made.lines is split.lines
+    assert made.lines == tuple(text.split("\n"))
 
 
 @settings(max_examples=300, deadline=None)

@@ -38,6 +38,7 @@ from typing import AnyStr, cast
 
 from ctxopt.scoring.code_names import RUN_BYTES, run_names, text_names
 from ctxopt.scoring.text_memo import TextMemo
+from ctxopt.text.lines import text_lines
 
 # The model citing lines: `sed -n '120,140p'`, `line 131`, `file.py:131`.
 # Searched from their literal parts (a pattern that starts with \d or \b is
@@ -311,7 +312,9 @@ def _tail_in(path: str, names: frozenset[str]) -> bool:
 
 
 def _profile(text: str) -> LineProfile:
-    lines = tuple(text.split("\n"))
+    # the lines the line book split already (it keys every chunk's before a
+    # plan profiles an output): the same tuple, not a second copy of each line
+    lines = text_lines(text).lines
     numbers = _own_numbers(text, lines)
     return LineProfile(
         lines,
