@@ -243,6 +243,7 @@ _CHUNK_RULES: tuple[_Rule, ...] = (
 # Every field a rule reads (and the id), taken from each chunk in one C call.
 _FIELDS = tuple(dict.fromkeys(("id", *(f for rule in _CHUNK_RULES for f in rule.fields))))
 _CHECKED = attrgetter(*_FIELDS)
+_CHUNK_CHECKS = tuple(rule.check for rule in _CHUNK_RULES)  # no attribute read per rule
 
 
 def _ids_hold(ids: Sequence[str]) -> bool:
@@ -274,8 +275,8 @@ def _plainly_valid(chunks: Sequence[Chunk], config: Config) -> bool:
 def validate_chunk(chunk: Chunk, config: Config, where: str) -> None:
     """A chunk's own fields (its id is the batch's to check), each rule of
     `_CHUNK_RULES` in order: the first failure raises."""
-    for rule in _CHUNK_RULES:
-        rule.check(chunk, config, where)
+    for check in _CHUNK_CHECKS:
+        check(chunk, config, where)
 
 
 def validate_updates(updates: Sequence[ChunkUpdate], field: str = "updates") -> None:
