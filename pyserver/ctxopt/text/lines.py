@@ -62,6 +62,9 @@ class TextLines:
 
 
 _NO_POSTINGS: Mapping[str, tuple[int, ...]] = MappingProxyType({})
+# one for every text with no keyed line (a frozenset stays tracked by the
+# cyclic collector as long as the cache holds it)
+_NO_KEYS: frozenset[str] = frozenset()
 _texts: OrderedDict[str, TextLines] = OrderedDict()
 _texts_lock = threading.Lock()  # plans of different sessions run in parallel
 
@@ -73,7 +76,7 @@ def text_lines(text: str) -> TextLines:
         return found
     lines = tuple(text.split("\n"))
     keys = tuple([s if len(s) >= ECHO_MIN_CHARS else "" for s in map(str.strip, lines)])
-    distinct = frozenset(keys).difference(("",))
+    distinct = frozenset(keys).difference(("",)) or _NO_KEYS
     made = TextLines(lines, keys, distinct, sum(map(len, distinct)), _NO_POSTINGS, None)
     with _texts_lock:
         _texts[text] = made
