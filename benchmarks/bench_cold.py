@@ -8,7 +8,9 @@ of the texts):
 - never-seen session: `AppendChunks` in batches of 500, then the session's
   first `Optimize` (lean, triggered: the session fills its window);
 - after a restart: the same session's first `Optimize` from the same data
-  directory in a new process;
+  directory in a new process (the call planned before the close); then, each
+  in a new process again, another first call: a 2-chunk append (an agent's
+  step) and the `Optimize`, or an `Optimize` with another query;
 - stateless: `OptimizeContext` with the chunks inline, texts new to the
   process, then the same call again;
 - warm: the session's later `Optimize` calls (p50), what the other
@@ -58,6 +60,8 @@ CHANNEL_OPTIONS = [
 PATHS = {  # JSON key -> table heading
     "never_seen": "never-seen: append + first Optimize",
     "after_restart": "first Optimize after restart",
+    "restart_append": "after restart: 2-chunk append + Optimize",
+    "restart_query": "after restart: Optimize, another query",
     "stateless_new": "OptimizeContext, new texts",
     "stateless_again": "OptimizeContext, same call again",
     "warm": "warm Optimize (p50)",
@@ -65,6 +69,8 @@ PATHS = {  # JSON key -> table heading
 ROLE, KIND = pb.Role, pb.ChunkKind
 Row = dict[str, Any]  # one size's figures, as written to the JSON
 SESSION = "bench"  # the session forced_dry_run names
+STEP = 2  # chunks an agent's step appends (the restart's other call)
+OTHER_QUERY = "the command line crashes with TypeError on an unknown flag: see main.py"
 
 
 def session_chunks(trajectories: list[Trajectory], count: int, copy: str) -> list[pb.Chunk]:
@@ -136,15 +142,26 @@ class Round:
     append: Spent
     first_optimize: Spent
     after_restart: Spent
+    restart_append: Spent
+    restart_query: Spent
     stateless_new: Spent
     stateless_again: Spent
     warm: list[Spent]
     triggered: bool
 
 
-def one_round(chunks: list[pb.Chunk], stateless: list[pb.Chunk], repeats: int, work: Path) -> Round:
+def one_round(
+    chunks: list[pb.Chunk],
+    step: list[pb.Chunk],
+    stateless: list[pb.Chunk],
+    repeats: int,
+    work: Path,
+) -> Round:
     """A fresh server: append + first plan, warm plans, the stateless call
-    twice; then a restart on the same directory and its first plan."""
+    twice; then a restart on the same directory and its first plan; then
+    another restart and `step` appended and planned; another, and a plan for
+    another query (the first restart changes nothing: each finds the store
+    as the first server closed it)."""
     data_dir, log = work / "data", work / "server.log"
     server = start_server(data_dir, log)
     pid = server.process.pid
@@ -175,14 +192,41 @@ def one_round(chunks: list[pb.Chunk], stateless: list[pb.Chunk], repeats: int, w
             again = timed(pid, lambda: stub.OptimizeContext(context, timeout=TIMEOUT))
     finally:
         server.terminate()
+    appended = pb.AppendChunksRequest(session_id=SESSION, chunks=step)
+    other = pb.OptimizeRequest()
+    other.CopyFrom(request)
+    other.query = OTHER_QUERY
+
+    def append_and_plan(stub: Any) -> None:
+        stub.AppendChunks(appended, timeout=TIMEOUT)
+        stub.Optimize(request, timeout=TIMEOUT)
+
+    restart = _restarted(data_dir, log, lambda stub: stub.Optimize(request, timeout=TIMEOUT))
+    restart_append = _restarted(data_dir, log, append_and_plan)
+    restart_query = _restarted(data_dir, log, lambda stub: stub.Optimize(other, timeout=TIMEOUT))
+    return Round(
+        tokens[0],
+        append,
+        first,
+        restart,
+        restart_append,
+        restart_query,
+        new,
+        again,
+        warm,
+        plans[0].triggered,
+    )
+
+
+def _restarted(data_dir: Path, log: Path, call: Callable[[Any], object]) -> Spent:
+    """A new server on `data_dir`, its first call (`call` of a stub) timed."""
     server = start_server(data_dir, log)
     try:
         with grpc.insecure_channel(server.address, options=CHANNEL_OPTIONS) as channel:
             stub = server.stub(channel)
-            restart = timed(server.process.pid, lambda: stub.Optimize(request, timeout=TIMEOUT))
+            return timed(server.process.pid, lambda: call(stub))
     finally:
         server.terminate()
-    return Round(tokens[0], append, first, restart, new, again, warm, plans[0].triggered)
 
 
 def measure(size: int, trajectories: list[Trajectory], rounds: int, repeats: int) -> Row:
@@ -190,10 +234,10 @@ def measure(size: int, trajectories: list[Trajectory], rounds: int, repeats: int
     server's CPU milliseconds per path, and per 1,000 chunks."""
     done: list[Round] = []
     for r in range(rounds):
-        chunks = session_chunks(trajectories, size, f"round {r}")
+        chunks = session_chunks(trajectories, size + STEP, f"round {r}")
         stateless = session_chunks(trajectories, size, f"stateless {r}")
         with tempfile.TemporaryDirectory() as work:
-            done.append(one_round(chunks, stateless, repeats, Path(work)))
+            done.append(one_round(chunks[:size], chunks[size:], stateless, repeats, Path(work)))
         print(f"  {size:,} chunks, round {r + 1}/{rounds} done", flush=True)
 
     def warm(d: Round) -> Spent:
@@ -204,6 +248,8 @@ def measure(size: int, trajectories: list[Trajectory], rounds: int, repeats: int
     paths: dict[str, Callable[[Round], Spent]] = {
         "never_seen": lambda d: d.append + d.first_optimize,
         "after_restart": lambda d: d.after_restart,
+        "restart_append": lambda d: d.restart_append,
+        "restart_query": lambda d: d.restart_query,
         "stateless_new": lambda d: d.stateless_new,
         "stateless_again": lambda d: d.stateless_again,
         "warm": warm,

@@ -422,16 +422,10 @@ _STEP = st.tuples(
 )
 
 
-@settings(max_examples=25, deadline=None)
-@given(steps=st.lists(_STEP, max_size=5), query=st.sampled_from(["pricing tax", "total_price", ""]))
-def test_a_restart_plans_as_the_rows_alone_say(
-    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, int]], query: str
-) -> None:
-    """Whatever the session went through (model chunks quoting an output's
-    line, removed or changed; pins; applied plans; a plan after each), the restart's first plan
-    of the last call is the one a restart from the rows alone makes."""
-    data_dir = tmp_path_factory.mktemp("kept")
-    opts = call(query)
+def went_through(data_dir: Path, steps: list[tuple[str, int]], opts: OptimizeOptions) -> None:
+    """The test session through `steps` (`_STEP`: model chunks quoting an
+    output's line, removed or changed; pins; applied plans), planned with
+    `opts` after each, as an agent's loop does, then closed cleanly."""
     forget_made_facts()
     engine = open_engine(data_dir)
     engine.append("", S, session_chunks(S))
@@ -451,9 +445,22 @@ def test_a_restart_plans_as_the_rows_alone_say(
             engine.update("", S, [ChunkUpdate(f"o{n}", pinned=True)])
         elif step == "commit":
             engine.optimize("", S, replace(opts, dry_run=False))
-        engine.optimize("", S, opts)  # a plan after each step, as an agent's loop makes
+        engine.optimize("", S, opts)
     engine.optimize("", S, opts)
     engine.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(steps=st.lists(_STEP, max_size=5), query=st.sampled_from(["pricing tax", "total_price", ""]))
+def test_a_restart_plans_as_the_rows_alone_say(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, int]], query: str
+) -> None:
+    """Whatever the session went through (model chunks quoting an output's
+    line, removed or changed; pins; applied plans; a plan after each), the restart's first plan
+    of the last call is the one a restart from the rows alone makes."""
+    data_dir = tmp_path_factory.mktemp("kept")
+    opts = call(query)
+    went_through(data_dir, steps, opts)
     restarted = planned(data_dir, opts)
     with sqlite3.connect(data_dir / DB_FILE) as conn:
         conn.execute("DELETE FROM kept_plans")

@@ -17,9 +17,19 @@ call whose collection count and request (a digest of the options' `repr`)
 are the plan's, before any change of the session. Anything else: the plan
 is made as before. Nothing in it names code: plain data, `marshal`ed.
 
+With the plan, the session's line book (`LineBook.state`: its lines, marks
+and cached answers, the live book's, kept only when a fresh book would mark
+the same) and the sizes its outputs had (`planner/kept_sizes.py`): a
+restart's first plan of another call (after an append, another query)
+starts from them as a warm engine's would; read only on the session's first
+change or other plan (`restore_lines`), never by the call the plan answers.
+
 Layout: magic `CP`, format (1 byte), the engine's digest (8), the rows'
 digest (16), the collection count (uint64), the request's digest (8), the
-marshalled plan, and a checksum (8) of everything before it.
+marshalled pair of the marshalled plan and the marshalled pair of the book
+and the sizes (None when the last plan made none), and a checksum (8) of
+everything before it.
+Format 1 (the plan alone) is not read: its restart plans again.
 """
 
 from __future__ import annotations
@@ -28,8 +38,9 @@ import hashlib
 import marshal
 import struct
 import threading
+from contextlib import suppress
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -45,12 +56,14 @@ from ctxopt.model import (
     PlanOutcome,
     Repair,
 )
+from ctxopt.planner.kept_sizes import kept_sizes, restore_sizes
 from ctxopt.planner.knobs import Tuning
+from ctxopt.planner.line_levels import TokenCount
 from ctxopt.session import Session
 from ctxopt.text.sealed import DIGEST, digest, opened, seal
 from ctxopt.tokens import TokenCounter
 
-FORMAT = 1
+FORMAT = 2
 _MAGIC = b"CP"
 ROWS_DIGEST = 16  # bytes of `made_from`
 _HEAD = struct.Struct(f"<2sB{DIGEST}s{ROWS_DIGEST}sQ{DIGEST}s")
@@ -166,6 +179,8 @@ class KeptPlans:
         self._engine = digest(code_digest() + repr(knobs).encode())
         self._last: WeakKeyDictionary[Session, tuple[_Made, Plan]] = WeakKeyDictionary()
         self._read: WeakKeyDictionary[Session, tuple[_Made, bytes]] = WeakKeyDictionary()
+        # the kept book and sizes of a session whose kept plan was trusted, not read yet
+        self._lines: WeakKeyDictionary[Session, bytes] = WeakKeyDictionary()
         # what the plan in the store was made from (a plan is a function of it)
         self._written: WeakKeyDictionary[Session, _Made] = WeakKeyDictionary()
         self._lock = threading.Lock()
@@ -221,6 +236,11 @@ class KeptPlans:
             body = marshal.dumps(plain_plan(plan))
         except ValueError:  # not plain data: a restart makes it again
             return None
+        try:
+            sizes = kept_sizes(session.lines, partial(_text_at, session))
+            body = marshal.dumps((body, marshal.dumps((session.lines.state(), sizes))))
+        except ValueError:  # not plain data: a restart makes the book and sizes again
+            body = marshal.dumps((body, None))
         head = _HEAD.pack(_MAGIC, FORMAT, self._engine, rows, made.collections, made.request)
         return seal(head + body)
 
@@ -231,24 +251,78 @@ class KeptPlans:
             if last is not None:
                 self._written[session] = last[0]
 
-    def _opened(self, blob: bytes | None, rows: bytes) -> bytes | None:
-        """The body of a kept plan of this engine made from `rows`, else None."""
+    def opened(self, blob: bytes | None, rows: bytes) -> bytes | None:
+        """The body of a kept plan of this engine made from `rows` (its
+        checksum holds), else None: what `restore` takes."""
         body = opened(blob, head_size=_HEAD.size)
         if body is None:
             return None
         head = _HEAD.unpack_from(body)[:4]
         return body if head == (_MAGIC, FORMAT, self._engine, rows) else None
 
-    def trusts(self, blob: bytes | None, rows: bytes) -> bool:
-        """Whether `restore` would hold this blob (a session loaded from `rows`)."""
-        return self._opened(blob, rows) is not None
-
-    def restore(self, session: Session, blob: bytes | None, rows: bytes) -> None:
-        """Hold the kept plan of a session just loaded from `rows`, when trusted."""
-        body = self._opened(blob, rows)
+    def restore(self, session: Session, body: bytes | None, *, lines: bool) -> None:
+        """Hold the kept plan of a session just loaded (`body`: what `opened`
+        gave of its blob, checked once: the blob is mostly the line book),
+        and its book and sizes when `lines` (`restore_lines` will read them)."""
         if body is None:
             return
         collections, request = _HEAD.unpack_from(body)[4:]
         made = _Made(session.revision, collections, request)
+        try:
+            plan, kept_lines = marshal.loads(body[_HEAD.size :])
+        except (ValueError, TypeError, EOFError):
+            return
+        if not isinstance(plan, bytes) or not isinstance(kept_lines, bytes | None):
+            return
         with self._lock:
-            self._read[session] = (made, body[_HEAD.size :])
+            self._read[session] = (made, plan)
+            if kept_lines is not None and lines:
+                self._lines[session] = kept_lines
+
+    def restore_lines(self, session: Session, count_tokens: TokenCount) -> None:
+        """Hold the line book kept with the session's plan as the session's,
+        and remember the output sizes kept with it as that book's last plan's,
+        once, before the session's first change or any plan that reads its
+        index (`Session.settle`): the session is as loaded, so each text is
+        the one they were made of. What is not what a close wrote is made
+        again by the next plan, the book and the sizes each on its own."""
+        with self._lock:
+            body = self._lines.pop(session, None)
+        if body is None:
+            return
+        try:
+            book, sizes = marshal.loads(body)
+        except (ValueError, TypeError, EOFError):
+            return
+        texts = {entry.slot: entry.chunk.text for entry in session.entries.values()}
+        # else the book stays empty: its first sync fills it
+        with suppress(ValueError, TypeError, KeyError, IndexError):
+            session.lines.restore(book, texts)
+        if sizes is None:
+            return
+        try:
+            restore_sizes(
+                session.lines,
+                sizes,
+                partial(_live_text, session),
+                session.n_slots,
+                session.analyzer,
+                count_tokens,
+            )
+        except (ValueError, TypeError, KeyError, IndexError):
+            return  # the next plan remakes every size
+
+
+def _text_at(session: Session, slot: int) -> str | None:
+    """The text of the live chunk at `slot`, None when none is live there."""
+    chunk_id = session.slot_ids[slot] if slot < session.n_slots else None
+    entry = session.entries.get(chunk_id) if chunk_id is not None else None
+    return None if entry is None or entry.slot != slot else entry.chunk.text
+
+
+def _live_text(session: Session, slot: int) -> str:
+    """`_text_at`, KeyError when no chunk is live at `slot`."""
+    text = _text_at(session, slot)
+    if text is None:
+        raise KeyError(slot)
+    return text

@@ -11,32 +11,21 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from itertools import islice, pairwise
 from operator import attrgetter
 from weakref import WeakKeyDictionary
 
-import numpy as np
-
 from ctxopt import validate
 from ctxopt.config import Config
 from ctxopt.engine.collector import Collector
+from ctxopt.engine.kept_facts import KeptFacts, lacking, stored_facts
 from ctxopt.engine.kept_plans import made_from
 from ctxopt.engine.quiet import QuietWriter
 from ctxopt.errors import CtxoptError, NotFound
-from ctxopt.model import ChunkKind, Role
 from ctxopt.scoring import line_value
-from ctxopt.scoring.lineblob import (
-    CITED,
-    NAMES,
-    PROFILE,
-    LineBlobs,
-    TextFacts,
-    read_kept,
-    remembered,
-    tell,
-)
+from ctxopt.scoring.lineblob import LineBlobs, TextFacts, read_kept, remembered, tell
 from ctxopt.session import Registry, Session
 from ctxopt.session.columns import Entry
 from ctxopt.store import (
@@ -57,43 +46,8 @@ from ctxopt.tokens import count_key
 
 log = logging.getLogger(__name__)
 
-_MODEL, _TOOL_RESULT = int(Role.MODEL), int(ChunkKind.TOOL_RESULT)
 KEPT_COUNTS_PER_CHUNK = 4
 MIN_KEPT_COUNTS = 1024
-
-
-@dataclass(slots=True)
-class _KeptFacts:
-    """What the store holds of one session's line facts: per slot, which of
-    them (`lineblob` bits) for the live text there (`commit` forgets a slot
-    whose text changes or that goes, a compaction moves them with their
-    chunks; a byte per slot, where a dict by chunk id took ~35 bytes per
-    chunk); and how many facts the process had made at the last look (none
-    made since: nothing to keep)."""
-
-    made: tuple[int, int, int] = (-1, -1, -1)
-    by_slot: bytearray = field(default_factory=bytearray)
-    # the session's index version and `by_slot` as last kept whole (`close`)
-    snapshot: tuple[int, bytes] | None = None
-
-    def held(self, slot: int) -> int:
-        return self.by_slot[slot] if slot < len(self.by_slot) else 0
-
-    def hold(self, slot: int, facts: int) -> None:
-        if slot >= len(self.by_slot):
-            self.by_slot.extend(bytes(slot + 1 - len(self.by_slot)))
-        self.by_slot[slot] = facts
-
-
-def _stored_facts(text: str, held: int) -> TextFacts:
-    """The facts of `text` the process remembers, of those the store holds
-    (`held`): what its line blob decodes to, as far as they are remembered."""
-    facts = remembered(text)
-    return TextFacts(
-        facts.names if held & NAMES else None,
-        facts.cited if held & CITED else None,
-        facts.profile if held & PROFILE else None,
-    )
 
 
 def _live(session: Session) -> tuple[list[Entry], bytes]:
@@ -108,23 +62,6 @@ def _kept_counts(session: Session) -> int:
     return max(MIN_KEPT_COUNTS, KEPT_COUNTS_PER_CHUNK * len(session.entries))
 
 
-def _lacking(session: Session, kept: _KeptFacts) -> tuple[list[int], list[int]]:
-    """The live slots the store lacks a line fact of that a plan reads (a
-    model text's names and cited numbers, a tool output's profile), and
-    which facts each wants: every slot at once, not one at a time (a plan
-    after an append looked at each of ~1,200 entries, ~2 ms)."""
-    n = session.n_slots
-    cols = session.columns
-    wanted = np.where(cols.role[:n] == _MODEL, NAMES | CITED, 0) | np.where(
-        cols.kind[:n] == _TOOL_RESULT, PROFILE, 0
-    )
-    held = np.zeros(n, dtype=np.int64)
-    m = min(n, len(kept.by_slot))
-    held[:m] = np.frombuffer(bytes(kept.by_slot[:m]), dtype=np.uint8)
-    slots = np.flatnonzero(cols.alive[:n] & (wanted & ~held != 0))
-    return slots.tolist(), wanted[slots].tolist()
-
-
 class LiveSessions:
     """Sessions by id, loaded on first use; `load_lock` guards bringing a stored
     session into memory (and an import replacing one)."""
@@ -135,13 +72,14 @@ class LiveSessions:
         self.analyzer = analyzer = collector.analyzer  # the collector's: a plan reads the index
         self.counter = counter = collector.counter
         self.plans = collector.kept
+        self.count_tokens = collector.noted.count  # what plans count with (kept sizes)
         self.count_blobs = CountBlobs(counter)
         self.registry = Registry(analyzer)
         self.term_blobs = TermBlobs(analyzer)
         self.line_blobs = LineBlobs()
         self.index_blobs = IndexBlobs(self.term_blobs.analyzer_digest)
         self.writer = QuietWriter("ctxopt-line-facts")
-        self._kept: WeakKeyDictionary[Session, _KeptFacts] = WeakKeyDictionary()
+        self._kept: WeakKeyDictionary[Session, KeptFacts] = WeakKeyDictionary()
         self.load_lock = threading.Lock()
 
     def get(self, owner: str, session_id: str, *, create: bool = False) -> Session:
@@ -209,13 +147,9 @@ class LiveSessions:
         texts = [item.chunk.text for item in stored.chunks]
         kept_any = (stored.index, stored.facts, stored.plan) != (None, None, None)
         chunks = chunks_digest([e.slot for e in entries], texts) if kept_any else b""
-        plan_from = made_from(stored.rows, chunks)
+        plan = self.plans.opened(stored.plan, made_from(stored.rows, chunks))
         index_body, facts_body = self._kept_bodies(stored, entries, chunks)
-        if (
-            index_body is not None
-            and facts_body is not None
-            and self.plans.trusts(stored.plan, plan_from)
-        ):
+        if index_body is not None and facts_body is not None and plan is not None:
             # the kept plan may answer the first call, which then reads neither
             # (~15 ms per 1,000 chunks): read them on the index's first use
             kept = (index_body, facts_body)
@@ -223,7 +157,8 @@ class LiveSessions:
             session.restore_kept(entries, read)
         else:
             self._read_rows(session, stored, entries, texts, (index_body, facts_body))
-        self.plans.restore(session, stored.plan, plan_from)
+        # the rows path (the session settled) reads no kept book
+        self.plans.restore(session, plan, lines=not session.settled)
         return session
 
     def _read_rows(
@@ -264,12 +199,14 @@ class LiveSessions:
     ) -> BM25Index:
         """The index of a session restored by `restore_kept` with no index yet,
         its counts and line facts told (`kept`: the bodies `_kept_bodies`
-        trusted). An index that does not hold together after all is made from
-        the texts, as a new one is; facts that do not, by the plans that read them."""
+        trusted), and the line book and output sizes kept with its plan. An index
+        that does not hold together after all is made from the texts, as a new
+        one is; facts that do not, by the plans that read them."""
         self._tell_counts(counts)
         index, facts = read_state(kept[0]), read_kept(texts, kept[1])
         if facts is not None:
             self._tell_facts(session, entries, texts, facts)
+        self.plans.restore_lines(session, self.count_tokens)
         if index is None:
             index = BM25Index()
             docs = [DocTerms.of(self.analyzer.terms(t)) for t in texts]
@@ -282,7 +219,7 @@ class LiveSessions:
     def _as_kept(self, session: Session, index: BM25Index) -> None:
         """Note the session's index and facts as the store keeps them (a
         close need not write them again)."""
-        kept = self._kept.setdefault(session, _KeptFacts())
+        kept = self._kept.setdefault(session, KeptFacts())
         kept.snapshot = (index.version, bytes(kept.by_slot))
 
     def _tell_counts(self, blob: bytes | None) -> None:
@@ -299,7 +236,7 @@ class LiveSessions:
     ) -> None:
         """Tell the line-fact caches the facts stored of these texts, and note
         which the store holds."""
-        kept = self._kept.setdefault(session, _KeptFacts())
+        kept = self._kept.setdefault(session, KeptFacts())
         told: list[tuple[str, TextFacts]] = []
         for entry, text, made in zip(entries, texts, facts, strict=True):
             if made is not None:
@@ -336,12 +273,12 @@ class LiveSessions:
             line_value.cited_memo.misses,
             line_value.profile_memo.misses,
         )
-        kept = self._kept.setdefault(session, _KeptFacts())
+        kept = self._kept.setdefault(session, KeptFacts())
         if made == kept.made:
             return
         kept.made = made
         pending: list[tuple[str, str, TextFacts]] = []
-        for slot, wanted in zip(*_lacking(session, kept), strict=True):
+        for slot, wanted in zip(*lacking(session, kept), strict=True):
             chunk = session.entry_at(slot).chunk
             facts = remembered(chunk.text)
             if not facts.held & wanted or facts.held & ~kept.held(slot) == 0:
@@ -410,12 +347,12 @@ class LiveSessions:
                 log.warning("session %r: last plan not kept: %s", session.id, err)
         if not session.settled:  # the index and facts read back are as kept
             return
-        kept = self._kept.setdefault(session, _KeptFacts())
+        kept = self._kept.setdefault(session, KeptFacts())
         now = (session.index.version, bytes(kept.by_slot))
         if kept.snapshot == now:
             return
         entries, chunks = live or _live(session)
-        facts = [_stored_facts(e.chunk.text, kept.held(e.slot)) for e in entries]
+        facts = [stored_facts(e.chunk.text, kept.held(e.slot)) for e in entries]
         try:
             self.store.keep_session(
                 session.id,

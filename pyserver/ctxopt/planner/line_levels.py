@@ -459,3 +459,18 @@ def _compact(changed: frozenset[T]) -> frozenset[T]:
     model text's), and walking it made each output's `isdisjoint` in
     `_to_check` cost ~1-20 us, not ~0.1."""
     return frozenset(list(changed))
+
+
+# ---- a restart's sizes (planner/kept_sizes.py keeps them at a clean close) ----
+
+
+def last_sizes(book: LineBook) -> _Memo | None:
+    """The sizes the book's last plan remembers, if any plan made them."""
+    with _memos_lock:
+        return _memos.get(book)
+
+
+def remember_sizes(book: LineBook, memo: _Memo) -> None:
+    """Take `memo` as the book's last plan's sizes, unless it remembers its own."""
+    with _memos_lock:
+        _memos.setdefault(book, memo)

@@ -136,6 +136,11 @@ class Session:
             tokens_total=self.tokens_total,
         )
 
+    @property
+    def lines(self) -> LineBook:
+        """The line book as it is (`line_book` brings it up to date first)."""
+        return self._lines
+
     def line_book(self) -> LineBook:
         """The session's line book, brought up to its live chunks."""
         self._lines.sync(self.index.version, self.entries.values())

@@ -55,6 +55,13 @@ class TextLines:
             self.postings = postings = {**postings, **dict.fromkeys(missing, ()), **found}
         return postings
 
+    def searched(self, postings: dict[str, tuple[int, ...]], analyzer: Analyzer) -> None:
+        """Take `postings` (term -> its lines, as `term_lines` gives them by
+        `analyzer`: a restart's, kept by the last process) as found."""
+        if analyzer is not self.analyzer:
+            self.analyzer, self.postings = analyzer, {}
+        self.postings = {**self.postings, **postings}  # swapped in whole, as `term_lines` does
+
     def lines_with(self, terms: frozenset[str], analyzer: Analyzer) -> set[int]:
         """Numbers of the lines holding any of `terms`."""
         postings = self.term_lines(terms, analyzer)
