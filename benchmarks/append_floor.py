@@ -19,9 +19,24 @@ append of never-seen texts cannot skip, each step by itself on the same
 
 The sum is the floor; beside it, the engine's whole append (`Engine.append`
 in batches of 500 after `chunks_from_pb`, a fresh engine per round) and its
-share of the floor. Each figure is the minimum over `--rounds` (the machine
-is shared: the minimum is the least disturbed). Prints a table, writes JSON
-and a PNG.
+share of the floor.
+
+The session's first plan (`Engine.optimize`, lean and triggered, as
+`bench_cold` asks it) has a floor of its own, timed on what that plan read
+and made (the same engine, its process-wide caches emptied first, as in a
+fresh server; a `gc.collect()` before it, as after a server's start):
+
+- plan lines: splitting each output the plan profiled into its lines (an
+  excerpt is made of lines: each must be found once);
+- plan names: each model text's and each of those outputs' runs of name
+  characters as a set, in C (`encode`, `translate`, `split`): finding which
+  names the model wrote an output holds reads every such text once;
+- plan count: the cl100k count of each excerpt the plan counted (rs_bpe,
+  native; the plan's exact token figures are these counts).
+
+The process runs with the server's collector thresholds (`ctxopt serve`).
+Each figure is the minimum over `--rounds` (the machine is shared: the
+minimum is the least disturbed). Prints a table, writes JSON and a PNG.
 
     PYTHONPATH=pyserver:. .venv/bin/python -m benchmarks.append_floor
         [--sizes 1000,10000] [--rounds 5] [--out benchmarks/results/append_floor.json]
@@ -30,28 +45,41 @@ and a PNG.
 from __future__ import annotations
 
 import argparse
+import gc
 import sqlite3
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import Stemmer
-from ctxopt.api.grpc.convert import chunks_from_pb
+from ctxopt.api.grpc.convert import chunks_from_pb, options_from_pb
+from ctxopt.cli.commands import GC_THRESHOLDS
 from ctxopt.config import Config
 from ctxopt.engine import Engine
+from ctxopt.model import Chunk, Role
+from ctxopt.scoring import code_names, line_value
+from ctxopt.session import Session
+from ctxopt.text import lines as text_lines
 from ctxopt.text.analyzer import STOPWORDS, Analyzer
 from ctxopt.v1 import ctxopt_pb2 as pb
 from rs_bpe.bpe import openai as rs_bpe_openai
 
-from benchmarks.bench_cold import APPEND_BATCH, GOAL_MS_PER_1K, session_chunks, write_results
+from benchmarks.bench_cold import (
+    APPEND_BATCH,
+    GOAL_MS_PER_1K,
+    optimize_request,
+    session_chunks,
+    write_results,
+)
 from benchmarks.gateway.histories import DEFAULT_SWE, load
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FLOOR_STEPS = ("decode", "count", "tokenise", "term_counts", "stem", "store")
+PLAN_STEPS = ("plan_lines", "plan_names", "plan_count")
 
 
 def _cpu_ms(work: Callable[[], object]) -> float:
@@ -96,18 +124,54 @@ def floor_steps(data: bytes, work_dir: Path) -> dict[str, float]:
     return spent
 
 
-def engine_append(msgs: list[pb.Chunk], work_dir: Path) -> float:
-    """CPU milliseconds of converting and appending `msgs` to a fresh engine."""
+def engine_append(msgs: list[pb.Chunk], work_dir: Path) -> dict[str, float]:
+    """CPU milliseconds of converting and appending `msgs` to a fresh engine,
+    of the session's first plan, and of that plan's floor steps."""
     engine = Engine(Config(data_dir=str(work_dir)))
+    chunks: list[Chunk] = []
 
     def append() -> None:
-        chunks = chunks_from_pb(msgs)
+        chunks.extend(chunks_from_pb(msgs))
         for start in range(0, len(chunks), APPEND_BATCH):
             engine.append("", "floor", chunks[start : start + APPEND_BATCH])
 
-    spent = _cpu_ms(append)
+    spent = {"engine_append": _cpu_ms(append)}
+    excerpts: dict[str, int] = {}
+    keep_counts = engine.sessions.keep_counts
+
+    def noted(session: Session, counted: Mapping[str, int]) -> None:  # the plan's excerpts
+        excerpts.update(counted)
+        keep_counts(session, counted)
+
+    engine.sessions.keep_counts = noted  # type: ignore[method-assign]
+    options = options_from_pb(optimize_request(engine.stats("", "floor").tokens), engine.config)
+    _forget_texts()
+    gc.collect()
+    spent["engine_first_plan"] = _cpu_ms(lambda: engine.optimize("", "floor", options))
+    profiled = [c.text for c in chunks if line_value.profile_memo.peek(c.text) is not None]
+    model = [c.text for c in chunks if c.role == Role.MODEL]
     engine.close()
+    spent.update(plan_floor(profiled, model, list(excerpts)))
     return spent
+
+
+def _forget_texts() -> None:
+    """Empty the process-wide caches of texts a first plan fills (a fresh
+    server's state): each round's texts are new, their name runs are not."""
+    code_names.run_names.clear()
+    for memo in (line_value.names_memo, line_value.cited_memo, line_value.profile_memo):
+        memo.cache_clear()
+    text_lines._texts.clear()
+
+
+def plan_floor(outputs: list[str], model: list[str], excerpts: list[str]) -> dict[str, float]:
+    """CPU milliseconds of each step a first plan cannot skip (module note)."""
+    counter = rs_bpe_openai.cl100k_base()
+    return {
+        "plan_lines": _cpu_ms(lambda: [text.split("\n") for text in outputs]),
+        "plan_names": _cpu_ms(lambda: [set(code_names.runs(text)) for text in model + outputs]),
+        "plan_count": _cpu_ms(lambda: [counter.count(text) for text in excerpts]),
+    }
 
 
 def measure(size: int, rounds: int) -> dict[str, Any]:
@@ -118,20 +182,28 @@ def measure(size: int, rounds: int) -> dict[str, Any]:
         data = pb.AppendChunksRequest(session_id="floor", chunks=msgs).SerializeToString()
         with tempfile.TemporaryDirectory() as floor_dir, tempfile.TemporaryDirectory() as eng_dir:
             spent = floor_steps(data, Path(floor_dir))
-            spent["engine_append"] = engine_append(msgs, Path(eng_dir))
+            spent.update(engine_append(msgs, Path(eng_dir)))
         for step, ms in spent.items():
             best[step] = min(best.get(step, ms), ms)
     per_1k = {step: ms * 1000 / size for step, ms in best.items()}
     floor = sum(per_1k[s] for s in FLOOR_STEPS)
-    return {"chunks": size, "rounds": rounds, "ms_per_1k_chunks": per_1k, "floor_per_1k": floor}
+    plan_floor = sum(per_1k[s] for s in PLAN_STEPS)
+    return {
+        "chunks": size,
+        "rounds": rounds,
+        "ms_per_1k_chunks": per_1k,
+        "floor_per_1k": floor,
+        "plan_floor_per_1k": plan_floor,
+    }
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = f"{'CPU ms per 1,000 chunks (min)':32s}" + "".join(f"{r['chunks']:>10,}" for r in rows)
     lines = [head]
-    for step in (*FLOOR_STEPS, "floor", "engine_append"):
-        if step == "floor":
-            values = [r["floor_per_1k"] for r in rows]
+    steps = (*FLOOR_STEPS, "floor", "engine_append", *PLAN_STEPS, "plan_floor")
+    for step in (*steps, "engine_first_plan"):
+        if step in ("floor", "plan_floor"):
+            values = [r[f"{step}_per_1k"] for r in rows]
         else:
             values = [r["ms_per_1k_chunks"][step] for r in rows]
         lines.append(f"{step:32s}" + "".join(f"{v:10.1f}" for v in values))
@@ -139,7 +211,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """The floor's steps stacked beside the engine's append, per size."""
+    """The floor's steps (the append's, then the first plan's) stacked beside
+    the engine's append and first plan, per size."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -147,16 +220,23 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 4))
     palette = plt.get_cmap("tab10")
-    colours = {step: palette(i) for i, step in enumerate(FLOOR_STEPS)}
+    steps = (*FLOOR_STEPS, *PLAN_STEPS)
+    # tab10 but its grey, which the engine's bars use
+    colours = {step: palette(i if i < 7 else i + 1) for i, step in enumerate(steps)}
+    engine = {"engine_append": "silver", "engine_first_plan": "dimgrey"}
     for i, r in enumerate(rows):
+        first = i == 0
         bottom = 0.0
-        for step in FLOOR_STEPS:
+        for step in steps:
             value = r["ms_per_1k_chunks"][step]
-            first = i == 0
             ax.bar(2 * i, value, bottom=bottom, color=colours[step], label=step if first else None)
             bottom += value
-        engine_ms = r["ms_per_1k_chunks"]["engine_append"]
-        ax.bar(2 * i + 0.9, engine_ms, color="grey", label="engine append" if i == 0 else None)
+        bottom = 0.0
+        for step, colour in engine.items():
+            value = r["ms_per_1k_chunks"][step]
+            label = step.replace("_", " ") if first else None
+            ax.bar(2 * i + 0.9, value, bottom=bottom, color=colour, label=label)
+            bottom += value
     ax.axhline(GOAL_MS_PER_1K, color="k", linestyle="--", label="goal (append + first plan)")
     ax.set_xticks([2 * i + 0.45 for i in range(len(rows))])
     ax.set_xticklabels([f"{r['chunks']:,} chunks" for r in rows])
@@ -175,6 +255,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="100 chunks, one round")
     parser.add_argument("--out", type=Path, default=RESULTS / "append_floor.json")
     args = parser.parse_args()
+    gc.set_threshold(*GC_THRESHOLDS)  # as `ctxopt serve` runs
     sizes = [100] if args.smoke else [int(s) for s in args.sizes.split(",")]
     rounds = 1 if args.smoke else args.rounds
     rows = [measure(size, rounds) for size in sizes]

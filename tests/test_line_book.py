@@ -210,3 +210,16 @@ def test_a_grown_session_syncs_reading_only_its_new_chunks() -> None:
     live[1] = _Read(LONG[1], 1, reads)
     book.sync(3, live)
     assert sorted(set(reads)) == [0, 1, 2, 3, 4]
+
+
+def test_texts_share_one_empty_postings_until_a_term_is_asked() -> None:
+    """Every text's postings start as one shared empty mapping (no dict per
+    text for the collector to scan); asking one text's terms swaps in its own
+    mapping and leaves every other text's empty."""
+    first, second = text_lines("a cat sat\nno dog"), text_lines("another text\nwith cats")
+    assert first.postings is second.postings
+    analyzer = Analyzer()
+    assert first.term_lines(frozenset({"cat", "dog"}), analyzer) == {"cat": (0,), "dog": (1,)}
+    assert not second.postings
+    assert second.term_lines(frozenset({"cat"}), analyzer) == {"cat": (1,)}
+    assert first.postings == {"cat": (0,), "dog": (1,)}

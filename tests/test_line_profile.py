@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from ctxopt.scoring import code_names, line_value
+from ctxopt.text.lines import text_lines
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -133,6 +134,37 @@ def test_a_profile_is_its_lines_plain_definitions(text: str) -> None:
     assert made.all_numbers == {n for n in map(plain_number, lines) if n is not None}
     line_names = [plain_names(line) for line in lines]
     assert made.all_names == line_value.names(text) == frozenset().union(*line_names)
+
+
+def test_texts_with_nothing_found_share_one_empty_set_each() -> None:
+    """A text naming nothing, citing nothing, with no error, numbered or
+    keyed line gets the one shared empty set of each kind (each frozenset a
+    cache keeps stays tracked by the cyclic collector), still equal to what
+    was found: nothing."""
+    texts = ["plain words only\nan Errorless day", "just one more\nno Exception here"]
+    for text in texts:
+        made = line_value.profile(text)
+        assert made.all_names == frozenset() and made.all_names is code_names.NO_NAMES
+        assert line_value.names(text) is code_names.NO_NAMES
+        assert made.errors == made.all_numbers == frozenset()
+        assert made.errors is made.all_numbers is line_value.NO_NUMBERS
+        assert line_value.cited_numbers(text) is line_value.NO_NUMBERS
+    first, second = (text_lines(text).distinct for text in texts)
+    assert first == frozenset() and first is second
+    named = line_value.profile('see compute_total\nFile "a.py", line 3\nValueError: x')
+    assert named.all_names == {"compute_total", "a.py", "ValueError"}
+    assert named.errors == {1, 2}
+    assert named.all_numbers == {3}
+
+
+def test_a_profile_holds_the_line_books_split_of_its_text() -> None:
+    """A profile's lines are the tuple `text_lines` keeps for the line book
+    (one copy of each line per process), still `text.split("\n")`."""
+    text = "first line\n    second = line_two(x)\n\nlast"
+    split = text_lines(text)
+    made = line_value.profile(text)
+    assert made.lines is split.lines
+    assert made.lines == tuple(text.split("\n"))
 
 
 @settings(max_examples=300, deadline=None)

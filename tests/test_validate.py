@@ -103,12 +103,12 @@ EDGES: dict[str, list[object]] = {
     "turn": [3, -2],
     "created_at_ms": [10**12, -1],
     "line_start": [4, -1],
-    "line_end": [3, 4, 9],
+    "line_end": [3, 4, 9, -1],
     "boost": [-1.0, 1.0, 0.5, 1.5, -1.5, math.nan, math.inf, -math.inf],
     "parent_id": ["a", "c1"],
     "embedding": [(0.5,), (math.nan,)],
     "references": [("a",), ("",)],
-    "summary_of": [("c1",)],
+    "summary_of": [("c1",), ("c0",), ("",)],
 }
 EDITS = st.tuples(st.integers(0, 5), st.sampled_from(list(EDGES))).flatmap(
     lambda at: st.tuples(st.just(at), st.sampled_from(EDGES[at[1]]))
@@ -163,3 +163,34 @@ def test_a_batch_checked_whole_gets_the_verdict_of_the_checks_chunk_by_chunk(
 ) -> None:
     """Any few edits at once: never a pass the checks refuse, the same first error."""
     _agree(_batch(size, [(at, name, value) for (at, name), value in edits]))
+
+
+def test_every_rule_refuses_an_edge_value_on_both_paths() -> None:
+    """Each row of the rules table refuses one of its fields' edge values
+    chunk by chunk (a rule with no edge value here fails this test), and
+    neither the row's own batch check nor the whole-batch passes vouch for a
+    chunk that row refuses: a row's batch check is never laxer than its check
+    of one chunk."""
+    config = Config(max_text_chars=4)
+    for rule in validate._CHUNK_RULES:
+        refused = 0
+        for name in rule.fields:
+            for value in EDGES[name]:
+                (one,) = _batch(1, [(0, name, value)])
+                try:
+                    rule.check(one, config, "chunks[0]")
+                except (InvalidArgument, ResourceExhausted, TypeError):
+                    refused += 1
+                    assert not _vouched(rule, one, config), (rule.fields, value)
+                    assert not validate._plainly_valid([one], config), (rule.fields, value)
+        assert refused, f"no edge value for the rule on {rule.fields}"
+
+
+def _vouched(rule: validate._Rule, one: Chunk, config: Config) -> bool:
+    """Whether the row's own batch check passes a batch of just `one` (a
+    value of another type is no verdict, as in `_plainly_valid`)."""
+    columns = dict(zip(validate._FIELDS, ((v,) for v in validate._CHECKED(one)), strict=True))
+    try:
+        return rule.holds(columns, config)
+    except TypeError:
+        return False

@@ -9,10 +9,11 @@ need session state (capacity, embedding dimension, known ids, removal) are in
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from itertools import compress
 from operator import attrgetter, eq, lt
+from typing import Any
 
 from ctxopt.config import Config
 from ctxopt.errors import InvalidArgument, ResourceExhausted
@@ -78,6 +79,18 @@ def _check_finite(value: float, field: str) -> None:
         raise InvalidArgument(field, value, "must be a finite number")
 
 
+Columns = Mapping[str, Sequence[Any]]  # a batch's values, field by field
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """One rule of a chunk's fields, for both ways a batch is checked."""
+
+    fields: tuple[str, ...]  # what it reads (the batch's columns it needs)
+    check: Callable[[Chunk, Config, str], None]  # one chunk: raises its failure
+    holds: Callable[[Columns, Config], bool]  # a batch: whether every chunk passes
+
+
 def validate_chunks(chunks: Sequence[Chunk], config: Config, field: str = "chunks") -> None:
     """A batch of chunks to append: ids, texts, enums, numbers, links."""
     if not chunks:
@@ -108,14 +121,86 @@ def _check_each_chunk(
         validate_chunk(chunk, config, where)
 
 
-# What `_plainly_valid` reads of each chunk, in one C call per chunk.
-_CHECKED = attrgetter(
-    *("id", "text", "role", "kind", "policy", "parent_id", "boost", "line_start", "line_end"),
-    *("tokens", "turn", "created_at_ms", "embedding", "references", "summary_of"),
-)
-_SET_ROLES = frozenset(Role._value2member_map_).difference([Role.UNSPECIFIED])
-_KINDS = frozenset(ChunkKind._value2member_map_)
-_POLICIES = frozenset(GcPolicy._value2member_map_)
+def _text_check(chunk: Chunk, config: Config, where: str) -> None:
+    if not chunk.text:
+        raise InvalidArgument(f"{where}.text", chunk.text, "must not be empty")
+    if len(chunk.text) > config.max_text_chars:
+        raise ResourceExhausted(
+            f"{where}.text",
+            f"{len(chunk.text):,} characters",
+            f"longer than the {config.max_text_chars:,}-character limit",
+        )
+
+
+def _role_check(chunk: Chunk, config: Config, where: str) -> None:
+    _check_enum(chunk.role, Role, f"{where}.role")
+    if chunk.role == Role.UNSPECIFIED:
+        raise InvalidArgument(f"{where}.role", chunk.role, "must be set")
+
+
+def _enum_rule(name: str, enum: type[ChunkKind | GcPolicy]) -> _Rule:
+    known = frozenset(enum._value2member_map_)
+
+    def check(chunk: Chunk, config: Config, where: str) -> None:
+        _check_enum(getattr(chunk, name), enum, f"{where}.{name}")
+
+    return _Rule((name,), check, lambda columns, config: known.issuperset(columns[name]))
+
+
+def _counter_rule(name: str) -> _Rule:
+    def check(chunk: Chunk, config: Config, where: str) -> None:
+        _check_counter(getattr(chunk, name), f"{where}.{name}")
+
+    return _Rule((name,), check, lambda columns, config: _within(columns[name], 0, MAX_COUNTER))
+
+
+def _line_range_check(chunk: Chunk, config: Config, where: str) -> None:
+    if chunk.line_end and chunk.line_end < chunk.line_start:
+        raise InvalidArgument(f"{where}.line_end", chunk.line_end, "before line_start")
+
+
+def _line_ranges_hold(columns: Columns, config: Config) -> bool:
+    starts, ends = columns["line_start"], columns["line_end"]
+    # a line range is checked where it ends
+    return not any(map(lt, filter(None, ends), compress(starts, ends)))
+
+
+def _boost_check(chunk: Chunk, config: Config, where: str) -> None:
+    _check_finite(chunk.boost, f"{where}.boost")
+    if not -1.0 <= chunk.boost <= 1.0:
+        raise InvalidArgument(f"{where}.boost", chunk.boost, "must be within [-1, 1]")
+
+
+def _embedding_check(chunk: Chunk, config: Config, where: str) -> None:
+    if len(chunk.embedding) > config.max_embedding_dim:
+        raise ResourceExhausted(
+            f"{where}.embedding",
+            len(chunk.embedding),
+            f"more than {config.max_embedding_dim} dimensions",
+        )
+    for j, value in enumerate(chunk.embedding):
+        _check_finite(value, f"{where}.embedding[{j}]")
+
+
+def _links_rule(name: str) -> _Rule:
+    def check(chunk: Chunk, config: Config, where: str) -> None:
+        for j, target in enumerate(getattr(chunk, name)):
+            _check_id(target, f"{where}.{name}[{j}]")
+            if target == chunk.id:
+                raise InvalidArgument(f"{where}.{name}[{j}]", target, "refers to the chunk itself")
+
+    return _Rule(("id", name), check, _none_in(name))
+
+
+def _parent_check(chunk: Chunk, config: Config, where: str) -> None:
+    if chunk.parent_id == chunk.id:
+        raise InvalidArgument(f"{where}.parent_id", chunk.parent_id, "refers to the chunk itself")
+
+
+def _none_in(name: str) -> Callable[[Columns, Config], bool]:
+    """A column a batch must leave empty to be vouched for whole: a chunk with
+    an embedding or links is checked chunk by chunk (rare in an append)."""
+    return lambda columns, config: not any(columns[name])
 
 
 def _within(values: Sequence[float], low: float, high: float) -> bool:
@@ -125,79 +210,73 @@ def _within(values: Sequence[float], low: float, high: float) -> bool:
     return low <= min(values) and max(values) <= high and total == total
 
 
+# The rules a chunk must pass, in the order `validate_chunk` checks them (so
+# in the order of its first error). Each row is written once for both paths:
+# `check` raises a chunk's failure with its field path, `holds` vouches for a
+# whole batch's columns in C (`_plainly_valid`; False is no verdict, the batch
+# is then checked chunk by chunk). A rule cannot reach one path only.
+_SET_ROLES = frozenset(Role._value2member_map_).difference([Role.UNSPECIFIED])
+_CHUNK_RULES: tuple[_Rule, ...] = (
+    _Rule(
+        ("text",),
+        _text_check,
+        lambda columns, config: (
+            min(map(len, columns["text"])) > 0
+            and max(map(len, columns["text"])) <= config.max_text_chars
+        ),
+    ),
+    _Rule(("role",), _role_check, lambda columns, config: _SET_ROLES.issuperset(columns["role"])),
+    _enum_rule("kind", ChunkKind),
+    _enum_rule("policy", GcPolicy),
+    *map(_counter_rule, ("tokens", "turn", "line_start", "line_end", "created_at_ms")),
+    _Rule(("line_start", "line_end"), _line_range_check, _line_ranges_hold),
+    _Rule(("boost",), _boost_check, lambda columns, config: _within(columns["boost"], -1.0, 1.0)),
+    _Rule(("embedding",), _embedding_check, _none_in("embedding")),
+    _links_rule("references"),
+    _links_rule("summary_of"),
+    _Rule(
+        ("id", "parent_id"),
+        _parent_check,
+        lambda columns, config: not any(map(eq, columns["parent_id"], columns["id"])),
+    ),
+)
+# Every field a rule reads (and the id), taken from each chunk in one C call.
+_FIELDS = tuple(dict.fromkeys(("id", *(f for rule in _CHUNK_RULES for f in rule.fields))))
+_CHECKED = attrgetter(*_FIELDS)
+_CHUNK_CHECKS = tuple(rule.check for rule in _CHUNK_RULES)  # no attribute read per rule
+
+
+def _ids_hold(ids: Sequence[str]) -> bool:
+    """`_check_each_chunk`'s id checks, over a batch's id column."""
+    return (
+        len(set(ids)) == len(ids)
+        and min(map(len, ids)) > 0
+        and max(map(len, ids)) <= MAX_ID_CHARS
+        and all(map(str.isprintable, ids))
+    )
+
+
 def _plainly_valid(chunks: Sequence[Chunk], config: Config) -> bool:
     """Whether every chunk passes `validate_chunk` and no id repeats, by
     whole-batch passes (an append checks hundreds of chunks per call; the
     per-chunk checks name each field as they go). False is no verdict: the
-    caller then checks chunk by chunk, which raises the first failure. A batch
-    with embeddings or links is left to that path."""
+    caller then checks chunk by chunk, which raises the first failure."""
     if not chunks:
         return True
-    columns = list(zip(*map(_CHECKED, chunks), strict=True))
-    ids, texts, roles, kinds, policies, parents, boosts = columns[:7]
-    counters = columns[7:12]  # line_start, line_end, tokens, turn, created_at_ms
-    starts, ends = counters[:2]
-    embeddings, references, summaries = columns[12:]
-    ranged = list(compress(starts, ends))  # a line range is checked where it ends
+    columns = dict(zip(_FIELDS, zip(*map(_CHECKED, chunks), strict=True), strict=True))
     try:
-        return (
-            not any(embeddings)
-            and not any(references)
-            and not any(summaries)
-            and len(set(ids)) == len(ids)
-            and min(map(len, ids)) > 0
-            and max(map(len, ids)) <= MAX_ID_CHARS
-            and all(map(str.isprintable, ids))
-            and min(map(len, texts)) > 0
-            and max(map(len, texts)) <= config.max_text_chars
-            and _SET_ROLES.issuperset(roles)
-            and _KINDS.issuperset(kinds)
-            and _POLICIES.issuperset(policies)
-            and all(_within(column, 0, MAX_COUNTER) for column in counters)
-            and not any(map(lt, filter(None, ends), ranged))
-            and _within(boosts, -1.0, 1.0)
-            and not any(map(eq, parents, ids))
+        return _ids_hold(columns["id"]) and all(
+            rule.holds(columns, config) for rule in _CHUNK_RULES
         )
     except TypeError:  # a value not of its field's type (an in-process caller's):
         return False  # the checks chunk by chunk name the field, as they did
 
 
 def validate_chunk(chunk: Chunk, config: Config, where: str) -> None:
-    if not chunk.text:
-        raise InvalidArgument(f"{where}.text", chunk.text, "must not be empty")
-    if len(chunk.text) > config.max_text_chars:
-        raise ResourceExhausted(
-            f"{where}.text",
-            f"{len(chunk.text):,} characters",
-            f"longer than the {config.max_text_chars:,}-character limit",
-        )
-    _check_enum(chunk.role, Role, f"{where}.role")
-    if chunk.role == Role.UNSPECIFIED:
-        raise InvalidArgument(f"{where}.role", chunk.role, "must be set")
-    _check_enum(chunk.kind, ChunkKind, f"{where}.kind")
-    _check_enum(chunk.policy, GcPolicy, f"{where}.policy")
-    for name in ("tokens", "turn", "line_start", "line_end", "created_at_ms"):
-        _check_counter(getattr(chunk, name), f"{where}.{name}")
-    if chunk.line_end and chunk.line_end < chunk.line_start:
-        raise InvalidArgument(f"{where}.line_end", chunk.line_end, "before line_start")
-    _check_finite(chunk.boost, f"{where}.boost")
-    if not -1.0 <= chunk.boost <= 1.0:
-        raise InvalidArgument(f"{where}.boost", chunk.boost, "must be within [-1, 1]")
-    if len(chunk.embedding) > config.max_embedding_dim:
-        raise ResourceExhausted(
-            f"{where}.embedding",
-            len(chunk.embedding),
-            f"more than {config.max_embedding_dim} dimensions",
-        )
-    for j, value in enumerate(chunk.embedding):
-        _check_finite(value, f"{where}.embedding[{j}]")
-    for name in ("references", "summary_of"):
-        for j, target in enumerate(getattr(chunk, name)):
-            _check_id(target, f"{where}.{name}[{j}]")
-            if target == chunk.id:
-                raise InvalidArgument(f"{where}.{name}[{j}]", target, "refers to the chunk itself")
-    if chunk.parent_id == chunk.id:
-        raise InvalidArgument(f"{where}.parent_id", chunk.parent_id, "refers to the chunk itself")
+    """A chunk's own fields (its id is the batch's to check), each rule of
+    `_CHUNK_RULES` in order: the first failure raises."""
+    for check in _CHUNK_CHECKS:
+        check(chunk, config, where)
 
 
 def validate_updates(updates: Sequence[ChunkUpdate], field: str = "updates") -> None:

@@ -29,6 +29,10 @@ _INNER_CAPITAL_BYTES = re.compile(rb"[a-z][A-Z]")
 # alternation is tried at every byte (4,400 instructions a run).
 _MARK = re.compile(rb"[_./]")
 MIN_NAME_CHARS = 4
+# What a text naming nothing gets: one object for all of them. Every frozenset
+# is tracked by the cyclic collector for as long as a cache holds it (a
+# never-seen 1,000-chunk first plan left ~1,200 empty ones behind).
+NO_NAMES: frozenset[str] = frozenset()
 NAME_CACHE_SIZE = 65536  # distinct runs resolved, then forgotten all at once
 
 
@@ -87,7 +91,7 @@ class RunNames:
                 found.discard(run)
         if new:
             self._bound(plain, named)
-        return frozenset(chain.from_iterable(map(named.__getitem__, found)))
+        return frozenset(chain.from_iterable(map(named.__getitem__, found))) or NO_NAMES
 
     def of_run(self, run: bytes) -> tuple[str, ...]:
         """The code names one run holds."""

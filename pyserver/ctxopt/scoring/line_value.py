@@ -38,6 +38,7 @@ from typing import AnyStr, cast
 
 from ctxopt.scoring.code_names import RUN_BYTES, run_names, text_names
 from ctxopt.scoring.text_memo import TextMemo
+from ctxopt.text.lines import text_lines
 
 # The model citing lines: `sed -n '120,140p'`, `line 131`, `file.py:131`.
 # Searched from their literal parts (a pattern that starts with \d or \b is
@@ -50,6 +51,10 @@ _LINE_WORD = re.compile(r"lines? (\d+)\b")
 _FILE_LINE = re.compile(r"\.\w{1,5}:(\d+)\b")
 _WORD_CHAR = re.compile(r"\w")
 PROFILE_CACHE_SIZE = 16384  # distinct texts (tool outputs, model messages) remembered
+# The one empty set of line numbers the cached facts hold (cited numbers,
+# error lines, a profile's numbers): most texts have none, and each frozenset
+# stays tracked by the cyclic collector while a cache holds it.
+NO_NUMBERS: frozenset[int] = frozenset()
 MAX_CITED_RANGE = 400  # a wider range is a whole-file read, not a citation
 # A line's own number as `nl -ba`, `cat -n`, `grep -n` or a traceback prints it.
 _NUMBERED = re.compile(r"^\s*(\d+)(?:[\t:|]| {2})")
@@ -104,7 +109,7 @@ def _cited_numbers(text: str) -> frozenset[int]:
         if at == 0 or not _WORD_CHAR.match(text, at - 1):
             cited.add(int(match.group(1)))
     cited.update(int(m.group(1)) for m in _FILE_LINE.finditer(text))
-    return frozenset(cited)
+    return frozenset(cited) if cited else NO_NUMBERS
 
 
 cited_memo = TextMemo(_cited_numbers, PROFILE_CACHE_SIZE)
@@ -168,9 +173,9 @@ def _error_lines(text: str, lines: Sequence[str]) -> frozenset[int]:
     if text.startswith("E"):
         offsets.add(0)
     if not offsets:
-        return frozenset()
+        return NO_NUMBERS
     numbers = dict.fromkeys(_line_numbers(text, sorted(offsets), "\n"))
-    return frozenset(n for n in numbers if is_error(lines[n]))
+    return frozenset(n for n in numbers if is_error(lines[n])) or NO_NUMBERS
 
 
 def _places(text: str, piece: str) -> Iterator[int]:
@@ -311,14 +316,17 @@ def _tail_in(path: str, names: frozenset[str]) -> bool:
 
 
 def _profile(text: str) -> LineProfile:
-    lines = tuple(text.split("\n"))
+    # the lines the line book split already (it keys every chunk's before a
+    # plan profiles an output): the same tuple, not a second copy of each line
+    lines = text_lines(text).lines
     numbers = _own_numbers(text, lines)
     return LineProfile(
         lines,
         numbers,
         _error_lines(text, lines),
         names(text),
-        cast(frozenset[int], frozenset(numbers).difference(_NO_NUMBER)),  # C, not per line
+        # a set difference in C, not a test per line
+        cast(frozenset[int], frozenset(numbers).difference(_NO_NUMBER)) or NO_NUMBERS,
         enclosing_headers(lines) if _has_header(text) else (None,) * len(lines),
     )
 

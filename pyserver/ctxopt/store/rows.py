@@ -344,7 +344,24 @@ def rows_digest(rows: Sequence[Sequence[Any]]) -> bytes:
     """A digest of `LIVE_SELECT` rows as SQLite returns them, less the term and
     line blobs (caches made from the text) and the text (which
     `text/indexblob.chunks_digest` digests): equal digests and texts, the same chunks."""
-    plain = [(*r[:4], *r[6:_TEXT], *r[_TEXT + 1 :]) for r in rows]
+    return _digest([(*r[:4], *r[6:_TEXT], *r[_TEXT + 1 :]) for r in rows])
+
+
+# `rows_digest`'s columns alone: a close digests the rows without reading
+# their texts and blobs back (the whole rows' `fetchall` was ~77 ms of a close
+# at 10,000 chunks)
+DIGEST_SELECT = ", ".join(
+    ["seq", "born", "last_touched_ms", "origin", *(n for n in CHUNK_NAMES if n != "text")]
+)
+
+
+def live_rows_digest(cur: sqlite3.Cursor, session_id: str) -> bytes:
+    """`rows_digest` of the session's live rows, read without their texts."""
+    sql = f"SELECT {DIGEST_SELECT} FROM chunks WHERE session_id = ? ORDER BY seq"
+    return _digest([tuple(r) for r in cur.execute(sql, (session_id,))])
+
+
+def _digest(plain: list[tuple[Any, ...]]) -> bytes:
     return hashlib.sha256(marshal.dumps(plain, 2)).digest()[:16]  # SHA-256: in hardware
 
 

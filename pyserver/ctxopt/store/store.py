@@ -79,11 +79,10 @@ from ctxopt.store.rows import (
     entry_from,
     entry_values,
     hit_from,
-    live_rows,
+    live_rows_digest,
     live_values,
     load_session,
     restash_values,
-    rows_digest,
     upsert_sql,
 )
 from ctxopt.store.schema import (
@@ -298,7 +297,7 @@ class Store:
     def rows_digest(self, session_id: str) -> bytes:
         """`rows.rows_digest` of the session's live rows as stored now."""
         with self._reading() as cur:
-            return rows_digest(live_rows(cur, session_id))
+            return live_rows_digest(cur, session_id)
 
     def delete_session(self, owner: str, session_id: str, *, purge_stash: bool) -> bool:
         """Delete a live session (and its stash when `purge_stash`); whether anything existed."""

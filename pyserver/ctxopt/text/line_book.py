@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctxopt.model import Chunk, Role
+from ctxopt.text.book_state import first_places, fresh_quoted
 from ctxopt.text.lines import text_lines
 
 UNKNOWN, NONE = -2.0, -1.0  # LineBook.excerpts: not computed yet, no excerpt
@@ -439,18 +440,22 @@ class LineBook:
 
     # ---- kept with a session's last plan at a clean close (engine/kept_plans.py) ----
 
+    def quoted_as_fresh(self) -> bool:
+        """Whether it marks quoted the slots a book filled from its texts would."""
+        return fresh_quoted(self.holders, self._shared, self._by_model) == self.quoted
+
     def state(self) -> tuple[Any, ...]:
         """The book's lines, marks and cached answers as plain data for
         `marshal`, without its texts (`restore` takes the texts loaded at its
         slots): what a restart's first sync and plan would make again. A line
         is kept as where a holder's text has it (its bytes were most of the
         book's: ~0.5 MB per 1,000 chunks)."""
-        text = self.text
         holders = {key: held for key, held in self.holders.items() if held}
         at = {key: i for i, key in enumerate(holders)}
+        place = first_places(self.text)
         return (
-            tuple(sorted(text)),
-            tuple((s := min(held), text[s].find(key)) for key, held in holders.items()),
+            tuple(sorted(self.text)),
+            tuple(map(place.__getitem__, holders)),
             tuple(map(len, holders)),
             tuple(map(tuple, holders.values())),
             tuple((at[key], slot) for key, slot in self._latest.items() if key in at),

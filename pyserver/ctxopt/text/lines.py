@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 
 from ctxopt.text.analyzer import Analyzer
 
@@ -31,15 +33,20 @@ class TextLines:
     distinct: frozenset[str]  # the non-empty keys
     key_chars: int  # characters of the keyed lines (each distinct key once)
     # term -> the lines holding it, for the terms asked so far (and by which
-    # analyzer): plans ask for a few query terms, never for all of a text's
-    postings: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    analyzer: Analyzer | None = None
+    # analyzer): plans ask for a few query terms, never for all of a text's.
+    # Never changed in place (a new mapping is swapped in), so every text
+    # starts with the one shared empty one: a dict per text was a thousand
+    # objects per 1,000 chunks left for the cyclic collector to scan
+    postings: Mapping[str, tuple[int, ...]]
+    analyzer: Analyzer | None
 
-    def term_lines(self, terms: frozenset[str], analyzer: Analyzer) -> dict[str, tuple[int, ...]]:
+    def term_lines(
+        self, terms: frozenset[str], analyzer: Analyzer
+    ) -> Mapping[str, tuple[int, ...]]:
         """Per term of `terms`, the numbers of the lines holding it (absent
         terms map to no lines)."""
         if analyzer is not self.analyzer:
-            self.analyzer, self.postings = analyzer, {}
+            self.analyzer, self.postings = analyzer, _NO_POSTINGS
         postings = self.postings
         missing = terms.difference(postings)
         if missing:
@@ -61,6 +68,10 @@ class TextLines:
         return {n for t in terms for n in postings[t]}
 
 
+_NO_POSTINGS: Mapping[str, tuple[int, ...]] = MappingProxyType({})
+# one for every text with no keyed line (a frozenset stays tracked by the
+# cyclic collector as long as the cache holds it)
+_NO_KEYS: frozenset[str] = frozenset()
 _texts: OrderedDict[str, TextLines] = OrderedDict()
 _texts_lock = threading.Lock()  # plans of different sessions run in parallel
 
@@ -72,8 +83,8 @@ def text_lines(text: str) -> TextLines:
         return found
     lines = tuple(text.split("\n"))
     keys = tuple([s if len(s) >= ECHO_MIN_CHARS else "" for s in map(str.strip, lines)])
-    distinct = frozenset(keys).difference(("",))
-    made = TextLines(lines, keys, distinct, sum(map(len, distinct)))
+    distinct = frozenset(keys).difference(("",)) or _NO_KEYS
+    made = TextLines(lines, keys, distinct, sum(map(len, distinct)), _NO_POSTINGS, None)
     with _texts_lock:
         _texts[text] = made
         if len(_texts) > TEXT_CACHE_SIZE:
