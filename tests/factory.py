@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 from ctxopt.config import Config
 from ctxopt.engine import Engine
 from ctxopt.model import Budget, Chunk, ChunkKind, OptimizeOptions, Role, Roots
+from ctxopt.session import Session
+from ctxopt.text.analyzer import Analyzer
 
 
 def engine(**overrides: object) -> Engine:
@@ -21,6 +24,21 @@ def chunk(
     **fields: object,
 ) -> Chunk:
     return Chunk(id=chunk_id, role=role, kind=kind, text=text or f"text of {chunk_id}", **fields)  # type: ignore[arg-type]
+
+
+def books_through(steps: list[tuple[int, str | None]]) -> Iterator[Session]:
+    """A session through `steps` ((chunk number, its text, or None to remove it);
+    the model writes the odd numbers), its line book synced after each, which is
+    yielded: the book's marks are then the ones a live book keeps."""
+    session = Session("s", "", Analyzer())
+    for turn, (number, text) in enumerate(steps):
+        if text is None:
+            session.remove(f"c{number}")
+        else:
+            role = Role.MODEL if number % 2 else Role.USER
+            session.upsert(chunk(f"c{number}", text, role=role, turn=turn), 10, 0)
+        session.line_book()
+        yield session
 
 
 def filler(words: int, seed: str = "") -> str:

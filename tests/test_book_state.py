@@ -5,16 +5,14 @@ second book filled from the live chunks."""
 from __future__ import annotations
 
 import pytest
-from ctxopt.model import Role
 from ctxopt.session import Session
 from ctxopt.text import book_state
-from ctxopt.text.analyzer import Analyzer
 from ctxopt.text.book_state import fresh_quoted
 from ctxopt.text.line_book import LineBook
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.factory import chunk
+from tests.factory import books_through
 
 LONG = [f"line_{i} = helper(argument_{i}, option={i})" for i in range(4)]
 # a line indented, the same line inside a longer one, and one that only
@@ -29,14 +27,7 @@ STEPS = st.lists(st.tuples(st.integers(0, 6), st.none() | TEXTS), min_size=1, ma
 
 
 def _session(steps: list[tuple[int, str | None]]) -> Session:
-    session = Session("s", "", Analyzer())
-    for turn, (number, text) in enumerate(steps):
-        if text is None:
-            session.remove(f"c{number}")
-        else:
-            role = Role.MODEL if number % 2 else Role.USER
-            session.upsert(chunk(f"c{number}", text, role=role, turn=turn), 10, 0)
-        session.line_book()  # synced after each step: its quoted marks are kept ones
+    *_, session = books_through(steps)
     return session
 
 

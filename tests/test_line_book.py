@@ -18,7 +18,7 @@ from ctxopt.text.lines import ECHO_MIN_CHARS, TextLines, text_lines
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.factory import chunk
+from tests.factory import books_through, chunk
 
 LONG = [f"    line_{i} = helper(argument_{i}, option={i})" for i in range(5)]
 LINES = st.sampled_from([*LONG, "x = 1", "", "    " + LONG[0]])
@@ -32,13 +32,7 @@ STEPS = st.lists(st.tuples(st.integers(0, 5), st.none() | TEXTS), min_size=1, ma
 @settings(max_examples=200, deadline=None)
 @given(STEPS)
 def test_the_books_answers_are_the_plain_definitions(steps: list[tuple[int, str | None]]) -> None:
-    session = Session("s", "", Analyzer())
-    for turn, (number, text) in enumerate(steps):
-        if text is None:
-            session.remove(f"c{number}")
-        else:
-            role = Role.MODEL if number % 2 else Role.USER
-            session.upsert(chunk(f"c{number}", text, role=role, turn=turn), 10, 0)
+    for session in books_through(steps):
         book = session.line_book()
         live = {int(s): session.entry_at(int(s)).chunk for s in session.live_slots()}
         holders: dict[str, set[int]] = {}
