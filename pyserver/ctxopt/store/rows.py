@@ -308,30 +308,32 @@ _POLICIES = {int(m): m for m in GcPolicy}
 
 
 def chunk_from(row: Sequence[Any], start: int) -> Chunk:
+    # positional, in `Chunk`'s field order (= `CHUNK_COLUMNS`'): keywords made
+    # the call three times slower, ~1 ms per 1,000 chunks of a restart's load
     r = row[start:]
     return Chunk(
-        id=r[0],
-        role=_ROLES[r[1]],
-        kind=_KINDS[r[2]],
-        text=r[3],
-        tokens=r[4],
-        created_at_ms=r[5],
-        turn=r[6],
-        pinned=bool(r[7]),
-        policy=_POLICIES[r[8]],
-        group_id=r[9],
-        parent_id=r[10],
-        references=_decode_strings(r[11]),
-        file_path=r[12],
-        line_start=r[13],
-        line_end=r[14],
-        tags=_decode_strings(r[15]),
-        topic_id=r[16],
-        task_id=r[17],
-        boost=r[18],
-        embedding=_decode_embedding(r[19]),
-        summary_of=_decode_strings(r[20]),
-        metadata=_JSON.raw_decode(r[21])[0] if r[21] else {},
+        r[0],  # id
+        _ROLES[r[1]],
+        _KINDS[r[2]],
+        r[3],  # text
+        r[4],  # tokens
+        r[5],  # created_at_ms
+        r[6],  # turn
+        bool(r[7]),  # pinned
+        _POLICIES[r[8]],
+        r[9],  # group_id
+        r[10],  # parent_id
+        _decode_strings(r[11]),  # references
+        r[12],  # file_path
+        r[13],  # line_start
+        r[14],  # line_end
+        _decode_strings(r[15]),  # tags
+        r[16],  # topic_id
+        r[17],  # task_id
+        r[18],  # boost
+        _decode_embedding(r[19]),
+        _decode_strings(r[20]),  # summary_of
+        _JSON.raw_decode(r[21])[0] if r[21] else {},  # metadata
     )
 
 
