@@ -7,7 +7,9 @@ blob that is stale, damaged, cut, foreign or of another type is never trusted.""
 
 from __future__ import annotations
 
+import marshal
 import sqlite3
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -376,6 +378,17 @@ def test_the_codec_gives_back_the_index_it_was_given(
     index.set_doc(20, ["a", "z"])
     assert repr(back.state()) == repr(index.state())
     assert index_read(BLOBS.encode(index, KEYS), b"j" * 8) is None  # other chunks
+
+
+def test_postings_the_sizes_do_not_account_for_are_refused() -> None:
+    """A kept index whose postings' sizes do not add up to its joined bytes
+    (too many bytes, or too few) is not read: it was not a close's."""
+    params, terms, sizes, joined, *rest = index_from([["a", "b"], ["a"]], []).state()
+    longer = array("Q", sizes)
+    longer[-1] += 1  # the last term's postings run past the joined bytes
+    assert read_state(marshal.dumps((params, terms, sizes, joined, *rest))) is not None
+    for wrong in ((sizes, joined + bytes(8)), (longer.tobytes(), joined)):
+        assert read_state(marshal.dumps((params, terms, *wrong, *rest))) is None
 
 
 @settings(max_examples=150, deadline=None)
