@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxopt.planner.line_levels import TokenCount, _Memo, last_sizes, remember_sizes
+from ctxopt.planner.line_levels import LastLevels, TokenCount, last_sizes, remember_sizes
 from ctxopt.planner.line_memo import Kept, LineLevel, Remembered
 from ctxopt.scoring import line_value
 from ctxopt.scoring.line_facts import SessionFacts
@@ -119,7 +119,7 @@ def restore_sizes(
         None,  # not the texts a later plan pools: it compares the names instead
         frozenset(query_names),
     )
-    memo = _Memo(session_facts, (*knobs, session_facts.weights, analyzer, count_tokens))
+    memo = LastLevels(session_facts, (*knobs, session_facts.weights, analyzer, count_tokens))
     memo.tokens = np.zeros(n_slots, dtype=np.int64)
     memo.stash = np.full(n_slots, "", dtype=object)
     searched: list[tuple[str, dict[str, tuple[int, ...]]]] = []

@@ -183,7 +183,7 @@ class OutputSizes:
 
 
 @dataclass(slots=True)
-class _Memo:
+class LastLevels:
     """One session's last plan: its facts, the knobs, each output's sizes,
     and per slot the tokens and stash id they were made for (arrays, so a
     plan finds the outputs whose entry changed without visiting each)."""
@@ -198,7 +198,7 @@ class _Memo:
 
 _NAMES_OF = attrgetter("names")
 _NUMBERS_OF = attrgetter("numbers")
-_memos: WeakKeyDictionary[LineBook, _Memo] = WeakKeyDictionary()
+_memos: WeakKeyDictionary[LineBook, LastLevels] = WeakKeyDictionary()
 _memos_lock = threading.Lock()
 _NONE: frozenset[int] = frozenset()
 
@@ -222,7 +222,7 @@ def output_levels(
     ~1,200 chunks a plan after an append fully checks ~6 of ~450 outputs and
     ~50 more for the terms alone."""
     with _memos_lock:
-        memo = _memos.setdefault(book, _Memo())
+        memo = _memos.setdefault(book, LastLevels())
     knobs = (
         tuning.line_context,
         tuning.line_budget,
@@ -325,7 +325,7 @@ def output_levels(
 
 
 def _to_check(
-    memo: _Memo,
+    memo: LastLevels,
     slots: list[int],
     moved: set[int],
     names: frozenset[str],
@@ -461,13 +461,13 @@ def _compact(changed: frozenset[T]) -> frozenset[T]:
 # ---- a restart's sizes (planner/kept_sizes.py keeps them at a clean close) ----
 
 
-def last_sizes(book: LineBook) -> _Memo | None:
+def last_sizes(book: LineBook) -> LastLevels | None:
     """The sizes the book's last plan remembers, if any plan made them."""
     with _memos_lock:
         return _memos.get(book)
 
 
-def remember_sizes(book: LineBook, memo: _Memo) -> None:
+def remember_sizes(book: LineBook, memo: LastLevels) -> None:
     """Take `memo` as the book's last plan's sizes, unless it remembers its own."""
     with _memos_lock:
         _memos.setdefault(book, memo)
