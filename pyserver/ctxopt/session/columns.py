@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import attrgetter
 from types import MappingProxyType
 
 import numpy as np
@@ -94,6 +95,21 @@ class Columns:
         "born",
         "refcount",
         "lines",
+    )
+
+    # the columns an entry alone sets (`alive` and `refcount` are the session's),
+    # read by linking one entry and by linking a restart's in bulk alike
+    OF_ENTRY: tuple[tuple[str, Callable[[Entry], object]], ...] = (
+        ("tokens", attrgetter("tokens")),
+        ("turn", attrgetter("chunk.turn")),
+        ("created_ms", attrgetter("chunk.created_at_ms")),
+        ("kind", attrgetter("chunk.kind")),
+        ("role", attrgetter("chunk.role")),
+        ("policy", attrgetter("chunk.gc_policy")),
+        ("pinned", attrgetter("chunk.pinned")),
+        ("boost", attrgetter("chunk.boost")),
+        ("born", attrgetter("born")),
+        ("lines", lambda entry: entry.chunk.text.count("\n") + 1),
     )
 
     def ensure(self, size: int) -> None:

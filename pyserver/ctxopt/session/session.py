@@ -336,15 +336,8 @@ class Session:
         self.revision += 1
         self.entries[chunk.id] = entry
         cols.alive[slot] = True
-        cols.tokens[slot] = entry.tokens
-        cols.turn[slot] = chunk.turn
-        cols.created_ms[slot] = chunk.created_at_ms
-        cols.kind[slot] = chunk.kind
-        cols.role[slot] = chunk.role
-        cols.policy[slot] = chunk.gc_policy
-        cols.pinned[slot] = chunk.pinned
-        cols.boost[slot] = chunk.boost
-        cols.born[slot] = entry.born
+        for name, of in Columns.OF_ENTRY:
+            getattr(cols, name)[slot] = of(entry)
         cols.refcount[slot] = len(self.in_edges.get(chunk.id, ()))
         self.tokens_total += entry.tokens
         if index_text and doc is not None:
@@ -357,7 +350,6 @@ class Session:
             self.embeddings[slot] = np.asarray(chunk.embedding, dtype=np.float32)
         if chunk.parent_id and chunk.parent_id != chunk.id:
             self.parent_of[chunk.id] = chunk.parent_id
-        cols.lines[slot] = chunk.text.count("\n") + 1
         targets = self.explicit_targets(chunk)
         self.out_edges[chunk.id] = targets
         for target in targets:
@@ -372,16 +364,8 @@ class Session:
         slots = np.fromiter((entry.slot for entry in entries), np.intp, len(entries))
         cols = self.columns
         cols.alive[slots] = True
-        cols.tokens[slots] = [entry.tokens for entry in entries]
-        cols.turn[slots] = [chunk.turn for chunk in chunks]
-        cols.created_ms[slots] = [chunk.created_at_ms for chunk in chunks]
-        cols.kind[slots] = [chunk.kind for chunk in chunks]
-        cols.role[slots] = [chunk.role for chunk in chunks]
-        cols.policy[slots] = [chunk.gc_policy for chunk in chunks]
-        cols.pinned[slots] = [chunk.pinned for chunk in chunks]
-        cols.boost[slots] = [chunk.boost for chunk in chunks]
-        cols.born[slots] = [entry.born for entry in entries]
-        cols.lines[slots] = [chunk.text.count("\n") + 1 for chunk in chunks]
+        for name, of in Columns.OF_ENTRY:
+            getattr(cols, name)[slots] = list(map(of, entries))
         self.revision += len(entries)
         self.tokens_total += int(cols.tokens[slots].sum())
         add_hub, in_edges = self.hubs.add, self.in_edges
